@@ -1,0 +1,42 @@
+#include "frontend/backend.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "frontend/error.h"
+
+namespace kiln {
+
+Device Device::Parse(std::string_view name, std::source_location loc) {
+  absl::StatusOr<runtime::DeviceId> id = runtime::ParseDeviceId(name);
+  if (!id.ok()) detail::ThrowStatus(id.status(), loc);
+  return Device(*id);
+}
+
+Any::Device::Device(std::source_location loc) : ::kiln::Device(runtime::DeviceId{}) {
+  absl::StatusOr<runtime::DeviceId> id = runtime::DeviceFromEnvironment();
+  if (!id.ok()) detail::ThrowStatus(id.status(), loc);
+  static_cast<::kiln::Device&>(*this) = ::kiln::Device(*id);
+}
+
+namespace detail {
+
+void CheckDevice(const BackendTraits& traits, const Device& device, const char* op,
+                 const std::source_location& loc) {
+  if (!traits.any_kind && device.kind() != traits.kind) {
+    ThrowOpError(op,
+                 absl::StrCat("device ", device.ToString(), " is not a ", traits.name,
+                              " device (expected ", runtime::DeviceKindName(traits.kind), ":N)"),
+                 {}, loc);
+  }
+  if (!runtime::IsBackendAvailable(device.kind())) {
+    ThrowOpError(
+        op,
+        absl::StrCat("device ", device.ToString(), ": the ", runtime::DeviceKindName(device.kind()),
+                     " backend is not in this build"),
+        {}, loc);
+  }
+}
+
+}  // namespace detail
+}  // namespace kiln

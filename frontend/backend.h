@@ -1,0 +1,86 @@
+// Devices and backend tags.
+//
+// A backend tag is a thin type that names where a Tensor<B, R, K> runs; it carries no code, so
+// switching a program from one backend to another costs no build time. Each tag has a nested
+// `Device` type that default-constructs to that backend's first device:
+//
+//   kiln::Reference::Device device;     // reference:0, ir's interpreter (the test oracle)
+//   kiln::Any::Device device;           // read from KILN_DEVICE (default reference:0)
+//
+// Adding a backend (Cpu, Vulkan, Cuda arrive with their issues) is one tag defined with
+// KILN_DEFINE_BACKEND below plus an executor registered with detail::RegisterExecutor.
+#pragma once
+
+#include <source_location>
+#include <string>
+#include <string_view>
+
+#include "runtime/device.h"
+
+namespace kiln {
+
+/// One device: a backend kind and an index ("cpu:0"). Every tensor lives on one device, and ops
+/// between tensors on different devices are errors.
+class Device {
+ public:
+  explicit Device(runtime::DeviceId id) : id_(id) {}
+
+  /// Parses "reference", "cpu:1", ...; throws kiln::Error for an unknown name.
+  static Device Parse(std::string_view name,
+                      std::source_location loc = std::source_location::current());
+
+  const runtime::DeviceId& id() const { return id_; }
+  runtime::DeviceKind kind() const { return id_.kind; }
+  int index() const { return id_.index; }
+  /// "reference:0".
+  std::string ToString() const { return id_.ToString(); }
+
+  bool operator==(const Device&) const = default;
+
+ private:
+  runtime::DeviceId id_;
+};
+
+/// What a backend tag tells the non-template engine: its name for messages, and which device
+/// kinds its tensors may live on.
+struct BackendTraits {
+  const char* name;
+  /// True for Any: every device kind this build can run is accepted.
+  bool any_kind;
+  runtime::DeviceKind kind;
+};
+
+namespace detail {
+/// Throws kiln::Error when `device` cannot hold tensors of backend `traits` (a Cuda device given
+/// to a Tensor<Reference>, or a device whose backend this build lacks).
+void CheckDevice(const BackendTraits& traits, const Device& device, const char* op,
+                 const std::source_location& loc);
+}  // namespace detail
+
+// Defines a backend tag `Tag` for device kind `Kind`.
+#define KILN_DEFINE_BACKEND(Tag, Kind)                                                       \
+  struct Tag {                                                                               \
+    static constexpr ::kiln::BackendTraits kTraits{#Tag, false, Kind};                       \
+    struct Device : ::kiln::Device {                                                         \
+      Device() : Device(0) {}                                                                \
+      explicit Device(int index) : ::kiln::Device(::kiln::runtime::DeviceId{Kind, index}) {} \
+    };                                                                                       \
+  }
+
+/// The reference backend: ir's interpreter (plain loops, f64 accumulation). Slow and obviously
+/// correct: the oracle every other backend is tested against.
+KILN_DEFINE_BACKEND(Reference, runtime::DeviceKind::kReference);
+
+/// A backend chosen at run time. `Any::Device{}` reads the KILN_DEVICE environment variable
+/// ("reference", "cpu:0", "cuda:1", ...; unset means reference:0) and throws kiln::Error when it
+/// names an unknown device or a backend this build lacks.
+struct Any {
+  static constexpr BackendTraits kTraits{"Any", true, runtime::DeviceKind::kReference};
+  struct Device : ::kiln::Device {
+    Device(std::source_location loc = std::source_location::current());  // NOLINT
+    /// Any device, e.g. one a configuration file names.
+    Device(const ::kiln::Device& device) : ::kiln::Device(device) {}  // NOLINT: implicit
+  };
+};
+
+}  // namespace kiln

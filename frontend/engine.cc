@@ -1,0 +1,289 @@
+#include "frontend/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "frontend/error.h"
+#include "ir/builder.h"
+#include "ir/infer.h"
+#include "ir/interpreter.h"
+
+namespace kiln::detail {
+namespace {
+
+std::atomic<int64_t> g_live_nodes{0};
+std::atomic<int64_t> g_graphs_executed{0};
+std::atomic<int64_t> g_nodes_executed{0};
+
+struct ExecutorRegistry {
+  std::mutex mutex;
+  std::map<runtime::DeviceKind, Executor> executors;
+
+  ExecutorRegistry() {
+    executors[runtime::DeviceKind::kReference] =
+        [](const ir::Graph& graph, std::span<const ir::TensorData> arguments, runtime::DeviceId) {
+          return ir::Interpret(graph, arguments);
+        };
+  }
+};
+
+ExecutorRegistry& Registry() {
+  static ExecutorRegistry registry;
+  return registry;
+}
+
+// Drops `inputs` without recursing once per node of a long chain: operands whose last owner is
+// being dropped are unlinked onto an explicit stack first, so each node dies with no operands.
+void ReleaseIteratively(std::vector<TensorRef>& inputs) {
+  std::vector<TensorRef> stack = std::move(inputs);
+  inputs.clear();
+  while (!stack.empty()) {
+    TensorRef node = std::move(stack.back());
+    stack.pop_back();
+    if (node != nullptr && node.use_count() == 1) {
+      for (TensorRef& in : node->inputs) stack.push_back(std::move(in));
+      node->inputs.clear();
+    }
+  }
+}
+
+// Pending nodes reachable from `roots` (stopping at realized ones, which are collected too),
+// operands before users. Iterative, so graph depth never becomes stack depth.
+std::vector<LazyNode*> TopologicalOrder(std::span<LazyNode* const> roots) {
+  std::vector<LazyNode*> order;
+  std::unordered_map<LazyNode*, bool> state;  // false: on the stack, true: emitted
+  std::vector<std::pair<LazyNode*, size_t>> stack;
+  for (LazyNode* root : roots) {
+    if (state.count(root)) continue;
+    stack.emplace_back(root, 0);
+    state[root] = false;
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      if (!node->realized() && next < node->inputs.size()) {
+        LazyNode* in = node->inputs[next++].get();
+        if (!state.count(in)) {
+          state[in] = false;
+          stack.emplace_back(in, 0);
+        }
+        continue;
+      }
+      state[node] = true;
+      order.push_back(node);
+      stack.pop_back();
+    }
+  }
+  return order;
+}
+
+// Realizes the pending nodes behind `roots`, all on `device`.
+void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device, const Loc& loc) {
+  const std::vector<LazyNode*> order = TopologicalOrder(roots);
+
+  // Operand edges inside this DAG; a pending node with more owners than that is also held from
+  // outside (a user tensor or a pending node elsewhere) and is worth keeping.
+  std::unordered_map<LazyNode*, long> internal_uses;
+  for (LazyNode* node : order) {
+    if (node->realized()) continue;
+    for (const TensorRef& in : node->inputs) ++internal_uses[in.get()];
+  }
+
+  ir::Builder builder;
+  std::unordered_map<LazyNode*, ir::NodeId> ids;
+  std::vector<ir::TensorData> arguments;
+  for (LazyNode* node : order) {
+    ir::NodeId id;
+    if (node->realized()) {
+      id = builder.Parameter(absl::StrCat("p", arguments.size()), node->type, node->loc);
+      arguments.push_back(*node->data);
+    } else {
+      std::vector<ir::NodeId> inputs;
+      inputs.reserve(node->inputs.size());
+      for (const TensorRef& in : node->inputs) inputs.push_back(ids.at(in.get()));
+      id = builder.Emit(node->op, std::move(inputs), node->attrs, node->loc);
+    }
+    ids[node] = id;
+  }
+
+  std::vector<LazyNode*> outputs;
+  for (LazyNode* root : roots) {
+    if (!root->realized() && std::find(outputs.begin(), outputs.end(), root) == outputs.end()) {
+      outputs.push_back(root);
+    }
+  }
+  // Find externally held intermediates through the operand lists that reference them.
+  std::unordered_map<LazyNode*, long> owners;
+  for (LazyNode* node : order) {
+    if (node->realized()) continue;
+    for (const TensorRef& in : node->inputs) owners[in.get()] = in.use_count();
+  }
+  for (LazyNode* node : order) {
+    if (node->realized()) continue;
+    auto it = owners.find(node);
+    if (it == owners.end()) continue;  // a root: no operand edge points at it
+    if (it->second > internal_uses[node] &&
+        std::find(outputs.begin(), outputs.end(), node) == outputs.end()) {
+      outputs.push_back(node);
+    }
+  }
+  if (outputs.empty()) return;
+  for (LazyNode* out : outputs) builder.Output(ids.at(out));
+
+  absl::StatusOr<ir::Graph> graph = std::move(builder).Build();
+  if (!graph.ok()) ThrowStatus(graph.status(), loc);
+
+  Executor executor;
+  {
+    ExecutorRegistry& registry = Registry();
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    auto it = registry.executors.find(device.kind);
+    if (it != registry.executors.end()) executor = it->second;
+  }
+  if (!executor) {
+    ThrowStatus(absl::UnavailableError(absl::StrCat("realize: no executor for device ",
+                                                    device.ToString(), " in this build")),
+                loc);
+  }
+  absl::StatusOr<std::vector<ir::TensorData>> results = executor(*graph, arguments, device);
+  if (!results.ok()) ThrowStatus(results.status(), loc);
+  if (results->size() != outputs.size()) {
+    ThrowStatus(absl::InternalError(absl::StrCat("realize: the executor for ", device.ToString(),
+                                                 " returned ", results->size(), " values for ",
+                                                 outputs.size(), " outputs")),
+                loc);
+  }
+  g_graphs_executed.fetch_add(1, std::memory_order_relaxed);
+  g_nodes_executed.fetch_add(graph->num_nodes(), std::memory_order_relaxed);
+
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    LazyNode* node = outputs[i];
+    node->data = std::make_shared<const ir::TensorData>(std::move((*results)[i]));
+    node->pending_depth = 0;
+    node->pending_estimate = 0;
+  }
+  // Drop operand lists only now: they keep every node of `order` alive until here.
+  for (LazyNode* node : outputs) ReleaseIteratively(node->inputs);
+}
+
+TensorRef RecordOn(const char* name, ir::Op op, std::vector<TensorRef> inputs, ir::Attrs attrs,
+                   runtime::DeviceId device, const Loc& loc) {
+  std::vector<ir::TensorType> types;
+  types.reserve(inputs.size());
+  for (const TensorRef& in : inputs) types.push_back(in->type);
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    if (inputs[i]->device != inputs[0]->device) {
+      std::string operand_list;
+      for (size_t k = 0; k < types.size(); ++k) {
+        absl::StrAppend(&operand_list, k ? ", " : "", ir::TypeToString(types[k]), " on ",
+                        inputs[k]->device.ToString());
+      }
+      ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
+                      name, ": operands on different devices; operands ", operand_list)),
+                  loc);
+    }
+  }
+  absl::StatusOr<ir::TensorType> type = ir::InferType(op, types, attrs);
+  if (!type.ok()) {
+    const std::string primitive = ir::OpName(op);
+    if (primitive == name) ThrowStatus(type.status(), loc);
+    ThrowStatus(
+        absl::Status(type.status().code(), absl::StrCat(name, ": ", type.status().message())), loc);
+  }
+
+  auto node = std::make_shared<LazyNode>();
+  node->op = op;
+  node->attrs = std::move(attrs);
+  node->type = *std::move(type);
+  node->loc = loc;
+  node->device = device;
+  int32_t depth = 0;
+  int64_t estimate = 1;
+  for (const TensorRef& in : inputs) {
+    depth = std::max(depth, in->pending_depth);
+    estimate = std::min(estimate + in->pending_estimate, 2 * kMaxPendingNodes);
+  }
+  node->pending_depth = depth + 1;
+  node->pending_estimate = estimate;
+  node->inputs = std::move(inputs);
+  if (node->pending_depth > kMaxPendingDepth || node->pending_estimate > kMaxPendingNodes) {
+    const TensorRef roots[] = {node};
+    Realize(roots, loc);
+  }
+  return node;
+}
+
+}  // namespace
+
+TensorRef Record(const char* name, ir::Op op, std::vector<TensorRef> inputs, ir::Attrs attrs,
+                 const Loc& loc) {
+  if (inputs.empty()) {
+    ThrowStatus(absl::InternalError(absl::StrCat(name, ": a leaf needs a device")), loc);
+  }
+  const runtime::DeviceId device = inputs[0]->device;
+  return RecordOn(name, op, std::move(inputs), std::move(attrs), device, loc);
+}
+
+TensorRef RecordLeaf(const char* name, ir::Op op, ir::Attrs attrs, const Device& device,
+                     const Loc& loc) {
+  return RecordOn(name, op, {}, std::move(attrs), device.id(), loc);
+}
+
+LazyNode::LazyNode() { g_live_nodes.fetch_add(1, std::memory_order_relaxed); }
+
+LazyNode::~LazyNode() {
+  if (!inputs.empty()) ReleaseIteratively(inputs);
+  g_live_nodes.fetch_sub(1, std::memory_order_relaxed);
+}
+
+TensorRef FromTensorData(ir::TensorData data, const Device& device) {
+  auto node = std::make_shared<LazyNode>();
+  node->type = ir::TensorType{data.dtype(), data.shape()};
+  node->device = device.id();
+  node->data = std::make_shared<const ir::TensorData>(std::move(data));
+  return node;
+}
+
+const ir::TensorType& TypeOf(const TensorRef& ref) { return ref->type; }
+
+Device DeviceOf(const TensorRef& ref) { return Device(ref->device); }
+
+void Realize(std::span<const TensorRef> refs, const Loc& loc) {
+  // One graph per device; a program normally uses one.
+  std::vector<runtime::DeviceId> devices;
+  for (const TensorRef& ref : refs) {
+    if (!ref->realized() &&
+        std::find(devices.begin(), devices.end(), ref->device) == devices.end()) {
+      devices.push_back(ref->device);
+    }
+  }
+  for (const runtime::DeviceId& device : devices) {
+    std::vector<LazyNode*> roots;
+    for (const TensorRef& ref : refs) {
+      if (!ref->realized() && ref->device == device) roots.push_back(ref.get());
+    }
+    RealizeOnDevice(roots, device, loc);
+  }
+}
+
+const ir::TensorData& Data(const TensorRef& ref, const Loc& loc) {
+  if (!ref->realized()) Realize(std::span<const TensorRef>(&ref, 1), loc);
+  return *ref->data;
+}
+
+void RegisterExecutor(runtime::DeviceKind kind, Executor executor) {
+  ExecutorRegistry& registry = Registry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  registry.executors[kind] = std::move(executor);
+}
+
+EngineStats GetEngineStats() {
+  return EngineStats{g_live_nodes.load(), g_graphs_executed.load(), g_nodes_executed.load()};
+}
+
+}  // namespace kiln::detail

@@ -1,0 +1,103 @@
+// The lazy engine behind Tensor<B, R, K>: type-erased nodes, recording with type checks at the
+// user's line, and realization.
+//
+// Every op records a LazyNode (op, attributes, inferred type, operands, source line, device); no
+// computation happens. Realizing a node (into_data, to_vector, item, printing) collects the
+// pending DAG behind it, builds an ir::Graph in which already-realized values enter as
+// parameters (never constants: a compile cache keys on structure, not data), runs it on the
+// device's executor and stores the result in the node, which then drops its operands so the DAG
+// behind it is freed. Nodes that user tensors still hold inside the DAG are stored too, so they
+// are not computed twice.
+//
+// Bounded memory: a node whose pending chain grows past kMaxPendingDepth (or whose pending DAG is
+// estimated larger than kMaxPendingNodes) is realized as soon as it is recorded, and long chains
+// are released iteratively, so a loop of `x = x + 1` runs in constant memory.
+//
+// Not thread-safe: one thread at a time may record on and realize a given DAG.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <source_location>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "frontend/backend.h"
+#include "ir/graph.h"
+#include "ir/tensor_data.h"
+
+namespace kiln::detail {
+
+using Loc = std::source_location;
+
+struct LazyNode;
+/// The type-erased handle a Tensor<B, R, K> holds.
+using TensorRef = std::shared_ptr<LazyNode>;
+
+struct LazyNode {
+  LazyNode();
+  ~LazyNode();  // releases long operand chains without deep recursion
+  LazyNode(const LazyNode&) = delete;
+  LazyNode& operator=(const LazyNode&) = delete;
+
+  bool realized() const { return data != nullptr; }
+
+  ir::Op op = ir::Op::kParameter;
+  ir::Attrs attrs;
+  ir::TensorType type;
+  std::vector<TensorRef> inputs;
+  std::source_location loc;
+  runtime::DeviceId device;
+  /// The value, once realized; operands are dropped then.
+  std::shared_ptr<const ir::TensorData> data;
+  /// Longest chain of pending nodes ending here (0 when realized).
+  int32_t pending_depth = 0;
+  /// Upper estimate of the pending nodes behind this one (shared nodes counted per path,
+  /// saturating), so that a wide DAG is bounded as well as a deep one.
+  int64_t pending_estimate = 0;
+};
+
+/// Auto-realization thresholds (see the file comment).
+inline constexpr int32_t kMaxPendingDepth = 256;
+inline constexpr int64_t kMaxPendingNodes = 4096;
+
+/// Records `op` on `inputs` (all on one device) after checking it with ir::InferType; an error
+/// throws kiln::Error at `loc`, prefixed with `name` when the user-level op name differs from the
+/// primitive's ("linear: matmul: contracting dimensions differ ...").
+TensorRef Record(const char* name, ir::Op op, std::vector<TensorRef> inputs, ir::Attrs attrs,
+                 const Loc& loc);
+/// Records a leaf (fill, iota, random_*) on `device`.
+TensorRef RecordLeaf(const char* name, ir::Op op, ir::Attrs attrs, const Device& device,
+                     const Loc& loc);
+/// A realized node holding `data` on `device`.
+TensorRef FromTensorData(ir::TensorData data, const Device& device);
+
+const ir::TensorType& TypeOf(const TensorRef& ref);
+Device DeviceOf(const TensorRef& ref);
+
+/// Realizes every pending node in `refs` in one graph run. Throws kiln::Error on failure.
+void Realize(std::span<const TensorRef> refs, const Loc& loc);
+/// Realizes `ref` and returns its value.
+const ir::TensorData& Data(const TensorRef& ref, const Loc& loc);
+
+/// Runs a graph: `arguments` are the values of graph.Parameters() in order; returns one value
+/// per output. Each device kind with a backend registers one.
+using Executor = std::function<absl::StatusOr<std::vector<ir::TensorData>>(
+    const ir::Graph& graph, std::span<const ir::TensorData> arguments, runtime::DeviceId device)>;
+/// Installs (or replaces) the executor of a device kind. The reference executor is built in.
+void RegisterExecutor(runtime::DeviceKind kind, Executor executor);
+
+/// Counters for tests and debugging.
+struct EngineStats {
+  /// LazyNode objects alive now.
+  int64_t live_nodes = 0;
+  /// Graphs executed since the process started (one per realization that had pending work).
+  int64_t graphs_executed = 0;
+  /// Nodes executed in those graphs, parameters included.
+  int64_t nodes_executed = 0;
+};
+EngineStats GetEngineStats();
+
+}  // namespace kiln::detail

@@ -1,0 +1,12 @@
+// kiln: the public API. `#include <kiln/kiln.h>` brings Tensor<B, R, K>, the backend tags, the
+// activations, modules and nn. docs/api.md lists every op.
+#pragma once
+
+#include "frontend/activation.h"
+#include "frontend/backend.h"
+#include "frontend/error.h"
+#include "frontend/kind.h"
+#include "frontend/module.h"
+#include "frontend/nn/linear.h"
+#include "frontend/random.h"
+#include "frontend/tensor.h"

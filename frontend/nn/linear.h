@@ -1,0 +1,75 @@
+// nn::Linear: y = x W^T + b, with PyTorch's parameter layout (weight [out, in], bias [out]) so
+// PyTorch weights load as they are.
+//
+//   auto fc = kiln::nn::LinearConfig(4, 2).with_bias(true).init<B>(device);
+//   auto y = fc.forward(x);  // x [..., 4] -> y [..., 2]
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <source_location>
+
+#include "frontend/module.h"
+#include "frontend/tensor.h"
+
+namespace kiln::nn {
+
+namespace detail {
+/// x [..., in] -> x W^T + b; `bias` may be null.
+kiln::detail::TensorRef LinearForward(const kiln::detail::TensorRef& x,
+                                      const kiln::detail::TensorRef& weight,
+                                      const kiln::detail::TensorRef& bias,
+                                      const std::source_location& loc);
+/// U(-1/sqrt(in), 1/sqrt(in)) for `shape` from kiln's seeded stream (torch.nn.Linear's
+/// kaiming-uniform initialisation).
+kiln::detail::TensorRef LinearInitUniform(ir::Shape shape, int64_t d_input,
+                                          const BackendTraits& backend, const Device& device,
+                                          const std::source_location& loc);
+}  // namespace detail
+
+template <class B>
+struct Linear {
+  /// [d_output, d_input].
+  Tensor<B, 2> weight;
+  /// [d_output], absent when the config says with_bias(false).
+  std::optional<Tensor<B, 1>> bias;
+
+  KILN_MODULE(Linear, weight, bias);
+
+  /// Any rank >= 1; leading dims are kept.
+  template <int R>
+  Tensor<B, R> forward(const Tensor<B, R>& x,
+                       std::source_location loc = std::source_location::current()) const {
+    static_assert(R >= 1, "kiln: Linear::forward needs an input of rank >= 1");
+    return Tensor<B, R>(
+        detail::LinearForward(x.ref(), weight.ref(), bias ? bias->ref() : nullptr, loc));
+  }
+};
+
+struct LinearConfig {
+  LinearConfig(int64_t d_input, int64_t d_output) : d_input(d_input), d_output(d_output) {}
+
+  LinearConfig with_bias(bool enabled) const {
+    LinearConfig config = *this;
+    config.bias = enabled;
+    return config;
+  }
+
+  /// A layer initialised like torch.nn.Linear: weight then bias drawn from kiln's seeded stream
+  /// (see manual_seed), each U(-1/sqrt(d_input), 1/sqrt(d_input)).
+  template <class B>
+  Linear<B> init(const Device& device,
+                 std::source_location loc = std::source_location::current()) const {
+    Tensor<B, 2> weight(
+        detail::LinearInitUniform({d_output, d_input}, d_input, B::kTraits, device, loc));
+    std::optional<Tensor<B, 1>> b;
+    if (bias) b.emplace(detail::LinearInitUniform({d_output}, d_input, B::kTraits, device, loc));
+    return Linear<B>{std::move(weight), std::move(b)};
+  }
+
+  int64_t d_input;
+  int64_t d_output;
+  bool bias = true;
+};
+
+}  // namespace kiln::nn

@@ -1,0 +1,156 @@
+#include "ir/tensor_data.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace kiln::ir {
+
+int64_t NumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string ShapeToString(const Shape& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+std::vector<int64_t> RowMajorStrides(const Shape& shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i) {
+    strides[i] = strides[i + 1] * shape[i + 1];
+  }
+  return strides;
+}
+
+TensorData::TensorData(DType dtype, Shape shape)
+    : dtype_(dtype),
+      shape_(std::move(shape)),
+      num_elements_(NumElements(shape_)),
+      bytes_(static_cast<size_t>(num_elements_ * DTypeSize(dtype))) {}
+
+absl::StatusOr<TensorData> TensorData::FromDoubles(DType dtype, Shape shape,
+                                                   std::span<const double> values) {
+  TensorData data(dtype, std::move(shape));
+  if (static_cast<int64_t>(values.size()) != data.num_elements()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor data: ", values.size(),
+                                                   " values given for shape ",
+                                                   ShapeToString(data.shape())));
+  }
+  for (size_t i = 0; i < values.size(); ++i) data.SetDouble(static_cast<int64_t>(i), values[i]);
+  return data;
+}
+
+namespace {
+
+template <class T>
+T Load(const std::byte* base, int64_t index) {
+  T value;
+  std::memcpy(&value, base + index * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  return value;
+}
+
+template <class T>
+void Store(std::byte* base, int64_t index, T value) {
+  std::memcpy(base + index * static_cast<int64_t>(sizeof(T)), &value, sizeof(T));
+}
+
+}  // namespace
+
+int64_t SaturatingCastToInt(double value, DType dtype) {
+  if (dtype == DType::kBool) return value != 0 ? 1 : 0;  // NaN != 0, so NaN is true.
+  if (std::isnan(value)) return 0;
+  double lo = 0, hi = 0;
+  switch (dtype) {
+    case DType::kI32:
+      lo = std::numeric_limits<int32_t>::min();
+      hi = std::numeric_limits<int32_t>::max();
+      break;
+    case DType::kU8:
+      lo = 0;
+      hi = 255;
+      break;
+    default:
+      // 2^63 is exactly representable; anything at or above it saturates.
+      if (value >= 9223372036854775808.0) return std::numeric_limits<int64_t>::max();
+      if (value < -9223372036854775808.0) return std::numeric_limits<int64_t>::min();
+      return static_cast<int64_t>(value);
+  }
+  const double t = std::trunc(value);
+  return static_cast<int64_t>(t < lo ? lo : (t > hi ? hi : t));
+}
+
+double TensorData::GetDouble(int64_t index) const {
+  const std::byte* p = bytes_.data();
+  switch (dtype_) {
+    case DType::kF32: return Load<float>(p, index);
+    case DType::kF64: return Load<double>(p, index);
+    case DType::kF16: return HalfToFloat(Load<uint16_t>(p, index));
+    case DType::kBF16: return BFloat16ToFloat(Load<uint16_t>(p, index));
+    case DType::kI32: return Load<int32_t>(p, index);
+    case DType::kI64: return static_cast<double>(Load<int64_t>(p, index));
+    case DType::kU8: return Load<uint8_t>(p, index);
+    case DType::kBool: return Load<uint8_t>(p, index) != 0 ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
+int64_t TensorData::GetInt64(int64_t index) const {
+  switch (dtype_) {
+    case DType::kI64: return Load<int64_t>(bytes_.data(), index);
+    case DType::kI32: return Load<int32_t>(bytes_.data(), index);
+    case DType::kU8: return Load<uint8_t>(bytes_.data(), index);
+    case DType::kBool: return Load<uint8_t>(bytes_.data(), index) != 0 ? 1 : 0;
+    default: return SaturatingCastToInt(GetDouble(index), DType::kI64);
+  }
+}
+
+void TensorData::SetDouble(int64_t index, double value) {
+  std::byte* p = bytes_.data();
+  switch (dtype_) {
+    case DType::kF32: Store<float>(p, index, static_cast<float>(value)); return;
+    case DType::kF64: Store<double>(p, index, value); return;
+    case DType::kF16: Store<uint16_t>(p, index, DoubleToHalf(value)); return;
+    case DType::kBF16: Store<uint16_t>(p, index, DoubleToBFloat16(value)); return;
+    default: SetInt64(index, SaturatingCastToInt(value, dtype_)); return;
+  }
+}
+
+void TensorData::SetInt64(int64_t index, int64_t value) {
+  std::byte* p = bytes_.data();
+  switch (dtype_) {
+    case DType::kI64: Store<int64_t>(p, index, value); return;
+    case DType::kI32:
+      Store<int32_t>(p, index, static_cast<int32_t>(SaturatingCastToInt(
+                                   static_cast<double>(value), DType::kI32)));
+      return;
+    case DType::kU8:
+      Store<uint8_t>(p, index, static_cast<uint8_t>(value < 0 ? 0 : (value > 255 ? 255 : value)));
+      return;
+    case DType::kBool: Store<uint8_t>(p, index, value != 0 ? 1 : 0); return;
+    default: SetDouble(index, static_cast<double>(value)); return;
+  }
+}
+
+std::vector<double> TensorData::ToDoubles() const {
+  std::vector<double> out(static_cast<size_t>(num_elements_));
+  for (int64_t i = 0; i < num_elements_; ++i) out[i] = GetDouble(i);
+  return out;
+}
+
+std::vector<int64_t> TensorData::ToInt64s() const {
+  std::vector<int64_t> out(static_cast<size_t>(num_elements_));
+  for (int64_t i = 0; i < num_elements_; ++i) out[i] = GetInt64(i);
+  return out;
+}
+
+bool TensorData::operator==(const TensorData& other) const {
+  return dtype_ == other.dtype_ && shape_ == other.shape_ && bytes_ == other.bytes_;
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,114 @@
+// Device identity (which backend runs a computation and which of its devices) and the small
+// driver interface every backend implements, modelled on IREE's HAL: a Device allocates buffers
+// in its memory, copies bytes in and out, and runs Executables. The CPU driver is
+// runtime/cpu_device.h; Vulkan and CUDA arrive with their backend issues; the reference
+// interpreter needs no driver.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kiln::runtime {
+
+/// The backends kiln knows. Order is part of the blob format: append, never reorder.
+enum class DeviceKind {
+  kReference,  // ir's reference interpreter: plain loops, f64 accumulation; the test oracle
+  kCpu,
+  kVulkan,
+  kCuda,
+};
+
+/// "reference", "cpu", "vulkan", "cuda".
+const char* DeviceKindName(DeviceKind kind);
+
+/// A backend and the index of one of its devices.
+struct DeviceId {
+  DeviceKind kind = DeviceKind::kReference;
+  int index = 0;
+
+  bool operator==(const DeviceId&) const = default;
+  /// "cpu:0"; the form ParseDeviceId reads.
+  std::string ToString() const;
+};
+
+/// Parses "reference", "cpu", "cuda:1", ... (index defaults to 0). Errors list the valid names.
+absl::StatusOr<DeviceId> ParseDeviceId(std::string_view text);
+
+/// True when this build of kiln can run computations on `kind`. (kCpu becomes true once the Cpu
+/// backend is wired into the frontend's engine, not merely because runtime::CpuDevice exists.)
+bool IsBackendAvailable(DeviceKind kind);
+
+/// The device named by the KILN_DEVICE environment variable, or `fallback` when it is unset.
+/// A set but unknown or unavailable name is an error that says which backends this build has.
+absl::StatusOr<DeviceId> DeviceFromEnvironment(DeviceId fallback = {});
+
+class Device;
+class Executable;
+
+/// A block of one device's memory. Destroying it frees the memory; it must not outlive its
+/// Device.
+class DeviceBuffer {
+ public:
+  virtual ~DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  const Device& device() const { return *device_; }
+  int64_t size() const { return size_; }
+  /// The memory as host-addressable bytes (64-byte aligned), or nullptr when the device's memory
+  /// is not mapped into the host; Device::CopyToDevice / CopyFromDevice work for every buffer.
+  virtual std::byte* host_data() const = 0;
+
+ protected:
+  DeviceBuffer(const Device& device, int64_t size) : device_(&device), size_(size) {}
+
+ private:
+  const Device* device_;
+  int64_t size_;
+};
+
+/// One device of a backend. Calls may come from several threads at once. Work may be queued:
+/// results are visible to the host once Synchronize (or a CopyFromDevice, which waits for the
+/// work before it) returns.
+class Device {
+ public:
+  virtual ~Device() = default;
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  virtual DeviceId id() const = 0;
+
+  /// `bytes` bytes of this device's memory (uninitialised).
+  virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(int64_t bytes) = 0;
+
+  /// Copies `source` into `destination` at byte `offset`. InvalidArgument when the range does
+  /// not fit or the buffer belongs to another device.
+  virtual absl::Status CopyToDevice(std::span<const std::byte> source, DeviceBuffer& destination,
+                                    int64_t offset) = 0;
+  /// Copies bytes [offset, offset + destination.size()) of `source` into `destination`.
+  virtual absl::Status CopyFromDevice(const DeviceBuffer& source, int64_t offset,
+                                      std::span<std::byte> destination) = 0;
+
+  /// Runs `executable` on buffers of this device: inputs[k] / outputs[k] hold at least
+  /// executable.input_bytes(k) / output_bytes(k) bytes; scalars[k] points at a host value that
+  /// is read before Run returns.
+  virtual absl::Status Run(const Executable& executable,
+                           std::span<const DeviceBuffer* const> inputs,
+                           std::span<DeviceBuffer* const> outputs,
+                           std::span<const void* const> scalars) = 0;
+
+  /// Waits until all work queued on this device has finished.
+  virtual absl::Status Synchronize() = 0;
+
+ protected:
+  Device() = default;
+};
+
+}  // namespace kiln::runtime

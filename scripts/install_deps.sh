@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kiln needs, only those that are missing.
+#   scripts/install_deps.sh            build + test dependencies
+#   scripts/install_deps.sh --bazel    ... plus Bazel (offline, Debian's bazel-bootstrap)
+#   scripts/install_deps.sh --format   ... plus clang-format
+# Runs `apt-get update` only when something is missing; uses sudo when not root.
+set -euo pipefail
+
+# ---- The package lists: add new dependencies here ----------------------------------------------
+BASE_PACKAGES=(
+  make cmake ninja-build g++ ccache pkg-config
+  libabsl-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libxxhash-dev
+  llvm-16-dev
+  nlohmann-json3-dev
+  graphviz
+)
+BAZEL_PACKAGES=(bazel-bootstrap bazel-rules-java)
+FORMAT_PACKAGES=(clang-format)
+# -------------------------------------------------------------------------------------------------
+
+usage() { sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; }
+
+packages=("${BASE_PACKAGES[@]}")
+for arg in "$@"; do
+  case "$arg" in
+    --bazel) packages+=("${BAZEL_PACKAGES[@]}") ;;
+    --format) packages+=("${FORMAT_PACKAGES[@]}") ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "install_deps.sh: unknown option '$arg'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for pkg in "${packages[@]}"; do
+  status="$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)"
+  if [[ "$status" != "installed" ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install_deps: all ${#packages[@]} packages are installed"
+  exit 0
+fi
+
+SUDO=()
+if [[ "$(id -u)" -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo env DEBIAN_FRONTEND=noninteractive)
+  else
+    echo "install_deps: need root or sudo to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+APT_OPTS=(-y -q -o Dpkg::Use-Pty=0 -o DPkg::Lock::Timeout=600)
+echo "install_deps: installing ${missing[*]}"
+"${SUDO[@]}" apt-get update -q -o DPkg::Lock::Timeout=600 </dev/null
+"${SUDO[@]}" apt-get install "${APT_OPTS[@]}" "${missing[@]}" </dev/null
+echo "install_deps: done"
