@@ -10,18 +10,22 @@ SHELL := /bin/bash
 JOBS ?= 2
 CTEST_ARGS ?=
 
-.PHONY: all deps build demo test build-asan test-asan bazel-test format format-check clean
+.PHONY: all deps configure build demo test build-asan test-asan bazel-test format format-check clean
 
 all: build
 
 deps:
 	scripts/install_deps.sh
 
-build: deps
-	cmake --preset default
+build: configure
 	cmake --build --preset default
 
-demo: build
+configure: deps
+	cmake --preset default
+
+# Builds only what the seed example needs.
+demo: configure
+	cmake --build --preset default --target seed
 	build/default/examples/seed/seed
 
 test: build

@@ -71,6 +71,11 @@ void CheckDevice(const BackendTraits& traits, const Device& device, const char* 
 /// correct: the oracle every other backend is tested against.
 KILN_DEFINE_BACKEND(Reference, runtime::DeviceKind::kReference);
 
+/// The CPU backend: graphs are simplified, fused and compiled to native code with LLVM (cached
+/// per graph structure in memory and per kernel on disk under KILN_CACHE_DIR), then run on the
+/// runtime's thread pool (KILN_NUM_THREADS, default: every core).
+KILN_DEFINE_BACKEND(Cpu, runtime::DeviceKind::kCpu);
+
 /// A backend chosen at run time. `Any::Device{}` reads the KILN_DEVICE environment variable
 /// ("reference", "cpu:0", "cuda:1", ...; unset means reference:0) and throws kiln::Error when it
 /// names an unknown device or a backend this build lacks.

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "codegen/cpu/graph_compiler.h"
 #include "frontend/error.h"
 #include "ir/builder.h"
 #include "ir/infer.h"
@@ -27,10 +28,10 @@ struct ExecutorRegistry {
   std::map<runtime::DeviceKind, Executor> executors;
 
   ExecutorRegistry() {
-    executors[runtime::DeviceKind::kReference] =
-        [](const ir::Graph& graph, std::span<const ir::TensorData> arguments, runtime::DeviceId) {
-          return ir::Interpret(graph, arguments);
-        };
+    executors[runtime::DeviceKind::kReference] = InterpretOnHost;
+    executors[runtime::DeviceKind::kCpu] =
+        [](const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
+           runtime::DeviceId) { return codegen::cpu::CompileAndRun(graph, arguments); };
   }
 };
 
@@ -96,12 +97,12 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
 
   ir::Builder builder;
   std::unordered_map<LazyNode*, ir::NodeId> ids;
-  std::vector<ir::TensorData> arguments;
+  std::vector<std::shared_ptr<const ir::TensorData>> arguments;
   for (LazyNode* node : order) {
     ir::NodeId id;
     if (node->realized()) {
       id = builder.Parameter(absl::StrCat("p", arguments.size()), node->type, node->loc);
-      arguments.push_back(*node->data);
+      arguments.push_back(node->data);
     } else {
       std::vector<ir::NodeId> inputs;
       inputs.reserve(node->inputs.size());
@@ -274,6 +275,15 @@ void Realize(std::span<const TensorRef> refs, const Loc& loc) {
 const ir::TensorData& Data(const TensorRef& ref, const Loc& loc) {
   if (!ref->realized()) Realize(std::span<const TensorRef>(&ref, 1), loc);
   return *ref->data;
+}
+
+absl::StatusOr<std::vector<ir::TensorData>> InterpretOnHost(
+    const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
+    runtime::DeviceId) {
+  std::vector<ir::TensorData> values;
+  values.reserve(arguments.size());
+  for (const auto& argument : arguments) values.push_back(*argument);
+  return ir::Interpret(graph, values);
 }
 
 void RegisterExecutor(runtime::DeviceKind kind, Executor executor) {

@@ -82,10 +82,16 @@ void Realize(std::span<const TensorRef> refs, const Loc& loc);
 /// Realizes `ref` and returns its value.
 const ir::TensorData& Data(const TensorRef& ref, const Loc& loc);
 
-/// Runs a graph: `arguments` are the values of graph.Parameters() in order; returns one value
-/// per output. Each device kind with a backend registers one.
+/// Runs a graph: `arguments` are the values of graph.Parameters() in order (shared, not copied:
+/// a realized value may be large); returns one value per output. Each device kind with a backend
+/// registers one.
 using Executor = std::function<absl::StatusOr<std::vector<ir::TensorData>>(
-    const ir::Graph& graph, std::span<const ir::TensorData> arguments, runtime::DeviceId device)>;
+    const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
+    runtime::DeviceId device)>;
+/// The reference executor: ir::Interpret on the arguments' values.
+absl::StatusOr<std::vector<ir::TensorData>> InterpretOnHost(
+    const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
+    runtime::DeviceId device);
 /// Installs (or replaces) the executor of a device kind. The reference executor is built in.
 void RegisterExecutor(runtime::DeviceKind kind, Executor executor);
 

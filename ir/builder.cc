@@ -18,9 +18,9 @@ NodeId Builder::Emit(Op op, std::vector<NodeId> inputs, Attrs attrs, Loc loc) {
   types.reserve(inputs.size());
   for (NodeId id : inputs) {
     if (id < 0 || id >= graph_.num_nodes()) {
-      status_ = AnnotateWithLocation(
-          absl::InvalidArgumentError(absl::StrCat(OpName(op), ": operand %", id, " does not exist")),
-          loc);
+      status_ = AnnotateWithLocation(absl::InvalidArgumentError(absl::StrCat(
+                                         OpName(op), ": operand %", id, " does not exist")),
+                                     loc);
       return kInvalidNode;
     }
     types.push_back(graph_.node(id).type);

@@ -9,14 +9,22 @@ namespace kiln::ir {
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kF64: return "f64";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-    case DType::kU8: return "u8";
-    case DType::kBool: return "bool";
+    case DType::kF32:
+      return "f32";
+    case DType::kF64:
+      return "f64";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
+    case DType::kU8:
+      return "u8";
+    case DType::kBool:
+      return "bool";
   }
   return "?";
 }
@@ -31,13 +39,17 @@ std::optional<DType> ParseDType(std::string_view name) {
 int64_t DTypeSize(DType dtype) {
   switch (dtype) {
     case DType::kF64:
-    case DType::kI64: return 8;
+    case DType::kI64:
+      return 8;
     case DType::kF32:
-    case DType::kI32: return 4;
+    case DType::kI32:
+      return 4;
     case DType::kF16:
-    case DType::kBF16: return 2;
+    case DType::kBF16:
+      return 2;
     case DType::kU8:
-    case DType::kBool: return 1;
+    case DType::kBool:
+      return 1;
   }
   return 0;
 }
@@ -113,10 +125,14 @@ uint16_t DoubleToBFloat16(double value) { return FloatToBFloat16(RoundToOddFloat
 
 double RoundToDType(double value, DType dtype) {
   switch (dtype) {
-    case DType::kF32: return static_cast<float>(value);
-    case DType::kF16: return HalfToFloat(DoubleToHalf(value));
-    case DType::kBF16: return BFloat16ToFloat(DoubleToBFloat16(value));
-    default: return value;
+    case DType::kF32:
+      return static_cast<float>(value);
+    case DType::kF16:
+      return HalfToFloat(DoubleToHalf(value));
+    case DType::kBF16:
+      return BFloat16ToFloat(DoubleToBFloat16(value));
+    default:
+      return value;
   }
 }
 

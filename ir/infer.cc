@@ -34,7 +34,9 @@ class Checker {
   std::span<const TensorType> inputs_;
 };
 
-std::string Join(const std::vector<int64_t>& v) { return absl::StrCat("[", absl::StrJoin(v, ","), "]"); }
+std::string Join(const std::vector<int64_t>& v) {
+  return absl::StrCat("[", absl::StrJoin(v, ","), "]");
+}
 
 absl::Status CheckShape(const Checker& c, const Shape& shape) {
   for (int64_t d : shape) {
@@ -79,15 +81,22 @@ int64_t At(const std::vector<int64_t>& v, size_t i, int64_t fallback) {
 
 uint32_t UsedAttrs(Op op) {
   switch (op) {
-    case Op::kParameter: return kAttrDType | kAttrShape | kAttrName;
-    case Op::kConstant: return kAttrLiteral;
-    case Op::kFill: return kAttrDType | kAttrShape | kAttrValue;
-    case Op::kIota: return kAttrDType | kAttrShape | kAttrAxes;
+    case Op::kParameter:
+      return kAttrDType | kAttrShape | kAttrName;
+    case Op::kConstant:
+      return kAttrLiteral;
+    case Op::kFill:
+      return kAttrDType | kAttrShape | kAttrValue;
+    case Op::kIota:
+      return kAttrDType | kAttrShape | kAttrAxes;
     case Op::kRandomUniform:
-    case Op::kRandomNormal: return kAttrDType | kAttrShape | kAttrSeed;
-    case Op::kCast: return kAttrDType;
+    case Op::kRandomNormal:
+      return kAttrDType | kAttrShape | kAttrSeed;
+    case Op::kCast:
+      return kAttrDType;
     case Op::kReshape:
-    case Op::kBroadcast: return kAttrShape;
+    case Op::kBroadcast:
+      return kAttrShape;
     case Op::kReduceSum:
     case Op::kReduceProd:
     case Op::kReduceMax:
@@ -98,33 +107,43 @@ uint32_t UsedAttrs(Op op) {
     case Op::kConcat:
     case Op::kFlip:
     case Op::kGather:
-    case Op::kScatterAdd: return kAttrAxes;
-    case Op::kSlice: return kAttrStarts | kAttrLimits | kAttrStrides;
-    case Op::kPad: return kAttrLow | kAttrHigh | kAttrValue;
+    case Op::kScatterAdd:
+      return kAttrAxes;
+    case Op::kSlice:
+      return kAttrStarts | kAttrLimits | kAttrStrides;
+    case Op::kPad:
+      return kAttrLow | kAttrHigh | kAttrValue;
     case Op::kConv:
-      return kAttrStrides | kAttrLow | kAttrHigh | kAttrDilation | kAttrInputDilation |
-             kAttrGroups;
+      return kAttrStrides | kAttrLow | kAttrHigh | kAttrDilation | kAttrInputDilation | kAttrGroups;
     case Op::kWindowSum:
-    case Op::kWindowMax: return kAttrWindow | kAttrStrides | kAttrLow | kAttrHigh | kAttrDilation;
-    default: return 0;
+    case Op::kWindowMax:
+      return kAttrWindow | kAttrStrides | kAttrLow | kAttrHigh | kAttrDilation;
+    default:
+      return 0;
   }
 }
 
 int NumOperands(Op op) {
   switch (GetOpClass(op)) {
-    case OpClass::kLeaf: return 0;
+    case OpClass::kLeaf:
+      return 0;
     case OpClass::kUnary:
     case OpClass::kCast:
     case OpClass::kReduce:
     case OpClass::kArgReduce:
-    case OpClass::kWindow: return 1;
+    case OpClass::kWindow:
+      return 1;
     case OpClass::kBinary:
     case OpClass::kCompare:
     case OpClass::kLogical:
-    case OpClass::kContraction: return 2;
-    case OpClass::kSelect: return 3;
-    case OpClass::kMovement: return op == Op::kConcat ? -1 : 1;
-    case OpClass::kIndex: return op == Op::kGather ? 2 : 3;
+    case OpClass::kContraction:
+      return 2;
+    case OpClass::kSelect:
+      return 3;
+    case OpClass::kMovement:
+      return op == Op::kConcat ? -1 : 1;
+    case OpClass::kIndex:
+      return op == Op::kGather ? 2 : 3;
   }
   return 0;
 }
@@ -171,7 +190,8 @@ absl::StatusOr<TensorType> InferType(Op op, std::span<const TensorType> inputs,
     case OpClass::kUnary: {
       const TensorType& x = inputs[0];
       if (op == Op::kNot) {
-        if (!IsBool(x.dtype) && !IsInteger(x.dtype)) return c.Fail("needs a bool or integer operand");
+        if (!IsBool(x.dtype) && !IsInteger(x.dtype))
+          return c.Fail("needs a bool or integer operand");
       } else if (op == Op::kNeg || op == Op::kAbs || op == Op::kSign) {
         if (IsBool(x.dtype)) return c.Fail("needs a numeric operand, got bool");
       } else if (!IsFloat(x.dtype)) {
@@ -194,7 +214,8 @@ absl::StatusOr<TensorType> InferType(Op op, std::span<const TensorType> inputs,
                       ShapeToString(b.shape), ")");
       }
       if (GetOpClass(op) == OpClass::kLogical) {
-        if (!IsBool(a.dtype) && !IsInteger(a.dtype)) return c.Fail("needs bool or integer operands");
+        if (!IsBool(a.dtype) && !IsInteger(a.dtype))
+          return c.Fail("needs bool or integer operands");
         return a;
       }
       if (GetOpClass(op) == OpClass::kCompare) return TensorType{DType::kBool, a.shape};
@@ -213,7 +234,8 @@ absl::StatusOr<TensorType> InferType(Op op, std::span<const TensorType> inputs,
       return inputs[1];
     }
 
-    case OpClass::kCast: return TensorType{attrs.dtype, inputs[0].shape};
+    case OpClass::kCast:
+      return TensorType{attrs.dtype, inputs[0].shape};
 
     case OpClass::kReduce: {
       TensorType out = inputs[0];
@@ -325,7 +347,8 @@ absl::StatusOr<TensorType> InferType(Op op, std::span<const TensorType> inputs,
           if (auto s = CheckAxes(c, attrs.axes, x.rank(), true); !s.ok()) return s;
           return x;
         }
-        default: break;
+        default:
+          break;
       }
       break;
     }
@@ -339,8 +362,8 @@ absl::StatusOr<TensorType> InferType(Op op, std::span<const TensorType> inputs,
       if (op == Op::kGather) {
         for (int64_t i = 0; i < x.rank(); ++i) {
           if (i != attrs.axes[0] && index.shape[i] > x.shape[i]) {
-            return c.Fail("index axis ", i, " (", index.shape[i], ") exceeds operand (",
-                          x.shape[i], ")");
+            return c.Fail("index axis ", i, " (", index.shape[i], ") exceeds operand (", x.shape[i],
+                          ")");
           }
         }
         return TensorType{x.dtype, index.shape};
@@ -372,8 +395,8 @@ absl::StatusOr<TensorType> InferType(Op op, std::span<const TensorType> inputs,
           if (a.shape[i] != b.shape[i]) return c.Fail("batch axis ", i, " differs");
         }
         if (a.shape[r - 1] != b.shape[r - 2]) {
-          return c.Fail("contracting dimensions differ (", a.shape[r - 1], " vs ",
-                        b.shape[r - 2], ")");
+          return c.Fail("contracting dimensions differ (", a.shape[r - 1], " vs ", b.shape[r - 2],
+                        ")");
         }
         Shape shape = a.shape;
         shape[r - 1] = b.shape[r - 1];
@@ -384,8 +407,10 @@ absl::StatusOr<TensorType> InferType(Op op, std::span<const TensorType> inputs,
         return c.Fail("needs input [N,C,...] and weight [O,C/groups,...] of equal rank >= 3");
       }
       const size_t spatial = static_cast<size_t>(a.rank() - 2);
-      for (auto [name, v] : {std::pair{"strides", &attrs.strides}, {"low", &attrs.low},
-                             {"high", &attrs.high}, {"dilation", &attrs.dilation},
+      for (auto [name, v] : {std::pair{"strides", &attrs.strides},
+                             {"low", &attrs.low},
+                             {"high", &attrs.high},
+                             {"dilation", &attrs.dilation},
                              {"input_dilation", &attrs.input_dilation}}) {
         if (auto s = CheckPerAxis(c, name, *v, spatial); !s.ok()) return s;
       }
@@ -402,7 +427,8 @@ absl::StatusOr<TensorType> InferType(Op op, std::span<const TensorType> inputs,
       for (size_t i = 0; i < spatial; ++i) {
         const int64_t stride = At(attrs.strides, i, 1), dil = At(attrs.dilation, i, 1),
                       in_dil = At(attrs.input_dilation, i, 1);
-        if (stride < 1 || dil < 1 || in_dil < 1) return c.Fail("strides and dilations must be >= 1");
+        if (stride < 1 || dil < 1 || in_dil < 1)
+          return c.Fail("strides and dilations must be >= 1");
         const int64_t lo = At(attrs.low, i, 0), hi = At(attrs.high, i, 0);
         const int64_t out =
             WindowOutputSize(a.shape[i + 2], b.shape[i + 2], stride, lo, hi, dil, in_dil);
@@ -422,8 +448,10 @@ absl::StatusOr<TensorType> InferType(Op op, std::span<const TensorType> inputs,
       if (attrs.window.size() != r) {
         return c.Fail("window ", Join(attrs.window), " needs ", r, " entries");
       }
-      for (auto [name, v] : {std::pair{"strides", &attrs.strides}, {"low", &attrs.low},
-                             {"high", &attrs.high}, {"dilation", &attrs.dilation}}) {
+      for (auto [name, v] : {std::pair{"strides", &attrs.strides},
+                             {"low", &attrs.low},
+                             {"high", &attrs.high},
+                             {"dilation", &attrs.dilation}}) {
         if (auto s = CheckPerAxis(c, name, *v, r); !s.ok()) return s;
       }
       Shape shape(r);

@@ -13,8 +13,7 @@ namespace kiln::ir {
 /// The result type of `op` applied to operands of `inputs` types with `attrs`, or an
 /// InvalidArgument error whose message starts with the op name and lists the operand types,
 /// e.g. "matmul: contracting dimensions differ (3 vs 4); operands f32[2,3], f32[4,5]".
-absl::StatusOr<TensorType> InferType(Op op, std::span<const TensorType> inputs,
-                                     const Attrs& attrs);
+absl::StatusOr<TensorType> InferType(Op op, std::span<const TensorType> inputs, const Attrs& attrs);
 
 /// Number of tensor operands `op` takes, or -1 for variadic (concat takes one or more).
 int NumOperands(Op op);

@@ -5,7 +5,8 @@ namespace kiln::ir {
 const char* OpName(Op op) {
   switch (op) {
 #define KILN_IR_OP_NAME(name, text, cls) \
-  case Op::k##name: return text;
+  case Op::k##name:                      \
+    return text;
     KILN_IR_OPS(KILN_IR_OP_NAME)
 #undef KILN_IR_OP_NAME
   }
@@ -22,7 +23,8 @@ std::optional<Op> ParseOpName(std::string_view name) {
 OpClass GetOpClass(Op op) {
   switch (op) {
 #define KILN_IR_OP_CLASS(name, text, cls) \
-  case Op::k##name: return OpClass::cls;
+  case Op::k##name:                       \
+    return OpClass::cls;
     KILN_IR_OPS(KILN_IR_OP_CLASS)
 #undef KILN_IR_OP_CLASS
   }
@@ -36,8 +38,10 @@ bool IsElementwise(Op op) {
     case OpClass::kCompare:
     case OpClass::kLogical:
     case OpClass::kSelect:
-    case OpClass::kCast: return true;
-    default: return false;
+    case OpClass::kCast:
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <mutex>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -28,19 +30,108 @@ std::vector<int64_t> RowMajorStrides(const Shape& shape) {
   return strides;
 }
 
-TensorData::TensorData(DType dtype, Shape shape)
+namespace {
+
+// Large blocks are kept for reuse when freed. A fresh multi-megabyte allocation is a new mmap
+// whose pages fault in one at a time on first touch, which costs more than the kernel that fills
+// it; a training loop or a benchmark realizes tensors of the same sizes over and over, so reusing
+// their blocks keeps the pages mapped (PyTorch's caching allocators do the same on GPUs).
+class LargeBlockCache {
+ public:
+  static constexpr size_t kMinBlock = size_t{1} << 20;     // smaller blocks go to malloc
+  static constexpr size_t kMaxCached = size_t{512} << 20;  // bytes kept at most
+
+  static LargeBlockCache& Get() {
+    static LargeBlockCache* cache = new LargeBlockCache();  // never destroyed: used at exit
+    return *cache;
+  }
+
+  std::byte* Take(size_t size) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blocks_.find(size);
+    if (it == blocks_.end()) return nullptr;
+    std::byte* block = it->second;
+    blocks_.erase(it);
+    cached_bytes_ -= size;
+    return block;
+  }
+
+  // Keeps `block` if there is room (evicting nothing: the oldest sizes stay useful), else false.
+  bool Give(std::byte* block, size_t size) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (cached_bytes_ + size > kMaxCached) return false;
+    blocks_.emplace(size, block);
+    cached_bytes_ += size;
+    return true;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::multimap<size_t, std::byte*> blocks_;
+  size_t cached_bytes_ = 0;
+};
+
+// Large blocks are rounded up to whole megabytes so similar sizes share blocks.
+size_t BlockSize(size_t size) {
+  if (size < LargeBlockCache::kMinBlock) return size == 0 ? 1 : size;
+  return (size + LargeBlockCache::kMinBlock - 1) & ~(LargeBlockCache::kMinBlock - 1);
+}
+
+std::byte* AllocateBlock(size_t size) {
+  const size_t block_size = BlockSize(size);
+  if (block_size >= LargeBlockCache::kMinBlock) {
+    if (std::byte* block = LargeBlockCache::Get().Take(block_size)) return block;
+  }
+  return static_cast<std::byte*>(
+      ::operator new[](block_size, std::align_val_t{AlignedBytes::kAlignment}));
+}
+
+}  // namespace
+
+AlignedBytes::AlignedBytes(size_t size, bool zero_fill)
+    : data_(AllocateBlock(size), Free{size}), size_(size) {
+  if (zero_fill && size > 0) std::memset(data_.get(), 0, size);
+}
+
+AlignedBytes::AlignedBytes(const AlignedBytes& other) : AlignedBytes(other.size_, false) {
+  if (size_ > 0) std::memcpy(data_.get(), other.data_.get(), size_);
+}
+
+AlignedBytes& AlignedBytes::operator=(const AlignedBytes& other) {
+  if (this != &other) *this = AlignedBytes(other);
+  return *this;
+}
+
+bool AlignedBytes::operator==(const AlignedBytes& other) const {
+  return size_ == other.size_ && (size_ == 0 || std::memcmp(data(), other.data(), size_) == 0);
+}
+
+void AlignedBytes::Free::operator()(std::byte* p) const {
+  const size_t block_size = BlockSize(size);
+  if (block_size >= LargeBlockCache::kMinBlock && LargeBlockCache::Get().Give(p, block_size)) {
+    return;
+  }
+  ::operator delete[](p, std::align_val_t{kAlignment});
+}
+
+TensorData::TensorData(DType dtype, Shape shape) : TensorData(dtype, std::move(shape), true) {}
+
+TensorData::TensorData(DType dtype, Shape shape, bool zero_fill)
     : dtype_(dtype),
       shape_(std::move(shape)),
       num_elements_(NumElements(shape_)),
-      bytes_(static_cast<size_t>(num_elements_ * DTypeSize(dtype))) {}
+      bytes_(static_cast<size_t>(num_elements_ * DTypeSize(dtype)), zero_fill) {}
+
+TensorData TensorData::Uninitialized(DType dtype, Shape shape) {
+  return TensorData(dtype, std::move(shape), false);
+}
 
 absl::StatusOr<TensorData> TensorData::FromDoubles(DType dtype, Shape shape,
                                                    std::span<const double> values) {
   TensorData data(dtype, std::move(shape));
   if (static_cast<int64_t>(values.size()) != data.num_elements()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor data: ", values.size(),
-                                                   " values given for shape ",
-                                                   ShapeToString(data.shape())));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor data: ", values.size(), " values given for shape ", ShapeToString(data.shape())));
   }
   for (size_t i = 0; i < values.size(); ++i) data.SetDouble(static_cast<int64_t>(i), values[i]);
   return data;
@@ -88,52 +179,82 @@ int64_t SaturatingCastToInt(double value, DType dtype) {
 double TensorData::GetDouble(int64_t index) const {
   const std::byte* p = bytes_.data();
   switch (dtype_) {
-    case DType::kF32: return Load<float>(p, index);
-    case DType::kF64: return Load<double>(p, index);
-    case DType::kF16: return HalfToFloat(Load<uint16_t>(p, index));
-    case DType::kBF16: return BFloat16ToFloat(Load<uint16_t>(p, index));
-    case DType::kI32: return Load<int32_t>(p, index);
-    case DType::kI64: return static_cast<double>(Load<int64_t>(p, index));
-    case DType::kU8: return Load<uint8_t>(p, index);
-    case DType::kBool: return Load<uint8_t>(p, index) != 0 ? 1.0 : 0.0;
+    case DType::kF32:
+      return Load<float>(p, index);
+    case DType::kF64:
+      return Load<double>(p, index);
+    case DType::kF16:
+      return HalfToFloat(Load<uint16_t>(p, index));
+    case DType::kBF16:
+      return BFloat16ToFloat(Load<uint16_t>(p, index));
+    case DType::kI32:
+      return Load<int32_t>(p, index);
+    case DType::kI64:
+      return static_cast<double>(Load<int64_t>(p, index));
+    case DType::kU8:
+      return Load<uint8_t>(p, index);
+    case DType::kBool:
+      return Load<uint8_t>(p, index) != 0 ? 1.0 : 0.0;
   }
   return 0;
 }
 
 int64_t TensorData::GetInt64(int64_t index) const {
   switch (dtype_) {
-    case DType::kI64: return Load<int64_t>(bytes_.data(), index);
-    case DType::kI32: return Load<int32_t>(bytes_.data(), index);
-    case DType::kU8: return Load<uint8_t>(bytes_.data(), index);
-    case DType::kBool: return Load<uint8_t>(bytes_.data(), index) != 0 ? 1 : 0;
-    default: return SaturatingCastToInt(GetDouble(index), DType::kI64);
+    case DType::kI64:
+      return Load<int64_t>(bytes_.data(), index);
+    case DType::kI32:
+      return Load<int32_t>(bytes_.data(), index);
+    case DType::kU8:
+      return Load<uint8_t>(bytes_.data(), index);
+    case DType::kBool:
+      return Load<uint8_t>(bytes_.data(), index) != 0 ? 1 : 0;
+    default:
+      return SaturatingCastToInt(GetDouble(index), DType::kI64);
   }
 }
 
 void TensorData::SetDouble(int64_t index, double value) {
   std::byte* p = bytes_.data();
   switch (dtype_) {
-    case DType::kF32: Store<float>(p, index, static_cast<float>(value)); return;
-    case DType::kF64: Store<double>(p, index, value); return;
-    case DType::kF16: Store<uint16_t>(p, index, DoubleToHalf(value)); return;
-    case DType::kBF16: Store<uint16_t>(p, index, DoubleToBFloat16(value)); return;
-    default: SetInt64(index, SaturatingCastToInt(value, dtype_)); return;
+    case DType::kF32:
+      Store<float>(p, index, static_cast<float>(value));
+      return;
+    case DType::kF64:
+      Store<double>(p, index, value);
+      return;
+    case DType::kF16:
+      Store<uint16_t>(p, index, DoubleToHalf(value));
+      return;
+    case DType::kBF16:
+      Store<uint16_t>(p, index, DoubleToBFloat16(value));
+      return;
+    default:
+      SetInt64(index, SaturatingCastToInt(value, dtype_));
+      return;
   }
 }
 
 void TensorData::SetInt64(int64_t index, int64_t value) {
   std::byte* p = bytes_.data();
   switch (dtype_) {
-    case DType::kI64: Store<int64_t>(p, index, value); return;
+    case DType::kI64:
+      Store<int64_t>(p, index, value);
+      return;
     case DType::kI32:
-      Store<int32_t>(p, index, static_cast<int32_t>(SaturatingCastToInt(
-                                   static_cast<double>(value), DType::kI32)));
+      Store<int32_t>(
+          p, index,
+          static_cast<int32_t>(SaturatingCastToInt(static_cast<double>(value), DType::kI32)));
       return;
     case DType::kU8:
       Store<uint8_t>(p, index, static_cast<uint8_t>(value < 0 ? 0 : (value > 255 ? 255 : value)));
       return;
-    case DType::kBool: Store<uint8_t>(p, index, value != 0 ? 1 : 0); return;
-    default: SetDouble(index, static_cast<double>(value)); return;
+    case DType::kBool:
+      Store<uint8_t>(p, index, value != 0 ? 1 : 0);
+      return;
+    default:
+      SetDouble(index, static_cast<double>(value));
+      return;
   }
 }
 

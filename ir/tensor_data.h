@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -23,6 +24,35 @@ std::string ShapeToString(const Shape& shape);
 /// Row-major strides in elements.
 std::vector<int64_t> RowMajorStrides(const Shape& shape);
 
+/// Byte storage aligned to kAlignment (64) bytes, with value semantics (copies are deep). Kernels
+/// read tensors in place only when they are aligned, so every TensorData is.
+class AlignedBytes {
+ public:
+  static constexpr size_t kAlignment = 64;
+
+  AlignedBytes() = default;
+  /// `size` bytes, zero-filled unless `zero_fill` is false (then the contents are unspecified:
+  /// for outputs a kernel overwrites completely).
+  explicit AlignedBytes(size_t size, bool zero_fill = true);
+  AlignedBytes(const AlignedBytes& other);
+  AlignedBytes& operator=(const AlignedBytes& other);
+  AlignedBytes(AlignedBytes&& other) noexcept = default;
+  AlignedBytes& operator=(AlignedBytes&& other) noexcept = default;
+
+  std::byte* data() { return data_.get(); }
+  const std::byte* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+  bool operator==(const AlignedBytes& other) const;
+
+ private:
+  struct Free {
+    size_t size = 0;  // the requested size: large blocks go back to a reuse cache
+    void operator()(std::byte* p) const;
+  };
+  std::unique_ptr<std::byte[], Free> data_;
+  size_t size_ = 0;
+};
+
 /// A dense row-major tensor value. Elements of f16/bf16 are stored as their 16-bit patterns,
 /// bool as one byte holding 0 or 1.
 class TensorData {
@@ -30,6 +60,9 @@ class TensorData {
   TensorData() = default;
   /// A zero-filled tensor.
   TensorData(DType dtype, Shape shape);
+  /// A tensor whose contents are unspecified, for a backend to overwrite completely (skips
+  /// zero-filling large outputs).
+  static TensorData Uninitialized(DType dtype, Shape shape);
 
   /// Copies `values` (converted to `dtype`) into a new tensor; values.size() must equal the
   /// number of elements of `shape`.
@@ -74,7 +107,9 @@ class TensorData {
   DType dtype_ = DType::kF32;
   Shape shape_;
   int64_t num_elements_ = 1;
-  std::vector<std::byte> bytes_ = std::vector<std::byte>(4);
+  TensorData(DType dtype, Shape shape, bool zero_fill);
+
+  AlignedBytes bytes_ = AlignedBytes(4);
 };
 
 /// The IR's cast of a double to an integer or bool dtype: to bool is `value != 0` (NaN is true);

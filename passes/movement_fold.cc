@@ -82,7 +82,9 @@ ir::NodeId Compose(GraphRewriter& rw, ir::NodeId id, ir::NodeId input) {
       for (size_t i = 0; i < node.type.shape.size(); ++i) {
         const int64_t a = inner.attrs.starts[i], s = At(inner.attrs.strides, i, 1);
         const int64_t b = node.attrs.starts[i], t = At(node.attrs.strides, i, 1);
-        const int64_t start = a + b * s, stride = s * t, count = node.type.shape[i];
+        const int64_t stride = s * t, count = node.type.shape[i];
+        // An empty result reads nothing, and a + b*s may then lie past x: slice [0:0] instead.
+        const int64_t start = count == 0 ? 0 : a + b * s;
         attrs.starts.push_back(start);
         // The tightest limit giving `count` elements; it stays within x since the last element
         // read is inside x.

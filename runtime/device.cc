@@ -26,10 +26,14 @@ std::string AvailableBackends() {
 
 const char* DeviceKindName(DeviceKind kind) {
   switch (kind) {
-    case DeviceKind::kReference: return "reference";
-    case DeviceKind::kCpu: return "cpu";
-    case DeviceKind::kVulkan: return "vulkan";
-    case DeviceKind::kCuda: return "cuda";
+    case DeviceKind::kReference:
+      return "reference";
+    case DeviceKind::kCpu:
+      return "cpu";
+    case DeviceKind::kVulkan:
+      return "vulkan";
+    case DeviceKind::kCuda:
+      return "cuda";
   }
   return "?";
 }
@@ -62,7 +66,9 @@ absl::StatusOr<DeviceId> ParseDeviceId(std::string_view text) {
   return id;
 }
 
-bool IsBackendAvailable(DeviceKind kind) { return kind == DeviceKind::kReference; }
+bool IsBackendAvailable(DeviceKind kind) {
+  return kind == DeviceKind::kReference || kind == DeviceKind::kCpu;
+}
 
 absl::StatusOr<DeviceId> DeviceFromEnvironment(DeviceId fallback) {
   const char* value = std::getenv("KILN_DEVICE");
@@ -72,10 +78,9 @@ absl::StatusOr<DeviceId> DeviceFromEnvironment(DeviceId fallback) {
     return absl::InvalidArgumentError(absl::StrCat("KILN_DEVICE: ", id.status().message()));
   }
   if (!IsBackendAvailable(id->kind)) {
-    return absl::UnavailableError(absl::StrCat("KILN_DEVICE=", value, ": the ",
-                                               DeviceKindName(id->kind),
-                                               " backend is not in this build; available: ",
-                                               AvailableBackends()));
+    return absl::UnavailableError(
+        absl::StrCat("KILN_DEVICE=", value, ": the ", DeviceKindName(id->kind),
+                     " backend is not in this build; available: ", AvailableBackends()));
   }
   return id;
 }

@@ -104,7 +104,7 @@ Slot Slot::Constant(std::vector<std::byte> bytes) {
   slot.constant = std::move(bytes);
   return slot;
 }
-Slot Slot::ErrorFlag() { return MakeSlot(SlotKind::kErrorFlag, sizeof(int32_t), 0, 0); }
+Slot Slot::ErrorFlag() { return MakeSlot(SlotKind::kErrorFlag, sizeof(KernelErrorFlag), 0, 0); }
 
 absl::StatusOr<Executable> Executable::Create(ExecutableSpec spec) {
   const std::string where = absl::StrCat("executable \"", spec.name, "\": ");
@@ -178,8 +178,8 @@ absl::StatusOr<Executable> Executable::Create(ExecutableSpec spec) {
         break;
       }
       case SlotKind::kErrorFlag:
-        if (slot.size_bytes != static_cast<int64_t>(sizeof(int32_t))) {
-          return invalid(slot_name, ": the error flag is one int32 (4 bytes)");
+        if (slot.size_bytes != static_cast<int64_t>(sizeof(KernelErrorFlag))) {
+          return invalid(slot_name, ": the error flag is two int64 (16 bytes)");
         }
         break;
     }
@@ -278,7 +278,7 @@ absl::Status Executable::Run(std::span<const void* const> inputs, std::span<void
     if (!allocated.ok()) return allocated.status();
     arena = *std::move(allocated);
   }
-  alignas(kBufferAlignment) int32_t error_flag = kKernelOk;
+  alignas(kBufferAlignment) KernelErrorFlag error_flag = {kKernelOk, 0};
 
   absl::InlinedVector<void*, 32> slot_ptrs(bindings_.size());
   for (size_t i = 0; i < bindings_.size(); ++i) {
@@ -300,7 +300,7 @@ absl::Status Executable::Run(std::span<const void* const> inputs, std::span<void
         slot_ptrs[i] = binding.constant;
         break;
       case SlotKind::kErrorFlag:
-        slot_ptrs[i] = &error_flag;
+        slot_ptrs[i] = error_flag;
         break;
     }
   }
@@ -326,12 +326,17 @@ absl::Status Executable::Run(std::span<const void* const> inputs, std::span<void
       return step_error(absl::StatusCode::kInternal, "the kernel threw an unknown exception");
     }
     if (step_sets_error_[s]) {
-      const int32_t code = std::atomic_ref<int32_t>(error_flag).load(std::memory_order_relaxed);
+      const int64_t code = std::atomic_ref<int64_t>(error_flag[0]).load(std::memory_order_relaxed);
       if (code != kKernelOk) {
+        const int64_t detail =
+            std::atomic_ref<int64_t>(error_flag[1]).load(std::memory_order_relaxed);
         return step_error(
             code == kKernelIndexOutOfRange ? absl::StatusCode::kOutOfRange
                                            : absl::StatusCode::kInternal,
-            absl::StrCat(KernelErrorMessage(code), " (kernel error code ", code, ")"));
+            absl::StrCat(step.error_context.empty() ? "" : step.error_context + ": ",
+                         KernelErrorMessage(static_cast<int32_t>(code)), " (kernel error code ",
+                         code, code == kKernelIndexOutOfRange ? ", index " : ", detail ", detail,
+                         ")"));
       }
     }
   }
@@ -380,7 +385,8 @@ void AppendCopyStep(ExecutableSpec& spec, int source_slot, int destination_slot,
            .slot_args = {source_slot, destination_slot, count_slot},
            .parallel_extent = bytes / kCopyBlockBytes + (bytes % kCopyBlockBytes != 0 ? 1 : 0),
            .grain = 16,
-           .name = std::move(name)});
+           .name = std::move(name),
+           .error_context = {}});
 }
 
 }  // namespace kiln::runtime

@@ -36,6 +36,10 @@ enum KernelErrorCode : int32_t {
   kKernelIndexOutOfRange = 1,  // gather / scatter_add index outside the indexed axis
 };
 
+/// The error flag a run gives its kernels: [0] = a KernelErrorCode, [1] = detail (for
+/// kKernelIndexOutOfRange, the offending index). The run zeroes it before the first step.
+using KernelErrorFlag = int64_t[2];
+
 /// "an index is out of range", ... ; unknown codes give "unknown kernel error code N".
 std::string KernelErrorMessage(int32_t code);
 
@@ -49,7 +53,7 @@ enum class SlotKind {
                // the memory planner chooses offsets, and slots whose lifetimes do not overlap
                // may share bytes
   kConstant,   // bytes owned by the Executable (folded weights, tables)
-  kErrorFlag,  // the run's int32 error flag (see KernelErrorCode)
+  kErrorFlag,  // the run's error flag (KernelErrorFlag: code, detail)
 };
 
 /// "input", "output", "scalar", "arena", "constant", "error flag".
@@ -80,6 +84,7 @@ struct Step {
   int64_t grain = 1;            // fewest iterations worth a range of their own; extent <= grain
                                 // runs as one call on the calling thread
   std::string name;             // names the step in errors and dumps
+  std::string error_context;    // prefixes a kernel error: the op and user line it checks
 };
 
 /// Everything Executable::Create needs.

@@ -197,7 +197,7 @@ TEST(CreationTest, PropertiesNeedNoRealization) {
   EXPECT_EQ(x.dim(-1), 4);
   EXPECT_THROW(x.dim(3), Error);
   EXPECT_EQ(x.rank(), 3);
-  EXPECT_EQ(x.device(), Device(runtime::DeviceId{runtime::DeviceKind::kReference, 0}));
+  EXPECT_EQ(x.device(), device);
 }
 
 }  // namespace

@@ -27,15 +27,14 @@ class GraphRecorder {
   GraphRecorder() {
     detail::RegisterExecutor(
         runtime::DeviceKind::kReference,
-        [this](const ir::Graph& graph, std::span<const ir::TensorData> args, runtime::DeviceId) {
+        [this](const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> args,
+               runtime::DeviceId device) {
           graphs.push_back(graph);
-          return ir::Interpret(graph, args);
+          return detail::InterpretOnHost(graph, args, device);
         });
   }
   ~GraphRecorder() {
-    detail::RegisterExecutor(runtime::DeviceKind::kReference,
-                             [](const ir::Graph& graph, std::span<const ir::TensorData> args,
-                                runtime::DeviceId) { return ir::Interpret(graph, args); });
+    detail::RegisterExecutor(runtime::DeviceKind::kReference, detail::InterpretOnHost);
   }
   std::vector<ir::Graph> graphs;
 };

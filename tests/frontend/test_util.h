@@ -13,7 +13,12 @@
 
 namespace kiln::testing {
 
-using B = kiln::Reference;
+// The backend under test: Reference here; tests/cpu compiles the same sources with
+// -DKILN_TEST_BACKEND=Cpu so every frontend op test also runs on the CPU backend.
+#ifndef KILN_TEST_BACKEND
+#define KILN_TEST_BACKEND Reference
+#endif
+using B = kiln::KILN_TEST_BACKEND;
 // Short names (also keep commas out of gtest macro arguments).
 template <int R>
 using TF = Tensor<B, R, Float>;

@@ -1773,7 +1773,12 @@ TEST(Interpret, FreesIntermediatesAfterTheirLastUse) {
   const long after = PeakResidentKiB();
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ((*result)[0].GetDouble(12345), 256);
+#ifndef __SANITIZE_ADDRESS__  // ASan's quarantine keeps freed memory resident on purpose
   EXPECT_LT(after - before, 32 * 1024) << "peak grew by " << (after - before) << " KiB";
+#else
+  (void)before;
+  (void)after;
+#endif
 }
 
 TEST(Interpret, LargeMatMulAndConvMatchTheDefinition) {

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/runtime/test_kernels.h"
@@ -236,7 +237,9 @@ TEST(ExecutableTest, TheErrorFlagFailsTheRunAndNamesTheStep) {
     const absl::Status status = bad.Run(*exe, pool);
     EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange) << status;
     EXPECT_THAT(status.message(), HasSubstr("executable \"gather\": step 0 (gather_7)"));
-    EXPECT_THAT(status.message(), HasSubstr("an index is out of range (kernel error code 1)"));
+    EXPECT_THAT(status.message(),
+                HasSubstr(absl::StrCat("an index is out of range (kernel error code 1, index ",
+                                       bad_index, ")")));
   }
 
   // Each run starts with a clear flag.
@@ -368,7 +371,7 @@ TEST(ExecutableTest, CreateRejectsInconsistentPlans) {
          s.slots.push_back(Slot::ErrorFlag());
          s.slots.back().size_bytes = 8;
        },
-       "the error flag is one int32"},
+       "the error flag is two int64 (16 bytes)"},
   };
   for (const Case& c : cases) {
     ExecutableSpec spec = AffineSpec(1);

@@ -41,16 +41,17 @@ inline void AddKernel(void* const* args, int64_t begin, int64_t end) {
 
 // out[i] = data[index[i]] with data of *size elements; an index outside [0, size) stores
 // kKernelIndexOutOfRange into the error flag and 0 into out[i].
-// args: data (f32), index (i64), out (f32), size (i64 constant), error flag (i32).
+// args: data (f32), index (i64), out (f32), size (i64 constant), error flag (KernelErrorFlag).
 inline void GatherKernel(void* const* args, int64_t begin, int64_t end) {
   const auto* data = static_cast<const float*>(args[0]);
   const auto* index = static_cast<const int64_t*>(args[1]);
   auto* out = static_cast<float*>(args[2]);
   const int64_t size = *static_cast<const int64_t*>(args[3]);
-  auto* error = static_cast<int32_t*>(args[4]);
+  auto* error = static_cast<int64_t*>(args[4]);
   for (int64_t i = begin; i < end; ++i) {
     if (index[i] < 0 || index[i] >= size) {
-      std::atomic_ref<int32_t>(*error).store(kKernelIndexOutOfRange, std::memory_order_relaxed);
+      std::atomic_ref<int64_t>(error[0]).store(kKernelIndexOutOfRange, std::memory_order_relaxed);
+      std::atomic_ref<int64_t>(error[1]).store(index[i], std::memory_order_relaxed);
       out[i] = 0.0f;
     } else {
       out[i] = data[index[i]];

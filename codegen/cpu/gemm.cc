@@ -1,0 +1,664 @@
+// The blocked GEMM driver (packing, cache blocking, threading) around the JIT-compiled
+// micro-kernel of gemm_kernel.cc.
+//
+// Loop nest of one rectangle of C (the work of one task):
+//   for ic in rows, step MC:                 A block of MC x KC stays in L3
+//     for pc in depth, step KC:
+//       pack A[ic.., pc..] into MR-row panels
+//       for jc in columns, step NC:          B block of KC x NC stays in L2
+//         pack B[pc.., jc..] into NR-column panels
+//         for each MR panel:                 its A micro-panel is reused across the NR panels
+//           for each NR panel: micro-kernel (the epilogue variant on the last depth block)
+
+#include "codegen/cpu/gemm.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "codegen/cpu/gemm_internal.h"
+#include "runtime/thread_pool.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#include <xmmintrin.h>
+#endif
+
+namespace kiln::codegen::cpu {
+
+const char* GemmActivationName(GemmActivation activation) {
+  switch (activation) {
+    case GemmActivation::kNone:
+      return "none";
+    case GemmActivation::kRelu:
+      return "relu";
+    case GemmActivation::kGeluTanh:
+      return "gelu_tanh";
+    case GemmActivation::kSilu:
+      return "silu";
+    case GemmActivation::kSigmoid:
+      return "sigmoid";
+  }
+  return "unknown";
+}
+
+MatrixView DenseMatrix(const void* data, int64_t rows, int64_t cols,
+                       const std::vector<int64_t>& batch) {
+  MatrixView view;
+  view.data = data;
+  view.row_stride = cols;
+  view.col_stride = 1;
+  view.batch_strides.resize(batch.size());
+  int64_t stride = rows * cols;
+  for (size_t i = batch.size(); i-- > 0;) {
+    view.batch_strides[i] = stride;
+    stride *= batch[i];
+  }
+  return view;
+}
+
+namespace gemm_internal {
+namespace {
+
+// ---- Host caches ----------------------------------------------------------------------------
+
+int64_t ParseCacheSize(std::string text) {
+  text = std::string(absl::StripAsciiWhitespace(text));
+  int64_t multiplier = 1;
+  if (!text.empty() && (text.back() == 'K' || text.back() == 'k')) {
+    multiplier = 1 << 10;
+    text.pop_back();
+  } else if (!text.empty() && text.back() == 'M') {
+    multiplier = 1 << 20;
+    text.pop_back();
+  }
+  int64_t value = 0;
+  return absl::SimpleAtoi(text, &value) && value > 0 ? value * multiplier : 0;
+}
+
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream file(path);
+  std::string line;
+  std::getline(file, line);
+  return line;
+}
+
+// Number of CPUs in a /sys cpu list such as "0-1,4".
+int CountCpuList(const std::string& list) {
+  int count = 0;
+  for (absl::string_view part : absl::StrSplit(list, ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (part.empty()) continue;
+    const size_t dash = part.find('-');
+    int first = 0, last = 0;
+    if (dash == absl::string_view::npos) {
+      if (absl::SimpleAtoi(part, &first)) ++count;
+    } else if (absl::SimpleAtoi(part.substr(0, dash), &first) &&
+               absl::SimpleAtoi(part.substr(dash + 1), &last) && last >= first) {
+      count += last - first + 1;
+    }
+  }
+  return count;
+}
+
+CacheSizes DetectCaches() {
+  CacheSizes sizes;
+  bool found_l1 = false, found_l2 = false, found_l3 = false;
+  for (int index = 0; index < 8; ++index) {
+    const std::string dir = absl::StrCat("/sys/devices/system/cpu/cpu0/cache/index", index, "/");
+    const std::string level = ReadFirstLine(dir + "level");
+    if (level.empty()) break;
+    const std::string type = ReadFirstLine(dir + "type");
+    const int64_t size = ParseCacheSize(ReadFirstLine(dir + "size"));
+    if (size == 0 || type == "Instruction") continue;
+    if (level == "1") {
+      sizes.l1d = size;
+      found_l1 = true;
+    } else if (level == "2") {
+      sizes.l2 = size;
+      found_l2 = true;
+    } else if (level == "3") {
+      sizes.l3 = size;
+      found_l3 = true;
+      sizes.l3_sharing = std::max(1, CountCpuList(ReadFirstLine(dir + "shared_cpu_list")));
+    }
+  }
+#if defined(_SC_LEVEL1_DCACHE_SIZE)
+  if (!found_l1 && sysconf(_SC_LEVEL1_DCACHE_SIZE) > 0) sizes.l1d = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+  if (!found_l2 && sysconf(_SC_LEVEL2_CACHE_SIZE) > 0) sizes.l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (!found_l3 && sysconf(_SC_LEVEL3_CACHE_SIZE) > 0) {
+    sizes.l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    sizes.l3_sharing = cpus > 0 ? static_cast<int>(cpus) : 1;
+  }
+#else
+  (void)found_l1;
+  (void)found_l2;
+  (void)found_l3;
+#endif
+  // Guard against nonsense (a hypervisor reporting 0 or absurd sizes).
+  sizes.l1d = std::clamp<int64_t>(sizes.l1d, 16 << 10, 256 << 10);
+  sizes.l2 = std::clamp<int64_t>(sizes.l2, 128 << 10, 16 << 20);
+  sizes.l3 = std::clamp<int64_t>(sizes.l3, sizes.l2, int64_t{512} << 20);
+  return sizes;
+}
+
+int64_t RoundDown(int64_t value, int64_t multiple) {
+  return std::max(multiple, value / multiple * multiple);
+}
+int64_t RoundUp(int64_t value, int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- Packing --------------------------------------------------------------------------------
+
+// One MR-row panel of a row-major A (unit column stride): for each depth step, the MR elements
+// of that column. A compile-time MR lets the row loop unroll; on x86-64 (SSE2 is baseline) the
+// panel is transposed in 4 x 4 (f32) or 2 x 2 (f64) register blocks, about three times faster
+// than element by element, which matters for small matrices where packing is a visible share.
+template <class T, int kMr>
+void PackRowMajorPanel(const T* src, int64_t row_stride, int64_t kc, T* panel) {
+  int64_t k = 0;
+#if defined(__SSE2__)
+  if constexpr (std::is_same_v<T, float>) {
+    for (; k + 4 <= kc; k += 4) {
+      float* out = panel + k * kMr;
+      int i = 0;
+      for (; i + 4 <= kMr; i += 4) {
+        const float* row = src + i * row_stride + k;
+        __m128 r0 = _mm_loadu_ps(row);
+        __m128 r1 = _mm_loadu_ps(row + row_stride);
+        __m128 r2 = _mm_loadu_ps(row + 2 * row_stride);
+        __m128 r3 = _mm_loadu_ps(row + 3 * row_stride);
+        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+        _mm_storeu_ps(out + i, r0);
+        _mm_storeu_ps(out + kMr + i, r1);
+        _mm_storeu_ps(out + 2 * kMr + i, r2);
+        _mm_storeu_ps(out + 3 * kMr + i, r3);
+      }
+      for (; i < kMr; ++i) {
+        for (int j = 0; j < 4; ++j) out[j * kMr + i] = src[i * row_stride + k + j];
+      }
+    }
+  } else {
+    for (; k + 2 <= kc; k += 2) {
+      double* out = panel + k * kMr;
+      int i = 0;
+      for (; i + 2 <= kMr; i += 2) {
+        const double* row = src + i * row_stride + k;
+        const __m128d r0 = _mm_loadu_pd(row);
+        const __m128d r1 = _mm_loadu_pd(row + row_stride);
+        _mm_storeu_pd(out + i, _mm_unpacklo_pd(r0, r1));
+        _mm_storeu_pd(out + kMr + i, _mm_unpackhi_pd(r0, r1));
+      }
+      for (; i < kMr; ++i) {
+        for (int j = 0; j < 2; ++j) out[j * kMr + i] = src[i * row_stride + k + j];
+      }
+    }
+  }
+#endif
+  for (; k < kc; ++k) {
+    T* out = panel + k * kMr;
+    for (int i = 0; i < kMr; ++i) out[i] = src[i * row_stride + k];
+  }
+}
+
+// A[0:rows, 0:kc] (strided) into ceil(rows / mr) panels of kc x mr, k-major, rows past `rows`
+// zero.
+template <class T>
+void PackA(const T* a, int64_t row_stride, int64_t col_stride, int64_t rows, int64_t kc, int mr,
+           T* dst) {
+  for (int64_t r0 = 0; r0 < rows; r0 += mr) {
+    const int valid = static_cast<int>(std::min<int64_t>(mr, rows - r0));
+    T* panel = dst + r0 * kc;
+    const T* src = a + r0 * row_stride;
+    if (col_stride == 1 && valid == mr && mr == 14) {
+      PackRowMajorPanel<T, 14>(src, row_stride, kc, panel);  // AVX-512's tile
+      continue;
+    }
+    if (col_stride == 1 && valid == mr && mr == 6) {
+      PackRowMajorPanel<T, 6>(src, row_stride, kc, panel);  // AVX2's tile
+      continue;
+    }
+    if (row_stride == 1) {
+      // Transposed A: the mr elements of a depth step are contiguous.
+      for (int64_t k = 0; k < kc; ++k) {
+        const T* column = src + k * col_stride;
+        T* out = panel + k * mr;
+        for (int i = 0; i < valid; ++i) out[i] = column[i];
+      }
+    } else {
+      for (int64_t k = 0; k < kc; ++k) {
+        T* out = panel + k * mr;
+        for (int i = 0; i < valid; ++i) out[i] = src[i * row_stride + k * col_stride];
+      }
+    }
+    if (valid < mr) {
+      for (int64_t k = 0; k < kc; ++k) {
+        std::fill(panel + k * mr + valid, panel + (k + 1) * mr, T{0});
+      }
+    }
+  }
+}
+
+// ---- Per-thread packing buffers -------------------------------------------------------------
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+class AlignedBuffer {
+ public:
+  void* Get(size_t bytes) {
+    if (bytes > size_) {
+      const size_t rounded = (bytes + 63) / 64 * 64;
+      data_.reset(std::aligned_alloc(64, rounded));
+      if (data_ == nullptr) {
+        std::fprintf(stderr, "kiln: gemm cannot allocate %zu bytes of packing buffer\n", rounded);
+        std::abort();
+      }
+      size_ = rounded;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<void, FreeDeleter> data_;
+  size_t size_ = 0;
+};
+
+struct PackBuffers {
+  AlignedBuffer a, b;
+};
+
+PackBuffers& ThreadBuffers() {
+  thread_local PackBuffers buffers;
+  return buffers;
+}
+
+// ---- The blocked loop nest ------------------------------------------------------------------
+
+struct Plan {
+  KernelShape shape;
+  Blocking blocking;
+  MicroKernelFn plain = nullptr;  // every depth block but the last
+  MicroKernelFn last = nullptr;   // the last depth block: with the epilogue
+};
+
+// C[m0:m1, n0:n1] of batch entry `batch`.
+template <class T>
+void ComputeRect(const CoreProblem<T>& p, const Plan& plan, const BatchOffsets& batch, int64_t m0,
+                 int64_t m1, int64_t n0, int64_t n1) {
+  const int mr = plan.shape.mr, nr = plan.shape.nr();
+  const int64_t mc = plan.blocking.mc, nc = plan.blocking.nc;
+  // Depth blocks of equal size (1024 = 4 x 256 rather than 3 x 288 + 160): a short last block
+  // would pay a whole pass over C for little work.
+  const int64_t kc_max = p.k == 0 ? plan.blocking.kc : CeilDiv(p.k, CeilDiv(p.k, plan.blocking.kc));
+  PackBuffers& buffers = ThreadBuffers();
+  const int64_t kc_alloc = std::max<int64_t>(1, std::min(kc_max, p.k));
+  T* a_packed = static_cast<T*>(buffers.a.Get(
+      static_cast<size_t>(RoundUp(std::min(mc, m1 - m0), mr) * kc_alloc) * sizeof(T)));
+  T* b_packed = static_cast<T*>(buffers.b.Get(
+      static_cast<size_t>(RoundUp(std::min(nc, n1 - n0), nr) * kc_alloc) * sizeof(T)));
+  const T* a = p.a + batch.a;
+  const T* b = p.b + batch.b;
+  T* c = p.c + batch.c;
+  const T* residual = p.residual == nullptr ? nullptr : p.residual + batch.residual;
+  const T* row_bias = p.row_bias == nullptr ? nullptr : p.row_bias + batch.row_bias;
+
+  TileArgs args;
+  args.alpha = static_cast<double>(p.alpha);
+  args.residual_ld = p.residual_ld;
+  for (int64_t ic = m0; ic < m1; ic += mc) {
+    const int64_t mcb = std::min(mc, m1 - ic);
+    // With k == 0 one pass of empty depth still applies beta and the epilogue.
+    int64_t pc = 0;
+    do {
+      const int64_t kcb = std::min(kc_max, p.k - pc);
+      const bool first = pc == 0, last = pc + kcb >= p.k;
+      PackA(a + ic * p.a_row_stride + pc * p.a_col_stride, p.a_row_stride, p.a_col_stride, mcb, kcb,
+            mr, a_packed);
+      const MicroKernelFn kernel = last ? plan.last : plan.plain;
+      args.beta = first ? static_cast<double>(p.beta) : 1.0;
+      for (int64_t jc = n0; jc < n1; jc += nc) {
+        const int64_t ncb = std::min(nc, n1 - jc);
+        p.b_packer->Pack(b, pc, kcb, jc, ncb, nr, b_packed);
+        for (int64_t ir = 0; ir < mcb; ir += mr) {
+          const int64_t row = ic + ir;
+          args.m_valid = std::min<int64_t>(mr, mcb - ir);
+          args.row_bias = row_bias == nullptr ? nullptr : row_bias + row;
+          const T* a_panel = a_packed + ir * kcb;
+          for (int64_t jr = 0; jr < ncb; jr += nr) {
+            const int64_t column = jc + jr;
+            args.n_valid = std::min<int64_t>(nr, ncb - jr);
+            args.column_bias = p.column_bias == nullptr ? nullptr : p.column_bias + column;
+            args.residual = residual == nullptr ? nullptr : residual + row * p.residual_ld + column;
+            kernel(kcb, a_panel, b_packed + jr * kcb, c + row * p.ldc + column, p.ldc, &args);
+          }
+        }
+      }
+      pc += kcb;
+    } while (pc < p.k);
+  }
+}
+
+// Splits one GEMM over `threads` rectangles: tm row bands x tn column bands, tm * tn == threads.
+// Each rectangle packs its own rows of A and columns of B, so the split minimises the largest
+// rectangle's work plus its packing (a packed element costs about as much as kPackCost flops).
+struct Grid {
+  int64_t tm = 1, tn = 1;
+  int64_t rows = 0, cols = 0;  // per band, multiples of MR / NR
+};
+
+Grid ChooseGrid(int64_t m, int64_t n, int mr, int nr, int threads) {
+  constexpr int64_t kPackCost = 16;
+  const int64_t m_panels = CeilDiv(m, mr), n_panels = CeilDiv(n, nr);
+  Grid best;
+  double best_cost = std::numeric_limits<double>::infinity();
+  for (int tm = 1; tm <= threads; ++tm) {
+    if (threads % tm != 0) continue;
+    const int tn = threads / tm;
+    if (tm > m_panels || tn > n_panels) continue;
+    const int64_t rows = CeilDiv(m_panels, tm) * mr, cols = CeilDiv(n_panels, tn) * nr;
+    const double cost = 2.0 * static_cast<double>(rows) * static_cast<double>(cols) +
+                        kPackCost * static_cast<double>(rows + cols);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = Grid{tm, tn, rows, cols};
+    }
+  }
+  if (best_cost == std::numeric_limits<double>::infinity()) {
+    // Fewer panels than threads in both directions: one band along the longer side per panel.
+    if (m_panels >= n_panels) {
+      best = Grid{m_panels, 1, static_cast<int64_t>(mr), RoundUp(n, nr)};
+    } else {
+      best = Grid{1, n_panels, RoundUp(m, mr), static_cast<int64_t>(nr)};
+    }
+  }
+  return best;
+}
+
+// Below this many flops the work runs on the calling thread: waking the pool costs more.
+constexpr double kMinParallelFlops = 2e6;
+
+}  // namespace
+
+const CacheSizes& HostCaches() {
+  static const CacheSizes sizes = DetectCaches();
+  return sizes;
+}
+
+Blocking ChooseBlocking(const KernelShape& shape, int64_t element_size, const GemmTuning& tuning) {
+  const CacheSizes& caches = HostCaches();
+  const int mr = shape.mr, nr = shape.nr();
+  Blocking blocking;
+  // KC: the A micro-panel (MR x KC) takes about half of L1, the rest streams B.
+  blocking.kc = tuning.kc > 0 ? tuning.kc
+                              : std::clamp<int64_t>(
+                                    RoundDown(caches.l1d / 2 / (mr * element_size), 16), 64, 512);
+  // NC: the B block (KC x NC) takes about half of L2.
+  blocking.nc = tuning.nc > 0 ? RoundUp(tuning.nc, nr)
+                              : RoundDown(caches.l2 / 2 / (blocking.kc * element_size), nr);
+  // MC: the A block (MC x KC) takes about half of this core's share of L3.
+  const int64_t l3_share = caches.l3 / std::max(1, caches.l3_sharing);
+  blocking.mc = tuning.mc > 0 ? RoundUp(tuning.mc, mr)
+                              : RoundDown(l3_share / 2 / (blocking.kc * element_size), mr);
+  return blocking;
+}
+
+template <class T>
+void StridedBPacker<T>::Pack(const T* base, int64_t k0, int64_t kc, int64_t n0, int64_t nc, int nr,
+                             T* dst) const {
+  const int64_t rs = row_stride_, cs = col_stride_;
+  for (int64_t j0 = 0; j0 < nc; j0 += nr) {
+    const int valid = static_cast<int>(std::min<int64_t>(nr, nc - j0));
+    T* panel = dst + j0 * kc;
+    const T* src = base + k0 * rs + (n0 + j0) * cs;
+    if (cs == 1) {
+      for (int64_t k = 0; k < kc; ++k) {
+        std::memcpy(panel + k * nr, src + k * rs, static_cast<size_t>(valid) * sizeof(T));
+        if (valid < nr) std::fill(panel + k * nr + valid, panel + (k + 1) * nr, T{0});
+      }
+      continue;
+    }
+    if (rs == 1) {
+      // Transposed B: each column is contiguous along k.
+      for (int j = 0; j < valid; ++j) {
+        const T* column = src + j * cs;
+        for (int64_t k = 0; k < kc; ++k) panel[k * nr + j] = column[k];
+      }
+    } else {
+      for (int64_t k = 0; k < kc; ++k) {
+        for (int j = 0; j < valid; ++j) panel[k * nr + j] = src[k * rs + j * cs];
+      }
+    }
+    if (valid < nr) {
+      for (int64_t k = 0; k < kc; ++k)
+        std::fill(panel + k * nr + valid, panel + (k + 1) * nr, T{0});
+    }
+  }
+}
+
+template class StridedBPacker<float>;
+template class StridedBPacker<double>;
+
+template <class T>
+absl::Status RunCore(const CoreProblem<T>& problem, const EpilogueVariant& epilogue,
+                     const GemmTuning& tuning, runtime::ThreadPool* pool) {
+  constexpr ir::DType dtype = sizeof(T) == 8 ? ir::DType::kF64 : ir::DType::kF32;
+  absl::StatusOr<KernelShape> shape = ChooseKernelShape(dtype, tuning);
+  if (!shape.ok()) return shape.status();
+  if (problem.m == 0 || problem.n == 0 || problem.batches.empty()) return absl::OkStatus();
+  Plan plan;
+  plan.shape = *shape;
+  if (tuning.mr == 0 && problem.m < plan.shape.mr / 2) {
+    // Few rows (a depthwise convolution's one output channel per group, a batch-1 Linear): a
+    // short tile instead of computing mostly padding. Its own kernel, compiled on first use.
+    int mr = 1;
+    while (mr < problem.m) mr *= 2;
+    plan.shape.mr = mr;
+  }
+  plan.blocking = ChooseBlocking(plan.shape, sizeof(T), tuning);
+  absl::StatusOr<MicroKernelFn> plain = GetMicroKernel(dtype, plan.shape, EpilogueVariant{});
+  if (!plain.ok()) return plain.status();
+  absl::StatusOr<MicroKernelFn> last = GetMicroKernel(dtype, plan.shape, epilogue);
+  if (!last.ok()) return last.status();
+  plan.plain = *plain;
+  plan.last = *last;
+
+  const int64_t count = static_cast<int64_t>(problem.batches.size());
+  const int threads = pool == nullptr ? 1 : pool->num_threads();
+  const double flops = 2.0 * static_cast<double>(problem.m) * static_cast<double>(problem.n) *
+                       static_cast<double>(std::max<int64_t>(problem.k, 1)) *
+                       static_cast<double>(count);
+  if (threads <= 1 || flops < kMinParallelFlops) {
+    for (const BatchOffsets& batch : problem.batches) {
+      ComputeRect(problem, plan, batch, 0, problem.m, 0, problem.n);
+    }
+    return absl::OkStatus();
+  }
+  if (count >= threads && (count % threads == 0 || count >= 4 * threads)) {
+    // Whole GEMMs per thread: no packing is repeated.
+    pool->ParallelFor(count, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        ComputeRect(problem, plan, problem.batches[static_cast<size_t>(i)], 0, problem.m, 0,
+                    problem.n);
+      }
+    });
+    return absl::OkStatus();
+  }
+  const Grid grid = ChooseGrid(problem.m, problem.n, plan.shape.mr, plan.shape.nr(), threads);
+  for (const BatchOffsets& batch : problem.batches) {
+    pool->ParallelFor(grid.tm * grid.tn, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t m0 = (task / grid.tn) * grid.rows, n0 = (task % grid.tn) * grid.cols;
+        if (m0 >= problem.m || n0 >= problem.n) continue;
+        ComputeRect(problem, plan, batch, m0, std::min(problem.m, m0 + grid.rows), n0,
+                    std::min(problem.n, n0 + grid.cols));
+      }
+    });
+  }
+  return absl::OkStatus();
+}
+
+template absl::Status RunCore<float>(const CoreProblem<float>&, const EpilogueVariant&,
+                                     const GemmTuning&, runtime::ThreadPool*);
+template absl::Status RunCore<double>(const CoreProblem<double>&, const EpilogueVariant&,
+                                      const GemmTuning&, runtime::ThreadPool*);
+
+}  // namespace gemm_internal
+
+namespace {
+
+using gemm_internal::BatchOffsets;
+using gemm_internal::CoreProblem;
+using gemm_internal::EpilogueVariant;
+using gemm_internal::StridedBPacker;
+
+absl::Status CheckBatchStrides(const char* name, const MatrixView& view, size_t batch_rank,
+                               bool may_be_empty) {
+  if (view.batch_strides.size() == batch_rank) return absl::OkStatus();
+  if (may_be_empty && view.batch_strides.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("gemm: ", name, ".batch_strides has ",
+                                                 view.batch_strides.size(), " entries for ",
+                                                 batch_rank, " batch dimensions"));
+}
+
+template <class T>
+absl::Status RunGemm(const GemmParams& params, runtime::ThreadPool* pool) {
+  CoreProblem<T> problem;
+  problem.m = params.m;
+  problem.n = params.n;
+  problem.k = params.k;
+  problem.a = static_cast<const T*>(params.a.data);
+  problem.a_row_stride = params.a.row_stride;
+  problem.a_col_stride = params.a.col_stride;
+  problem.b = static_cast<const T*>(params.b.data);
+  const StridedBPacker<T> packer(params.b.row_stride, params.b.col_stride);
+  problem.b_packer = &packer;
+  problem.c = static_cast<T*>(const_cast<void*>(params.c.data));
+  problem.ldc = params.c.row_stride;
+  problem.alpha = static_cast<T>(params.alpha);
+  problem.beta = static_cast<T>(params.beta);
+  const GemmEpilogue& epilogue = params.epilogue;
+  problem.row_bias = static_cast<const T*>(epilogue.row_bias);
+  problem.column_bias = static_cast<const T*>(epilogue.column_bias);
+  problem.residual = static_cast<const T*>(epilogue.residual.data);
+  problem.residual_ld = epilogue.residual.row_stride;
+
+  int64_t count = 1;
+  for (int64_t d : params.batch) count *= d;
+  problem.batches.reserve(static_cast<size_t>(count));
+  std::vector<int64_t> index(params.batch.size(), 0);
+  auto stride = [](const MatrixView& view, size_t d) {
+    return view.batch_strides.empty() ? int64_t{0} : view.batch_strides[d];
+  };
+  for (int64_t i = 0; i < count; ++i) {
+    BatchOffsets offsets;
+    for (size_t d = 0; d < index.size(); ++d) {
+      offsets.a += index[d] * stride(params.a, d);
+      offsets.b += index[d] * stride(params.b, d);
+      offsets.c += index[d] * stride(params.c, d);
+      offsets.residual += index[d] * stride(epilogue.residual, d);
+    }
+    problem.batches.push_back(offsets);
+    for (size_t d = index.size(); d-- > 0;) {
+      if (++index[d] < params.batch[d]) break;
+      index[d] = 0;
+    }
+  }
+  return gemm_internal::RunCore(problem, EpilogueVariant::Of(epilogue), params.tuning, pool);
+}
+
+}  // namespace
+
+absl::Status Gemm(const GemmParams& params, runtime::ThreadPool* pool) {
+  if (params.dtype != ir::DType::kF32 && params.dtype != ir::DType::kF64) {
+    return absl::InvalidArgumentError(absl::StrCat("gemm: dtype ", ir::DTypeName(params.dtype),
+                                                   " is not supported (f32, f64 only)"));
+  }
+  if (params.m < 0 || params.n < 0 || params.k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm: negative size m=", params.m, " n=", params.n, " k=", params.k));
+  }
+  int64_t count = 1;
+  for (int64_t d : params.batch) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("gemm: negative batch dimension in [",
+                                                     absl::StrJoin(params.batch, ","), "]"));
+    }
+    count *= d;
+  }
+  const size_t rank = params.batch.size();
+  for (auto [name, view, may_be_empty] :
+       {std::tuple{"a", &params.a, true}, {"b", &params.b, true}, {"c", &params.c, false}}) {
+    if (absl::Status s = CheckBatchStrides(name, *view, rank, may_be_empty); !s.ok()) return s;
+  }
+  if (params.c.col_stride != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm: c.col_stride must be 1, got ", params.c.col_stride));
+  }
+  const GemmEpilogue& epilogue = params.epilogue;
+  if (epilogue.residual.data != nullptr) {
+    if (epilogue.residual.col_stride != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gemm: epilogue.residual.col_stride must be 1, got ", epilogue.residual.col_stride));
+    }
+    if (absl::Status s = CheckBatchStrides("epilogue.residual", epilogue.residual, rank, true);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (count == 0 || params.m == 0 || params.n == 0) return absl::OkStatus();
+  if (params.c.data == nullptr ||
+      (params.k > 0 && (params.a.data == nullptr || params.b.data == nullptr))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm: null operand for m=", params.m, " n=", params.n, " k=", params.k));
+  }
+  if (params.k == 0) {
+    // Nothing is read from A or B; keep the pointers valid for the address arithmetic.
+    GemmParams copy = params;
+    static const double kZero[1] = {0.0};
+    copy.a = MatrixView{kZero, 0, 0, {}};
+    copy.b = MatrixView{kZero, 0, 0, {}};
+    return params.dtype == ir::DType::kF32 ? RunGemm<float>(copy, pool)
+                                           : RunGemm<double>(copy, pool);
+  }
+  return params.dtype == ir::DType::kF32 ? RunGemm<float>(params, pool)
+                                         : RunGemm<double>(params, pool);
+}
+
+absl::StatusOr<GemmKernelInfo> DescribeGemmKernel(ir::DType dtype, const GemmEpilogue& epilogue,
+                                                  const GemmTuning& tuning) {
+  absl::StatusOr<gemm_internal::KernelShape> shape =
+      gemm_internal::ChooseKernelShape(dtype, tuning);
+  if (!shape.ok()) return shape.status();
+  absl::StatusOr<GemmKernelInfo> info =
+      gemm_internal::GenerateKernelText(dtype, *shape, EpilogueVariant::Of(epilogue));
+  if (!info.ok()) return info.status();
+  const gemm_internal::Blocking blocking =
+      gemm_internal::ChooseBlocking(*shape, dtype == ir::DType::kF64 ? 8 : 4, tuning);
+  info->mc = blocking.mc;
+  info->nc = blocking.nc;
+  info->kc = blocking.kc;
+  return info;
+}
+
+}  // namespace kiln::codegen::cpu

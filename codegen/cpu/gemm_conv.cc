@@ -1,0 +1,269 @@
+// N-d convolution as implicit GEMM. For image n and group g:
+//   out[n, g*Og : (g+1)*Og, P] = W[g*Og : (g+1)*Og, Cg * prod(K)] * X_ng[Cg * prod(K), P]
+// where X_ng (the im2col matrix) is never built: ConvBPacker gathers its blocks straight into the
+// packed B panels, reading padding and the holes of input dilation as zeros. The bias is the
+// GEMM's per-row bias (one value per output channel) and the residual has the output's layout,
+// so the whole epilogue runs on the output tiles like a matmul's.
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "codegen/cpu/gemm.h"
+#include "codegen/cpu/gemm_internal.h"
+#include "ir/graph.h"
+#include "ir/infer.h"
+
+namespace kiln::codegen::cpu {
+namespace {
+
+using gemm_internal::BatchOffsets;
+using gemm_internal::BPacker;
+using gemm_internal::CoreProblem;
+using gemm_internal::EpilogueVariant;
+using gemm_internal::StridedBPacker;
+
+int64_t At(const std::vector<int64_t>& values, size_t i, int64_t fallback) {
+  return values.empty() ? fallback : values[i];
+}
+
+int64_t Product(ir::Shape::const_iterator begin, ir::Shape::const_iterator end) {
+  int64_t product = 1;
+  for (auto it = begin; it != end; ++it) product *= *it;
+  return product;
+}
+
+// The im2col operand of one (image, group): row kk = (channel, kernel position) in row-major
+// order over [Cg, K...], column = output position in row-major order over [P...].
+template <class T>
+class ConvBPacker final : public BPacker<T> {
+ public:
+  ConvBPacker(const ConvParams& params, const ir::Shape& output_shape) {
+    const size_t spatial = params.input_shape.size() - 2;
+    input_sizes_.assign(params.input_shape.begin() + 2, params.input_shape.end());
+    kernel_sizes_.assign(params.weight_shape.begin() + 2, params.weight_shape.end());
+    output_sizes_.assign(output_shape.begin() + 2, output_shape.end());
+    channel_stride_ = Product(params.input_shape.begin() + 2, params.input_shape.end());
+    kernel_volume_ = Product(params.weight_shape.begin() + 2, params.weight_shape.end());
+    // tables_[t][kpos * P_t + p]: the element offset along axis t read by kernel position kpos at
+    // output position p, or -1 where it falls on padding or between dilated input elements.
+    const size_t last = spatial - 1;
+    undilated_last_axis_ = At(params.input_dilation, last, 1) == 1;
+    last_stride_ = At(params.strides, last, 1);
+    last_dilation_ = At(params.dilation, last, 1);
+    last_low_ = At(params.low, last, 0);
+    last_input_size_ = input_sizes_[last];
+    tables_.resize(spatial);
+    int64_t axis_stride = channel_stride_;
+    for (size_t t = 0; t < spatial; ++t) {
+      axis_stride /= std::max<int64_t>(1, input_sizes_[t]);
+      const int64_t stride = At(params.strides, t, 1), dilation = At(params.dilation, t, 1),
+                    input_dilation = At(params.input_dilation, t, 1), low = At(params.low, t, 0);
+      std::vector<int64_t>& table = tables_[t];
+      table.resize(static_cast<size_t>(kernel_sizes_[t] * output_sizes_[t]));
+      for (int64_t kpos = 0; kpos < kernel_sizes_[t]; ++kpos) {
+        for (int64_t p = 0; p < output_sizes_[t]; ++p) {
+          const int64_t q = p * stride + kpos * dilation - low;
+          const bool valid =
+              q >= 0 && q % input_dilation == 0 && q / input_dilation < input_sizes_[t];
+          table[static_cast<size_t>(kpos * output_sizes_[t] + p)] =
+              valid ? q / input_dilation * axis_stride : -1;
+        }
+      }
+    }
+  }
+
+  void Pack(const T* base, int64_t k0, int64_t kc, int64_t n0, int64_t nc, int nr,
+            T* dst) const override {
+    const size_t spatial = tables_.size();
+    const size_t last = spatial - 1;
+    const int64_t last_size = output_sizes_[last];
+    const int64_t panel_stride = static_cast<int64_t>(nr) * kc;
+    std::vector<int64_t> kpos(spatial), p(spatial);
+    for (int64_t kk = k0; kk < k0 + kc; ++kk) {
+      const T* channel = base + (kk / kernel_volume_) * channel_stride_;
+      int64_t rest = kk % kernel_volume_;
+      for (size_t t = spatial; t-- > 0;) {
+        kpos[t] = rest % kernel_sizes_[t];
+        rest /= kernel_sizes_[t];
+      }
+      rest = n0;
+      for (size_t t = spatial; t-- > 0;) {
+        p[t] = rest % output_sizes_[t];
+        rest /= output_sizes_[t];
+      }
+      const int64_t* last_table = tables_[last].data() + kpos[last] * last_size;
+      // Without input dilation along the last axis, output position p reads input position
+      // p * stride + shift: a run is a strided copy between zero borders.
+      const int64_t shift = kpos[last] * last_dilation_ - last_low_;
+      T* row = dst + (kk - k0) * nr;  // this depth step in panel 0
+      int64_t column = 0;             // position within [n0, n0 + nc)
+      while (column < nc) {
+        // A run along the last output axis shares the outer axes' offset.
+        int64_t outer = 0;
+        bool outer_valid = true;
+        for (size_t t = 0; t < last; ++t) {
+          const int64_t offset = tables_[t][static_cast<size_t>(kpos[t] * output_sizes_[t] + p[t])];
+          outer_valid = outer_valid && offset >= 0;
+          outer += offset;
+        }
+        const int64_t run = std::min(last_size - p[last], nc - column);
+        const T* src = channel + outer;
+        // The run in pieces that stay inside one NR panel.
+        for (int64_t done = 0; done < run;) {
+          const int64_t j = column + done;
+          const int64_t piece = std::min<int64_t>(run - done, nr - j % nr);
+          T* out = row + (j / nr) * panel_stride + j % nr;
+          const int64_t first = p[last] + done;  // output position of out[0]
+          if (!outer_valid) {
+            std::fill(out, out + piece, T{0});
+          } else if (undilated_last_axis_) {
+            // out[r] reads input position q + r * stride where that is inside [0, size).
+            const int64_t stride = last_stride_;
+            const int64_t q = first * stride + shift;  // input position of out[0]
+            const int64_t size = last_input_size_;
+            const int64_t begin =
+                std::clamp<int64_t>(q >= 0 ? 0 : (stride - 1 - q) / stride, 0, piece);
+            const int64_t end = std::clamp<int64_t>(
+                size - q <= 0 ? 0 : (size - q + stride - 1) / stride, begin, piece);
+            std::fill(out, out + begin, T{0});
+            if (stride == 1) {
+              std::copy(src + q + begin, src + q + end, out + begin);
+            } else {
+              for (int64_t r = begin; r < end; ++r) out[r] = src[q + r * stride];
+            }
+            std::fill(out + end, out + piece, T{0});
+          } else {
+            for (int64_t r = 0; r < piece; ++r) {
+              const int64_t offset = last_table[first + r];
+              out[r] = offset >= 0 ? src[offset] : T{0};
+            }
+          }
+          done += piece;
+        }
+        column += run;
+        p[last] += run;
+        for (size_t t = last; t > 0 && p[t] == output_sizes_[t]; --t) {
+          p[t] = 0;
+          ++p[t - 1];
+        }
+      }
+      if (nc % nr != 0) {
+        T* out = row + (nc / nr) * panel_stride;
+        std::fill(out + nc % nr, out + nr, T{0});
+      }
+    }
+  }
+
+ private:
+  std::vector<int64_t> input_sizes_, kernel_sizes_, output_sizes_;
+  int64_t channel_stride_ = 1;
+  int64_t kernel_volume_ = 1;
+  bool undilated_last_axis_ = false;  // input dilation 1 along the last axis
+  int64_t last_stride_ = 1, last_dilation_ = 1, last_low_ = 0, last_input_size_ = 0;
+  std::vector<std::vector<int64_t>> tables_;
+};
+
+// A 1x1 kernel with unit strides, no padding and no dilation reads the input channels as they
+// are: B is the [Cg, P] slice of the input.
+bool IsPointwise(const ConvParams& params) {
+  const size_t spatial = params.input_shape.size() - 2;
+  for (size_t t = 0; t < spatial; ++t) {
+    if (params.weight_shape[t + 2] != 1 || At(params.strides, t, 1) != 1 ||
+        At(params.low, t, 0) != 0 || At(params.high, t, 0) != 0 ||
+        At(params.input_dilation, t, 1) != 1) {
+      return false;
+    }
+  }
+  return true;
+}
+
+template <class T>
+absl::Status RunConv(const ConvParams& params, const ir::Shape& output_shape,
+                     runtime::ThreadPool* pool) {
+  const int64_t images = params.input_shape[0], channels = params.input_shape[1];
+  const int64_t out_channels = params.weight_shape[0], group_channels = params.weight_shape[1];
+  const int64_t groups = params.groups, group_outputs = out_channels / groups;
+  const int64_t input_plane = Product(params.input_shape.begin() + 2, params.input_shape.end());
+  const int64_t output_plane = Product(output_shape.begin() + 2, output_shape.end());
+  const int64_t kernel_volume = Product(params.weight_shape.begin() + 2, params.weight_shape.end());
+
+  CoreProblem<T> problem;
+  problem.m = group_outputs;
+  problem.n = output_plane;
+  problem.k = group_channels * kernel_volume;
+  problem.a = static_cast<const T*>(params.weight);
+  problem.a_row_stride = problem.k;
+  problem.a_col_stride = 1;
+  problem.b = static_cast<const T*>(params.input);
+  const ConvBPacker<T> gather(params, output_shape);
+  const StridedBPacker<T> pointwise(input_plane, 1);
+  problem.b_packer = IsPointwise(params) ? static_cast<const BPacker<T>*>(&pointwise) : &gather;
+  problem.c = static_cast<T*>(params.output);
+  problem.ldc = output_plane;
+  problem.row_bias = static_cast<const T*>(params.bias);
+  problem.residual = static_cast<const T*>(params.residual);
+  problem.residual_ld = output_plane;
+  problem.batches.reserve(static_cast<size_t>(images * groups));
+  for (int64_t image = 0; image < images; ++image) {
+    for (int64_t g = 0; g < groups; ++g) {
+      BatchOffsets offsets;
+      offsets.a = g * group_outputs * problem.k;
+      offsets.b = (image * channels + g * group_channels) * input_plane;
+      offsets.c = (image * out_channels + g * group_outputs) * output_plane;
+      offsets.residual = offsets.c;
+      offsets.row_bias = g * group_outputs;
+      problem.batches.push_back(offsets);
+    }
+  }
+  EpilogueVariant variant;
+  variant.activation = params.activation;
+  variant.row_bias = params.bias != nullptr;
+  variant.residual = params.residual != nullptr;
+  variant.residual_after_activation = params.residual_after_activation;
+  return gemm_internal::RunCore(problem, variant, params.tuning, pool);
+}
+
+}  // namespace
+
+absl::StatusOr<ir::Shape> ConvOutputShape(const ConvParams& params) {
+  ir::Attrs attrs;
+  attrs.strides = params.strides;
+  attrs.low = params.low;
+  attrs.high = params.high;
+  attrs.dilation = params.dilation;
+  attrs.input_dilation = params.input_dilation;
+  attrs.groups = params.groups;
+  const ir::TensorType operands[] = {ir::TensorType{params.dtype, params.input_shape},
+                                     ir::TensorType{params.dtype, params.weight_shape}};
+  absl::StatusOr<ir::TensorType> type = ir::InferType(ir::Op::kConv, operands, attrs);
+  if (!type.ok()) return type.status();
+  return type->shape;
+}
+
+absl::Status Conv(const ConvParams& params, runtime::ThreadPool* pool) {
+  if (params.dtype != ir::DType::kF32 && params.dtype != ir::DType::kF64) {
+    return absl::InvalidArgumentError(absl::StrCat("conv: dtype ", ir::DTypeName(params.dtype),
+                                                   " is not supported (f32, f64 only)"));
+  }
+  absl::StatusOr<ir::Shape> output_shape = ConvOutputShape(params);
+  if (!output_shape.ok()) return output_shape.status();
+  for (int64_t d : params.input_shape) {
+    if (d < 0) return absl::InvalidArgumentError("conv: negative input dimension");
+  }
+  const int64_t output_elements = ir::NumElements(*output_shape);
+  if (output_elements == 0) return absl::OkStatus();
+  if (params.output == nullptr ||
+      (ir::NumElements(params.input_shape) > 0 && params.input == nullptr) ||
+      (ir::NumElements(params.weight_shape) > 0 && params.weight == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("conv: null operand for input ", ir::ShapeToString(params.input_shape),
+                     " and weight ", ir::ShapeToString(params.weight_shape)));
+  }
+  return params.dtype == ir::DType::kF32 ? RunConv<float>(params, *output_shape, pool)
+                                         : RunConv<double>(params, *output_shape, pool);
+}
+
+}  // namespace kiln::codegen::cpu

@@ -1,0 +1,144 @@
+// Internals shared by gemm.cc (the blocked driver), gemm_kernel.cc (the LLVM micro-kernel
+// generator) and gemm_conv.cc (convolution as implicit GEMM). Not for use outside codegen/cpu/.
+// No LLVM types appear here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "codegen/cpu/gemm.h"
+#include "ir/dtype.h"
+
+namespace kiln::runtime {
+class ThreadPool;
+}  // namespace kiln::runtime
+
+namespace kiln::codegen::cpu::gemm_internal {
+
+/// Per-tile arguments of a micro-kernel call. The generated IR reads this struct by field index,
+/// so its layout is part of the kernel ABI: change both together.
+struct TileArgs {
+  int64_t m_valid = 0;                // rows of the tile inside C (1..MR)
+  int64_t n_valid = 0;                // columns of the tile inside C (1..NR)
+  const void* row_bias = nullptr;     // at the tile's first row
+  const void* column_bias = nullptr;  // at the tile's first column
+  const void* residual = nullptr;     // at the tile's first element
+  int64_t residual_ld = 0;
+  double alpha = 1.0;
+  double beta = 0.0;
+};
+
+/// The micro-kernel: C[0:m_valid, 0:n_valid] = alpha * Ap * Bp + beta * C (C not read when
+/// beta == 0), then its epilogue variant. `a` is an MR-row panel packed k-major (kc * MR
+/// elements), `b` an NR-column panel packed k-major (kc * NR elements, 64-byte aligned), both
+/// zero-padded, `c` the tile's first element with row stride ldc.
+using MicroKernelFn = void (*)(int64_t kc, const void* a, const void* b, void* c, int64_t ldc,
+                               const TileArgs* args);
+
+/// The register tile of a micro-kernel.
+struct KernelShape {
+  int vector_bits = 0;  // 128, 256 or 512
+  int lanes = 0;        // elements per vector
+  int mr = 0;           // rows
+  int nr_vectors = 0;   // vectors per row
+  bool fma = false;     // the target has fused multiply-add
+  int nr() const { return nr_vectors * lanes; }
+};
+
+/// The host's shape for `dtype` (or the one `tuning` asks for). The register budget: MR rows of
+/// nr_vectors accumulators, plus nr_vectors B vectors and two spare registers.
+absl::StatusOr<KernelShape> ChooseKernelShape(ir::DType dtype, const GemmTuning& tuning);
+
+/// What the epilogue of a kernel does, fixed when it is generated.
+struct EpilogueVariant {
+  GemmActivation activation = GemmActivation::kNone;
+  bool row_bias = false;
+  bool column_bias = false;
+  bool residual = false;
+  bool residual_after_activation = true;
+
+  static EpilogueVariant Of(const GemmEpilogue& epilogue);
+  /// "plain", or e.g. "cbias_res_relu", for function names and the cache key.
+  std::string Name() const;
+};
+
+/// The compiled micro-kernel for (dtype, shape, variant), generated and JIT-compiled on first
+/// use and cached for the life of the process. Thread-safe.
+absl::StatusOr<MicroKernelFn> GetMicroKernel(ir::DType dtype, const KernelShape& shape,
+                                             const EpilogueVariant& variant);
+
+/// Generates the kernel without caching and returns its text (GemmKernelInfo's IR and assembly).
+absl::StatusOr<GemmKernelInfo> GenerateKernelText(ir::DType dtype, const KernelShape& shape,
+                                                  const EpilogueVariant& variant);
+
+/// Cache sizes in bytes, from /sys (Linux) or sysconf, with defaults when neither answers.
+struct CacheSizes {
+  int64_t l1d = 32 << 10;
+  int64_t l2 = 1 << 20;
+  int64_t l3 = 8 << 20;
+  int l3_sharing = 1;  // cores sharing one L3
+};
+const CacheSizes& HostCaches();
+
+/// Cache blocking for a kernel shape, from the host's caches unless `tuning` overrides it.
+struct Blocking {
+  int64_t mc = 0, nc = 0, kc = 0;
+};
+Blocking ChooseBlocking(const KernelShape& shape, int64_t element_size, const GemmTuning& tuning);
+
+/// Packs the B operand of a core problem: B[k0:k0+kc, n0:n0+nc] of the matrix starting at `base`
+/// into ceil(nc / nr) panels of kc rows by nr columns, k-major, columns past nc zero.
+template <class T>
+class BPacker {
+ public:
+  virtual ~BPacker() = default;
+  virtual void Pack(const T* base, int64_t k0, int64_t kc, int64_t n0, int64_t nc, int nr,
+                    T* dst) const = 0;
+};
+
+/// B as a strided matrix.
+template <class T>
+class StridedBPacker final : public BPacker<T> {
+ public:
+  StridedBPacker(int64_t row_stride, int64_t col_stride)
+      : row_stride_(row_stride), col_stride_(col_stride) {}
+  void Pack(const T* base, int64_t k0, int64_t kc, int64_t n0, int64_t nc, int nr,
+            T* dst) const override;
+
+ private:
+  int64_t row_stride_, col_stride_;
+};
+
+/// Element offsets of one batch entry's operands from the problem's base pointers.
+struct BatchOffsets {
+  int64_t a = 0, b = 0, c = 0, residual = 0, row_bias = 0;
+};
+
+/// A batch of equally shaped GEMMs with the epilogue, as gemm.cc runs them. A is strided; B comes
+/// from a packer (a strided matrix, or a convolution's input for implicit im2col).
+template <class T>
+struct CoreProblem {
+  int64_t m = 0, n = 0, k = 0;
+  const T* a = nullptr;
+  int64_t a_row_stride = 0, a_col_stride = 1;
+  const T* b = nullptr;
+  const BPacker<T>* b_packer = nullptr;
+  T* c = nullptr;
+  int64_t ldc = 0;
+  const T* row_bias = nullptr;
+  const T* column_bias = nullptr;
+  const T* residual = nullptr;
+  int64_t residual_ld = 0;
+  T alpha = 1, beta = 0;
+  std::vector<BatchOffsets> batches;  // one entry per GEMM
+};
+
+/// Runs `problem` with `epilogue`'s variant (its pointers are already in `problem`), on `pool`
+/// when given. Compiles the kernels first, so an error leaves C untouched.
+template <class T>
+absl::Status RunCore(const CoreProblem<T>& problem, const EpilogueVariant& epilogue,
+                     const GemmTuning& tuning, runtime::ThreadPool* pool);
+
+}  // namespace kiln::codegen::cpu::gemm_internal

@@ -1,0 +1,522 @@
+#include "codegen/cpu/graph_compiler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "codegen/cpu/gemm.h"
+#include "codegen/cpu/jit.h"
+#include "codegen/kernel_ir.h"
+#include "codegen/lower.h"
+#include "ir/hash.h"
+#include "ir/printer.h"
+#include "passes/dump.h"
+#include "passes/fusion.h"
+#include "passes/memory_plan.h"
+#include "passes/pass_manager.h"
+#include "passes/rewriter.h"
+#include "passes/simplify.h"
+#include "runtime/thread_pool.h"
+
+namespace kiln::codegen::cpu {
+namespace {
+
+using passes::FusionGroup;
+using passes::FusionKind;
+
+int64_t ByteSize(const ir::TensorType& type) {
+  return type.num_elements() * ir::DTypeSize(type.dtype);
+}
+
+// Work below this many element operations per chunk is not worth waking another thread for.
+constexpr int64_t kElementsPerChunk = 32 * 1024;
+
+int64_t GrainFor(const Kernel& kernel) {
+  int64_t elements = 0;
+  for (const KernelArg& arg : kernel.args) {
+    if (arg.role != ArgRole::kErrorFlag) elements = std::max(elements, arg.num_elements);
+  }
+  const int64_t extent = std::max<int64_t>(kernel.parallel_extent, 1);
+  const int64_t per_iteration = std::max<int64_t>(elements / extent, 1);
+  return std::max<int64_t>(kElementsPerChunk / per_iteration, 1);
+}
+
+// What a GEMM or convolution step needs besides its operand pointers. Owned by the compiled
+// graph (through the executable's keep-alive); a constant slot holds its address.
+struct ContractionStep {
+  bool is_conv = false;
+  GemmParams gemm;  // data pointers filled per run
+  ConvParams conv;  // data pointers filled per run
+  runtime::ThreadPool* pool = nullptr;
+};
+
+// runtime::KernelFn for a contraction: args = [lhs, rhs, out, &descriptor]. It runs on the
+// calling thread (extent 1) and parallelises inside the GEMM.
+void ContractionKernel(void* const* args, int64_t begin, int64_t end) {
+  if (begin >= end) return;
+  const ContractionStep* step = *static_cast<const ContractionStep* const*>(args[3]);
+  absl::Status status;
+  if (step->is_conv) {
+    ConvParams params = step->conv;
+    params.input = args[0];
+    params.weight = args[1];
+    params.output = args[2];
+    status = Conv(params, step->pool);
+  } else {
+    GemmParams params = step->gemm;
+    params.a.data = args[0];
+    params.b.data = args[1];
+    params.c.data = args[2];
+    status = Gemm(params, step->pool);
+  }
+  // The parameters were validated when the graph was compiled; a failure here is a bug (e.g.
+  // the micro-kernel failed to JIT), and the executable turns an exception into an error.
+  if (!status.ok()) throw std::runtime_error(std::string(status.message()));
+}
+
+bool GemmSupports(const ir::Graph& graph, ir::NodeId root) {
+  const ir::Node& node = graph.node(root);
+  return (node.op == ir::Op::kMatMul || node.op == ir::Op::kConv) &&
+         (node.type.dtype == ir::DType::kF32 || node.type.dtype == ir::DType::kF64);
+}
+
+class Compiler {
+ public:
+  explicit Compiler(const ir::Graph& graph) : source_(graph) {}
+
+  absl::StatusOr<std::shared_ptr<const CompiledGraph>> Run() {
+    dump_ = passes::DumpSession::FromEnv("cpu");
+    passes::PassManagerOptions pm_options;
+    pm_options.dump = dump_;
+    passes::PassManager pm(std::move(pm_options));
+    passes::AddSimplifyPasses(pm);
+    absl::StatusOr<ir::Graph> simplified = pm.Run(source_);
+    if (!simplified.ok()) return simplified.status();
+    graph_ = *std::move(simplified);
+
+    plan_ = passes::Fuse(graph_);
+    Dump("fusion.txt", passes::PrintFusionPlan(graph_, plan_));
+
+    std::vector<ir::TensorType> parameter_types, output_types;
+    for (ir::NodeId p : graph_.Parameters()) parameter_types.push_back(graph_.node(p).type);
+    for (const ir::Output& out : graph_.outputs()) {
+      output_types.push_back(graph_.node(out.node).type);
+    }
+
+    spec_.name = "cpu_graph";
+    spec_.num_inputs = static_cast<int>(parameter_types.size());
+    spec_.num_outputs = static_cast<int>(output_types.size());
+    if (absl::Status s = BindExternalSlots(); !s.ok()) return s;
+    for (size_t g = 0; g < plan_.groups.size(); ++g) {
+      if (absl::Status s = CompileGroup(static_cast<int>(g)); !s.ok()) return s;
+    }
+    if (absl::Status s = CopyRepeatedOutputs(); !s.ok()) return s;
+    if (absl::Status s = PlaceArenaBuffers(); !s.ok()) return s;
+
+    spec_.keep_alive = std::make_shared<const KeepAlive>(std::move(keep_alive_));
+    absl::StatusOr<runtime::Executable> executable = runtime::Executable::Create(std::move(spec_));
+    if (!executable.ok()) {
+      return absl::InternalError(
+          absl::StrCat("cpu backend: invalid launch plan: ", executable.status().message()));
+    }
+    Dump("executable.txt", executable->ToString());
+    return std::make_shared<const CompiledGraph>(
+        CompiledGraph{source_, *std::move(executable), std::move(parameter_types),
+                      std::move(output_types), num_kernels_, num_gemm_steps_, dump_.directory()});
+  }
+
+ private:
+  struct KeepAlive {
+    std::vector<std::shared_ptr<const void>> code;
+    std::vector<std::unique_ptr<ContractionStep>> contractions;
+  };
+
+  void Dump(const std::string& name, const std::string& contents) {
+    if (!dump_.enabled()) return;
+    if (absl::Status s = dump_.Write(name, contents); !s.ok()) {
+      std::fprintf(stderr, "kiln: KILN_DUMP: %s\n", std::string(s.message()).c_str());
+    }
+  }
+
+  // Slots for parameters, graph outputs and non-splat constants; every other value a group
+  // writes gets an arena slot when first needed.
+  absl::Status BindExternalSlots() {
+    const std::vector<ir::NodeId> params = graph_.Parameters();
+    for (size_t k = 0; k < params.size(); ++k) {
+      const ir::Node& node = graph_.node(params[k]);
+      slot_of_[params[k]] =
+          AddSlot(runtime::Slot::Input(static_cast<int64_t>(k), ByteSize(node.type)), node);
+    }
+    const auto& outputs = graph_.outputs();
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      const ir::NodeId id = outputs[k].node;
+      const ir::Node& node = graph_.node(id);
+      const int slot =
+          AddSlot(runtime::Slot::Output(static_cast<int64_t>(k), ByteSize(node.type)), node);
+      // Parameters and constants have homes of their own; no kernel computes them.
+      const bool computed = node.op != ir::Op::kParameter && node.op != ir::Op::kConstant;
+      if (computed && slot_of_.count(id) == 0) {
+        slot_of_[id] = slot;  // the value's home: later groups read it from the output
+      } else {
+        extra_output_slots_.emplace_back(id, slot);  // a parameter or a repeated output
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  int AddSlot(runtime::Slot slot, const ir::Node& node) {
+    slot.label = absl::StrCat(ir::OpName(node.op), " ", ir::TypeToString(node.type));
+    spec_.slots.push_back(std::move(slot));
+    return static_cast<int>(spec_.slots.size() - 1);
+  }
+
+  // The slot holding `id`'s value, creating an arena slot (offset assigned by the memory plan)
+  // or a constant slot on first use.
+  int SlotFor(ir::NodeId id) {
+    auto it = slot_of_.find(id);
+    if (it != slot_of_.end()) return it->second;
+    const ir::Node& node = graph_.node(id);
+    int slot;
+    if (node.op == ir::Op::kConstant) {
+      const ir::TensorData& literal = *node.attrs.literal;
+      std::vector<std::byte> bytes(literal.data(), literal.data() + literal.size_bytes());
+      slot = AddSlot(runtime::Slot::Constant(std::move(bytes)), node);
+    } else {
+      slot = AddSlot(runtime::Slot::Arena(0, ByteSize(node.type)), node);
+      arena_buffer_of_slot_[slot] = static_cast<passes::BufferId>(arena_buffers_.size());
+      arena_buffers_.push_back(
+          passes::PlanBuffer{ByteSize(node.type), false, false, absl::StrCat("%", id)});
+    }
+    slot_of_[id] = slot;
+    return slot;
+  }
+
+  int ErrorFlagSlot() {
+    if (error_flag_slot_ < 0) {
+      spec_.slots.push_back(runtime::Slot::ErrorFlag());
+      error_flag_slot_ = static_cast<int>(spec_.slots.size() - 1);
+    }
+    return error_flag_slot_;
+  }
+
+  // Tells the memory planner which arena buffers the next step reads and writes.
+  void RecordPlanStep(std::string name, const std::vector<int>& read_slots,
+                      const std::vector<int>& written_slots) {
+    passes::PlanStep plan_step;
+    plan_step.name = std::move(name);
+    for (int s : read_slots) {
+      if (auto it = arena_buffer_of_slot_.find(s); it != arena_buffer_of_slot_.end()) {
+        plan_step.inputs.push_back(it->second);
+      }
+    }
+    for (int s : written_slots) {
+      if (auto it = arena_buffer_of_slot_.find(s); it != arena_buffer_of_slot_.end()) {
+        plan_step.outputs.push_back(it->second);
+      }
+    }
+    plan_steps_.push_back(std::move(plan_step));
+  }
+
+  void AddStep(runtime::Step step, const std::vector<int>& read_slots,
+               const std::vector<int>& written_slots) {
+    RecordPlanStep(step.name, read_slots, written_slots);
+    spec_.steps.push_back(std::move(step));
+  }
+
+  absl::Status GroupError(int g, const absl::Status& status) {
+    const FusionGroup& group = plan_.groups[g];
+    return absl::Status(
+        status.code(),
+        absl::StrCat("cpu backend: group ", g, " (", passes::FusionKindName(group.kind), ", root %",
+                     group.root, " = ", ir::OpName(graph_.node(group.root).op),
+                     "): ", status.message()));
+  }
+
+  absl::Status CompileGroup(int g) {
+    const FusionGroup& group = plan_.groups[g];
+    // A parameter or constant that is a graph output: CopyRepeatedOutputs copies it.
+    if (group.kind == FusionKind::kCopy && group.nodes.empty()) return absl::OkStatus();
+    if (group.kind == FusionKind::kContraction && GemmSupports(graph_, group.root)) {
+      return CompileContraction(g);
+    }
+    absl::StatusOr<Kernel> kernel = LowerGroup(graph_, group, absl::StrCat("k", g));
+    if (!kernel.ok()) return GroupError(g, kernel.status());
+    return EmitKernel(g, *kernel);
+  }
+
+  // Compiles `kernel` and appends its launch. Its args name the graph values they hold.
+  absl::Status EmitKernel(int g, const Kernel& kernel,
+                          const std::map<ir::NodeId, int>& slot_override = {}) {
+    const std::string dump_name = absl::StrCat("kernel_", num_kernels_);
+    Dump(dump_name + ".kir", PrintKernel(kernel));
+    CompileOptions options;
+    options.dump = dump_.enabled() ? &dump_ : nullptr;
+    options.dump_name = dump_name;
+    absl::StatusOr<CompiledKernel> code = KernelCompiler().Compile(kernel, options);
+    if (!code.ok()) return GroupError(g, code.status());
+    keep_alive_.code.push_back(code->keep_alive);
+
+    runtime::Step step;
+    step.fn = code->fn;
+    step.parallel_extent = kernel.parallel_extent;
+    step.grain = GrainFor(kernel);
+    step.name = kernel.name;
+    std::vector<int> reads, writes;
+    for (const KernelArg& arg : kernel.args) {
+      int slot;
+      if (arg.role == ArgRole::kErrorFlag) {
+        slot = ErrorFlagSlot();
+        step.error_context = arg.name;
+      } else if (auto it = slot_override.find(arg.node); it != slot_override.end()) {
+        slot = it->second;
+      } else {
+        slot = SlotFor(arg.node);
+      }
+      step.slot_args.push_back(slot);
+      (arg.role == ArgRole::kInput ? reads : writes).push_back(slot);
+      // scatter_add reads back what it writes; the planner only needs the write.
+    }
+    ++num_kernels_;
+    AddStep(std::move(step), reads, writes);
+    return absl::OkStatus();
+  }
+
+  // A matmul or convolution through the packed GEMM, then the rest of the group (bias,
+  // activation, residual) as an elementwise kernel over its result.
+  absl::Status CompileContraction(int g) {
+    const FusionGroup& group = plan_.groups[g];
+    const ir::Node& root = graph_.node(group.root);
+    const ir::NodeId lhs = root.inputs[0], rhs = root.inputs[1];
+    auto step_desc = std::make_unique<ContractionStep>();
+    step_desc->pool = &runtime::DefaultThreadPool();
+    const ir::Shape& a = graph_.node(lhs).type.shape;
+    const ir::Shape& b = graph_.node(rhs).type.shape;
+    if (root.op == ir::Op::kMatMul) {
+      const size_t r = a.size();
+      std::vector<int64_t> batch(a.begin(), a.end() - 2);
+      GemmParams& p = step_desc->gemm;
+      p.dtype = root.type.dtype;
+      p.batch = batch;
+      p.m = a[r - 2];
+      p.k = a[r - 1];
+      p.n = b[r - 1];
+      p.a = DenseMatrix(nullptr, p.m, p.k, batch);
+      p.b = DenseMatrix(nullptr, p.k, p.n, batch);
+      p.c = DenseMatrix(nullptr, p.m, p.n, batch);
+    } else {
+      ConvParams& p = step_desc->conv;
+      step_desc->is_conv = true;
+      p.dtype = root.type.dtype;
+      p.input_shape = a;
+      p.weight_shape = b;
+      p.strides = root.attrs.strides;
+      p.low = root.attrs.low;
+      p.high = root.attrs.high;
+      p.dilation = root.attrs.dilation;
+      p.input_dilation = root.attrs.input_dilation;
+      p.groups = root.attrs.groups;
+      if (absl::StatusOr<ir::Shape> shape = ConvOutputShape(p); !shape.ok()) {
+        return GroupError(g, shape.status());
+      }
+    }
+
+    // Where the contraction's result goes: its own slot when something outside reads it,
+    // otherwise a temporary the epilogue consumes.
+    // The group's nodes include the leaves it recomputes (an operand computed just below, or a
+    // fill an epilogue op reads); only other nodes make an epilogue.
+    bool has_epilogue = false;
+    for (const ir::NodeId id : group.nodes) {
+      has_epilogue |= id != group.root && !passes::IsRecomputedLeaf(graph_.node(id));
+    }
+    int result_slot;
+    if (!has_epilogue ||
+        std::find(group.outputs.begin(), group.outputs.end(), group.root) != group.outputs.end()) {
+      result_slot = SlotFor(group.root);
+    } else {
+      result_slot = AddSlot(runtime::Slot::Arena(0, ByteSize(root.type)), root);
+      arena_buffer_of_slot_[result_slot] = static_cast<passes::BufferId>(arena_buffers_.size());
+      arena_buffers_.push_back(passes::PlanBuffer{ByteSize(root.type), false, false,
+                                                  absl::StrCat("%", group.root, " (gemm result)")});
+    }
+
+    const ContractionStep* desc_ptr = step_desc.get();
+    std::vector<std::byte> desc_bytes(sizeof(desc_ptr));
+    std::memcpy(desc_bytes.data(), &desc_ptr, sizeof(desc_ptr));
+    spec_.slots.push_back(runtime::Slot::Constant(std::move(desc_bytes)));
+    const int desc_slot = static_cast<int>(spec_.slots.size() - 1);
+    keep_alive_.contractions.push_back(std::move(step_desc));
+
+    // Fuse recomputes leaves (fill, iota, random_*) inside each group that reads them, so an
+    // operand of the contraction may be such a leaf with no buffer of its own; the GEMM needs
+    // one, so it is computed by a kernel of its own first (constants have constant slots).
+    for (const ir::NodeId operand : {lhs, rhs}) {
+      const ir::Node& node = graph_.node(operand);
+      if (slot_of_.count(operand) != 0 || node.op == ir::Op::kConstant ||
+          !passes::IsRecomputedLeaf(node)) {
+        continue;
+      }
+      FusionGroup leaf;
+      leaf.kind = FusionKind::kElementwise;
+      leaf.nodes = {operand};
+      leaf.outputs = {operand};
+      leaf.root = operand;
+      absl::StatusOr<Kernel> kernel =
+          LowerGroup(graph_, leaf, absl::StrCat("k", g, "_operand_", operand));
+      if (!kernel.ok()) return GroupError(g, kernel.status());
+      if (absl::Status s = EmitKernel(g, *kernel); !s.ok()) return s;
+    }
+
+    runtime::Step step;
+    step.fn = ContractionKernel;
+    step.parallel_extent = 1;
+    step.grain = 1;
+    step.name = absl::StrCat(root.op == ir::Op::kMatMul ? "gemm_" : "conv_", group.root);
+    const int lhs_slot = SlotFor(lhs), rhs_slot = SlotFor(rhs);
+    step.slot_args = {lhs_slot, rhs_slot, result_slot, desc_slot};
+    ++num_gemm_steps_;
+    AddStep(std::move(step), {lhs_slot, rhs_slot}, {result_slot});
+
+    if (!has_epilogue) return absl::OkStatus();
+    absl::StatusOr<Epilogue> epilogue = LowerEpilogue(graph_, group);
+    if (!epilogue.ok()) return GroupError(g, epilogue.status());
+    epilogue->kernel.name = absl::StrCat("epilogue_", group.root);
+    return EmitKernel(g, epilogue->kernel, {{group.root, result_slot}});
+  }
+
+  // A value that is a graph output more than once, or a parameter that is an output, is copied
+  // into each extra output at the end (the fused kernels wrote its first home).
+  absl::Status CopyRepeatedOutputs() {
+    for (const auto& [id, out_slot] : extra_output_slots_) {
+      const int source = SlotFor(id);
+      const std::string name = absl::StrCat("copy_%", id);
+      RecordPlanStep(name, {source}, {out_slot});
+      runtime::AppendCopyStep(spec_, source, out_slot, ByteSize(graph_.node(id).type), name);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status PlaceArenaBuffers() {
+    absl::StatusOr<passes::MemoryPlan> plan = passes::PlanMemory(arena_buffers_, plan_steps_);
+    if (!plan.ok()) {
+      return absl::InternalError(
+          absl::StrCat("cpu backend: memory planning failed: ", plan.status().message()));
+    }
+    Dump("memory_plan.txt", plan->ToString());
+    for (const auto& [slot, buffer] : arena_buffer_of_slot_) {
+      spec_.slots[slot].offset = std::max<int64_t>(plan->buffers[buffer].offset, 0);
+    }
+    return absl::OkStatus();
+  }
+
+  static CpuCompiler& KernelCompiler() {
+    static CpuCompiler* compiler = new CpuCompiler();
+    return *compiler;
+  }
+
+  const ir::Graph& source_;
+  ir::Graph graph_;
+  passes::FusionPlan plan_;
+  passes::DumpSession dump_;
+  runtime::ExecutableSpec spec_;
+  KeepAlive keep_alive_;
+  std::unordered_map<ir::NodeId, int> slot_of_;
+  std::vector<std::pair<ir::NodeId, int>> extra_output_slots_;
+  std::map<int, passes::BufferId> arena_buffer_of_slot_;
+  std::vector<passes::PlanBuffer> arena_buffers_;
+  std::vector<passes::PlanStep> plan_steps_;
+  int error_flag_slot_ = -1;
+  int num_kernels_ = 0;
+  int num_gemm_steps_ = 0;
+};
+
+struct GraphCache {
+  std::mutex mutex;
+  std::unordered_map<uint64_t, std::shared_ptr<const CompiledGraph>> entries;
+  GraphCacheStats stats;
+};
+
+GraphCache& Cache() {
+  static GraphCache* cache = new GraphCache();
+  return *cache;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(const ir::Graph& graph) {
+  return Compiler(graph).Run();
+}
+
+absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
+    const CompiledGraph& compiled,
+    std::span<const std::shared_ptr<const ir::TensorData>> arguments) {
+  if (arguments.size() != compiled.parameter_types.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("cpu backend: ", arguments.size(),
+                                                   " arguments for ",
+                                                   compiled.parameter_types.size(), " parameters"));
+  }
+  absl::InlinedVector<const void*, 8> inputs(arguments.size());
+  for (size_t k = 0; k < arguments.size(); ++k) {
+    const ir::TensorType& want = compiled.parameter_types[k];
+    if (arguments[k]->dtype() != want.dtype || arguments[k]->shape() != want.shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cpu backend: argument ", k, " is ", ir::DTypeName(arguments[k]->dtype()),
+                       ir::ShapeToString(arguments[k]->shape()), ", the graph expects ",
+                       ir::TypeToString(want)));
+    }
+    inputs[k] = arguments[k]->data();
+  }
+  std::vector<ir::TensorData> results;
+  results.reserve(compiled.output_types.size());
+  absl::InlinedVector<void*, 4> outputs;
+  for (const ir::TensorType& type : compiled.output_types) {
+    results.push_back(ir::TensorData::Uninitialized(type.dtype, type.shape));
+    outputs.push_back(results.back().data());
+  }
+  if (absl::Status s = compiled.executable.Run(inputs, outputs, runtime::DefaultThreadPool());
+      !s.ok()) {
+    return s;
+  }
+  return results;
+}
+
+GraphCacheStats GetGraphCacheStats() {
+  GraphCache& cache = Cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  GraphCacheStats stats = cache.stats;
+  stats.entries = static_cast<int64_t>(cache.entries.size());
+  return stats;
+}
+
+absl::StatusOr<std::vector<ir::TensorData>> CompileAndRun(
+    const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments) {
+  const uint64_t key = ir::SignatureHash(graph);
+  std::shared_ptr<const CompiledGraph> compiled;
+  GraphCache& cache = Cache();
+  {
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    auto it = cache.entries.find(key);
+    if (it != cache.entries.end() && passes::SameGraph(it->second->source, graph)) {
+      compiled = it->second;
+      ++cache.stats.hits;
+    }
+  }
+  if (!compiled) {
+    absl::StatusOr<std::shared_ptr<const CompiledGraph>> fresh = CompileGraph(graph);
+    if (!fresh.ok()) return fresh.status();
+    compiled = *std::move(fresh);
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    cache.entries[key] = compiled;
+    ++cache.stats.compiles;
+  }
+  return RunCompiledGraph(*compiled, arguments);
+}
+
+}  // namespace kiln::codegen::cpu

@@ -1,0 +1,69 @@
+// The CPU backend's graph compiler: ir::Graph → runtime::Executable.
+//
+//   simplify passes (passes/simplify.h) → Fuse (passes/fusion.h) → per group:
+//     elementwise / reduction / scatter / copy → LowerGroup → CpuCompiler (ExpandMath, LLVM, JIT)
+//     contraction (f32/f64 matmul, conv) → the packed GEMM (gemm.h), then the group's elementwise
+//       epilogue (LowerEpilogue) as its own kernel over the result
+//   → PlanMemory (liveness, arena offsets) → runtime::Executable (slots + steps).
+//
+// KILN_DUMP=<dir> writes each compile's stages into a fresh subfolder: the graph before and after
+// every pass (NN-<pass>.kir), fusion.txt (groups and every fusion decision with its reason),
+// kernel_K.kir (kernel IR), kernel_K.ll and kernel_K.s (LLVM IR after O3 and assembly),
+// memory_plan.txt and executable.txt.
+//
+// Compiled graphs are cached in memory by ir::SignatureHash (checked against the graph itself,
+// so a hash collision costs a compile, never a wrong result); kernels are also cached on disk
+// under KILN_CACHE_DIR by CpuCompiler, so a second process skips LLVM.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ir/graph.h"
+#include "ir/tensor_data.h"
+#include "runtime/executable.h"
+
+namespace kiln::codegen::cpu {
+
+/// A graph compiled for the host CPU.
+struct CompiledGraph {
+  /// The graph as given (before simplification): the cache compares against it.
+  ir::Graph source;
+  runtime::Executable executable;
+  /// Types of the parameters (positional) and outputs.
+  std::vector<ir::TensorType> parameter_types;
+  std::vector<ir::TensorType> output_types;
+  /// Number of kernels launched per run and of groups that went to the GEMM.
+  int num_kernels = 0;
+  int num_gemm_steps = 0;
+  /// The dump folder of this compile ("" when KILN_DUMP was unset).
+  std::string dump_directory;
+};
+
+/// Compiles `graph` (which must verify) for the host CPU. Errors name the stage and, for
+/// kernel-level failures, the fusion group and its root node.
+absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(const ir::Graph& graph);
+
+/// Runs a compiled graph: `arguments` are the values of the graph's parameters in order (types
+/// checked; data used in place when 64-byte aligned, which ir::TensorData always is).
+absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
+    const CompiledGraph& compiled,
+    std::span<const std::shared_ptr<const ir::TensorData>> arguments);
+
+/// Counters of the process-wide compiled-graph cache.
+struct GraphCacheStats {
+  int64_t compiles = 0;  // graphs compiled
+  int64_t hits = 0;      // realizations served by an already compiled graph
+  int64_t entries = 0;   // graphs cached now
+};
+GraphCacheStats GetGraphCacheStats();
+
+/// Compiles (or finds in the cache) and runs `graph`: the `kiln::Cpu` backend's executor.
+absl::StatusOr<std::vector<ir::TensorData>> CompileAndRun(
+    const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments);
+
+}  // namespace kiln::codegen::cpu

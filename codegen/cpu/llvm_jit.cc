@@ -1,0 +1,234 @@
+#include "codegen/cpu/llvm_jit.h"
+
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/IR/DataLayout.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/IR/Verifier.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/CodeGen.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/Transforms/Utils/Cloning.h"
+
+namespace kiln::codegen::cpu {
+namespace {
+
+std::string ErrorText(llvm::Error error) { return llvm::toString(std::move(error)); }
+
+// Machine code for the JIT: the host CPU with every feature it has, full optimisation,
+// position-independent code in the small code model (the linker adds stubs for far calls
+// into libm).
+llvm::orc::JITTargetMachineBuilder HostMachineBuilder(llvm::orc::JITTargetMachineBuilder jtmb) {
+  jtmb.setCodeGenOptLevel(llvm::CodeGenOpt::Aggressive);
+  jtmb.setRelocationModel(llvm::Reloc::PIC_);
+  jtmb.setCodeModel(llvm::CodeModel::Small);
+  return jtmb;
+}
+
+}  // namespace
+
+struct LlvmJit::Impl {
+  Impl(llvm::orc::JITTargetMachineBuilder machine_builder, std::unique_ptr<llvm::orc::LLJIT> lljit,
+       llvm::DataLayout layout)
+      : jtmb(std::move(machine_builder)), jit(std::move(lljit)), data_layout(std::move(layout)) {}
+
+  llvm::orc::JITTargetMachineBuilder jtmb;
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  llvm::DataLayout data_layout;
+  HostTarget host;
+  std::atomic<uint64_t> next_dylib_id{0};
+};
+
+struct LoadedObject::DylibHandle {
+  llvm::orc::LLJIT* jit;
+  llvm::orc::JITDylib* dylib;
+};
+
+LoadedObject::LoadedObject(std::unique_ptr<DylibHandle> dylib, uint64_t address)
+    : dylib_(std::move(dylib)), address_(address) {}
+
+LoadedObject::~LoadedObject() {
+  if (dylib_ == nullptr) return;
+  if (llvm::Error error = dylib_->jit->getExecutionSession().removeJITDylib(*dylib_->dylib)) {
+    // Nothing can be done about a failed release but leaking it; say so rather than hide it.
+    std::fprintf(stderr, "kiln: releasing JIT code failed: %s\n",
+                 ErrorText(std::move(error)).c_str());
+  }
+}
+
+LlvmJit::LlvmJit(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+absl::StatusOr<LlvmJit*> LlvmJit::Get() {
+  static absl::StatusOr<LlvmJit*>* const instance = [] {
+    auto* result = new absl::StatusOr<LlvmJit*>(absl::InternalError("unset"));
+    if (llvm::InitializeNativeTarget() || llvm::InitializeNativeTargetAsmPrinter() ||
+        llvm::InitializeNativeTargetAsmParser()) {
+      *result = absl::FailedPreconditionError(
+          "cpu codegen: LLVM has no native target for this host (LLVM built without it?)");
+      return result;
+    }
+    auto detected = llvm::orc::JITTargetMachineBuilder::detectHost();
+    if (!detected) {
+      *result = absl::FailedPreconditionError(absl::StrCat(
+          "cpu codegen: cannot detect the host target: ", ErrorText(detected.takeError())));
+      return result;
+    }
+    llvm::orc::JITTargetMachineBuilder jtmb = HostMachineBuilder(std::move(*detected));
+    auto layout = jtmb.getDefaultDataLayoutForTarget();
+    if (!layout) {
+      *result = absl::FailedPreconditionError(absl::StrCat(
+          "cpu codegen: no data layout for the host: ", ErrorText(layout.takeError())));
+      return result;
+    }
+    auto lljit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).create();
+    if (!lljit) {
+      *result = absl::FailedPreconditionError(
+          absl::StrCat("cpu codegen: cannot create the ORC JIT: ", ErrorText(lljit.takeError())));
+      return result;
+    }
+    // Kernels call libm (sinf, powf, ...): resolve undefined symbols against the process.
+    auto process_symbols =
+        llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(layout->getGlobalPrefix());
+    if (!process_symbols) {
+      *result = absl::FailedPreconditionError(
+          absl::StrCat("cpu codegen: cannot search the process's symbols: ",
+                       ErrorText(process_symbols.takeError())));
+      return result;
+    }
+    (*lljit)->getMainJITDylib().addGenerator(std::move(*process_symbols));
+
+    auto impl = std::make_unique<Impl>(jtmb, std::move(*lljit), *layout);
+    impl->host.triple = jtmb.getTargetTriple().str();
+    impl->host.cpu = jtmb.getCPU();
+    impl->host.features = jtmb.getFeatures().getString();
+    *result = new LlvmJit(std::move(impl));
+    return result;
+  }();
+  return *instance;
+}
+
+const HostTarget& LlvmJit::host() const { return impl_->host; }
+
+void LlvmJit::ConfigureModule(llvm::Module& module) const {
+  module.setTargetTriple(impl_->host.triple);
+  module.setDataLayout(impl_->data_layout);
+  for (llvm::Function& function : module) {
+    if (function.isDeclaration()) continue;
+    function.addFnAttr("target-cpu", impl_->host.cpu);
+    function.addFnAttr("target-features", impl_->host.features);
+  }
+}
+
+absl::StatusOr<ObjectCode> LlvmJit::Codegen(llvm::Module& module, bool want_text) const {
+  ConfigureModule(module);
+  {
+    std::string problems;
+    llvm::raw_string_ostream stream(problems);
+    if (llvm::verifyModule(module, &stream)) {
+      stream.flush();
+      return absl::InternalError(absl::StrCat("cpu codegen: the emitted LLVM module '",
+                                              module.getName().str(), "' is invalid: ", problems));
+    }
+  }
+  // A target machine per call: TargetMachine is not safe to share between threads compiling.
+  auto machine = impl_->jtmb.createTargetMachine();
+  if (!machine) {
+    return absl::InternalError(absl::StrCat("cpu codegen: cannot create a target machine: ",
+                                            ErrorText(machine.takeError())));
+  }
+  llvm::TargetMachine& target = **machine;
+
+  {
+    llvm::LoopAnalysisManager loop_analyses;
+    llvm::FunctionAnalysisManager function_analyses;
+    llvm::CGSCCAnalysisManager cgscc_analyses;
+    llvm::ModuleAnalysisManager module_analyses;
+    llvm::PipelineTuningOptions tuning;
+    tuning.LoopVectorization = true;
+    tuning.SLPVectorization = true;
+    tuning.LoopUnrolling = true;
+    llvm::PassBuilder builder(&target, tuning);
+    builder.registerModuleAnalyses(module_analyses);
+    builder.registerCGSCCAnalyses(cgscc_analyses);
+    builder.registerFunctionAnalyses(function_analyses);
+    builder.registerLoopAnalyses(loop_analyses);
+    builder.crossRegisterProxies(loop_analyses, function_analyses, cgscc_analyses, module_analyses);
+    llvm::ModulePassManager pipeline =
+        builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+    pipeline.run(module, module_analyses);
+  }
+
+  ObjectCode code;
+  auto emit = [&](llvm::Module& input, llvm::CodeGenFileType type,
+                  std::string& out) -> absl::Status {
+    llvm::SmallVector<char, 0> buffer;
+    llvm::raw_svector_ostream stream(buffer);
+    llvm::legacy::PassManager passes;
+    if (target.addPassesToEmitFile(passes, stream, nullptr, type)) {
+      return absl::InternalError(
+          absl::StrCat("cpu codegen: target ", impl_->host.triple, " cannot emit this file type"));
+    }
+    passes.run(input);
+    out.assign(buffer.data(), buffer.size());
+    return absl::OkStatus();
+  };
+  if (want_text) {
+    llvm::raw_string_ostream stream(code.llvm_ir);
+    module.print(stream, nullptr);
+    stream.flush();
+    // Code generation mutates the module: the assembly comes from a copy.
+    std::unique_ptr<llvm::Module> copy = llvm::CloneModule(module);
+    if (absl::Status status = emit(*copy, llvm::CGFT_AssemblyFile, code.assembly); !status.ok()) {
+      return status;
+    }
+  }
+  if (absl::Status status = emit(module, llvm::CGFT_ObjectFile, code.object); !status.ok()) {
+    return status;
+  }
+  return code;
+}
+
+absl::StatusOr<std::unique_ptr<LoadedObject>> LlvmJit::Load(std::string_view object,
+                                                            const std::string& symbol) {
+  llvm::orc::LLJIT& jit = *impl_->jit;
+  const std::string name = absl::StrCat("kiln_kernel_", impl_->next_dylib_id.fetch_add(1));
+  auto dylib = jit.createJITDylib(name);
+  if (!dylib) {
+    return absl::InternalError(absl::StrCat("cpu codegen: cannot create JITDylib ", name, ": ",
+                                            ErrorText(dylib.takeError())));
+  }
+  dylib->addToLinkOrder(jit.getMainJITDylib());
+  // From here on the handle owns the dylib: every error path below releases it.
+  auto handle =
+      std::unique_ptr<LoadedObject::DylibHandle>(new LoadedObject::DylibHandle{&jit, &*dylib});
+  auto loaded = std::unique_ptr<LoadedObject>(new LoadedObject(std::move(handle), 0));
+
+  std::unique_ptr<llvm::MemoryBuffer> buffer =
+      llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()), name);
+  if (llvm::Error error = jit.addObjectFile(*dylib, std::move(buffer))) {
+    return absl::InternalError(absl::StrCat("cpu codegen: cannot add the object of ", symbol,
+                                            " to the JIT: ", ErrorText(std::move(error))));
+  }
+  auto address = jit.lookup(*dylib, symbol);
+  if (!address) {
+    return absl::InternalError(
+        absl::StrCat("cpu codegen: cannot link ", symbol, ": ", ErrorText(address.takeError())));
+  }
+  loaded->address_ = address->getValue();
+  return loaded;
+}
+
+}  // namespace kiln::codegen::cpu

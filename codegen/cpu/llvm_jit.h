@@ -1,0 +1,91 @@
+// The process-wide LLVM ORC JIT of the CPU backend, and the O3 + machine-code pipeline.
+//
+// Internal to codegen/cpu: other folders use codegen/cpu/jit.h. This header names LLVM types only
+// through forward declarations, so including it needs no LLVM include path; only the .cc files of
+// codegen/cpu/ include LLVM headers.
+//
+// The pipeline always goes through an object file: a module is optimised (the O3 pipeline, tuned
+// for the host CPU), compiled to a relocatable object, and the object is loaded into the JIT. The
+// same bytes are what the on-disk cache stores, so a cache hit and a fresh compile run identical
+// machine code.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace llvm {
+class Module;
+}  // namespace llvm
+
+namespace kiln::codegen::cpu {
+
+/// The machine code is compiled for: the host, as LLVM detects it (znver3: +avx2 +fma here).
+struct HostTarget {
+  std::string triple;    // "x86_64-unknown-linux-gnu"
+  std::string cpu;       // "znver3"
+  std::string features;  // "+avx2,+fma,...": the full subtarget feature string
+};
+
+/// What Codegen produces: the object file, plus the optimised IR and assembly when asked.
+struct ObjectCode {
+  std::string object;    // ELF relocatable object bytes, loadable by LlvmJit::Load
+  std::string llvm_ir;   // the module after O3 (empty unless requested)
+  std::string assembly;  // the host assembly (empty unless requested)
+};
+
+/// Code loaded into the JIT. The code stays mapped while this object lives; destroying it
+/// releases the code (the JITDylib holding it is removed).
+class LoadedObject {
+ public:
+  LoadedObject(const LoadedObject&) = delete;
+  LoadedObject& operator=(const LoadedObject&) = delete;
+  ~LoadedObject();
+
+  /// Address of the symbol Load looked up.
+  uint64_t address() const { return address_; }
+
+ private:
+  friend class LlvmJit;
+  struct DylibHandle;
+  LoadedObject(std::unique_ptr<DylibHandle> dylib, uint64_t address);
+
+  std::unique_ptr<DylibHandle> dylib_;
+  uint64_t address_;
+};
+
+/// The JIT: one per process (Get), thread-safe. Never destroyed, so kernels stay valid during
+/// static destruction.
+class LlvmJit {
+ public:
+  /// Creates the JIT on first use (initialises LLVM's native target). An error when LLVM cannot
+  /// target the host.
+  static absl::StatusOr<LlvmJit*> Get();
+
+  const HostTarget& host() const;
+
+  /// Sets the module's triple and data layout and every defined function's target-cpu and
+  /// target-features attributes for the host. Emitters call this before building code that
+  /// depends on the data layout; Codegen calls it again (idempotent).
+  void ConfigureModule(llvm::Module& module) const;
+
+  /// Verifies `module`, runs the O3 pipeline for the host CPU and emits an object file; with
+  /// `want_text`, also the optimised IR and the assembly. Consumes (mutates) the module. Safe to
+  /// call from several threads on modules of distinct LLVMContexts.
+  absl::StatusOr<ObjectCode> Codegen(llvm::Module& module, bool want_text) const;
+
+  /// Loads `object` (from Codegen, possibly via the disk cache) into a fresh JITDylib, resolving
+  /// undefined symbols against the process (libm), and returns the address of `symbol`.
+  absl::StatusOr<std::unique_ptr<LoadedObject>> Load(std::string_view object,
+                                                     const std::string& symbol);
+
+ private:
+  struct Impl;
+  explicit LlvmJit(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::codegen::cpu

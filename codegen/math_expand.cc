@@ -1,0 +1,309 @@
+#include "codegen/math_expand.h"
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace kiln::codegen {
+namespace {
+
+constexpr ScalarType kF32 = ScalarType::kF32;
+constexpr ScalarType kI32 = ScalarType::kI32;
+constexpr ScalarType kBool = ScalarType::kBool;
+
+bool IsExpandable(const Expr& e) {
+  if (e.type != kF32) return false;
+  switch (e.op) {
+    case ExprOp::kExp:
+    case ExprOp::kLog:
+    case ExprOp::kTanh:
+    case ExprOp::kErf:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Rebuilds the expression DAG of a kernel in demand order: a value is emitted (after its
+// operands) when a statement or a later value first needs it, and the f32 transcendental
+// functions are emitted as their expansions. Operands therefore always precede users, and values
+// that only the replaced expressions used disappear.
+class Expander {
+ public:
+  explicit Expander(const Kernel& kernel) : in_(kernel), remap_(kernel.exprs.size(), kNoValue) {}
+
+  Kernel Run() && {
+    Kernel out = in_;
+    out.exprs.clear();
+    out.body = RemapBlock(in_.body);
+    out.exprs = std::move(exprs_);
+    return out;
+  }
+
+ private:
+  std::vector<Stmt> RemapBlock(const std::vector<Stmt>& block) {
+    std::vector<Stmt> result;
+    result.reserve(block.size());
+    for (const Stmt& stmt : block) result.push_back(RemapStmt(stmt));
+    return result;
+  }
+
+  Stmt RemapStmt(const Stmt& stmt) {
+    Stmt out = stmt;
+    // Operand order follows execution order: init before the loop, the body, then the value.
+    if (stmt.init != kNoValue) out.init = Get(stmt.init);
+    out.body = RemapBlock(stmt.body);
+    if (stmt.index != kNoValue) out.index = Get(stmt.index);
+    if (stmt.value != kNoValue) out.value = Get(stmt.value);
+    if (stmt.predicate != kNoValue) out.predicate = Get(stmt.predicate);
+    if (stmt.result != kNoValue) out.result = Get(stmt.result);
+    return out;
+  }
+
+  // The new id of old expression `id`, emitting it (and its operands) on first use.
+  ValueId Get(ValueId id) {
+    ValueId& slot = remap_[static_cast<size_t>(id)];
+    if (slot != kNoValue) return slot;
+    const Expr& e = in_.expr(id);
+    ValueId result;
+    if (auto x = MatchSigmoid(e)) {
+      result = Sigmoid(Get(*x));
+    } else if (IsExpandable(e)) {
+      const ValueId x = Get(e.operands[0]);
+      switch (e.op) {
+        case ExprOp::kExp:
+          result = Exp(x);
+          break;
+        case ExprOp::kLog:
+          result = Log(x);
+          break;
+        case ExprOp::kTanh:
+          result = Tanh(x);
+          break;
+        default:
+          result = Erf(x);
+          break;
+      }
+    } else {
+      Expr copy = e;
+      for (ValueId& operand : copy.operands) operand = Get(operand);
+      result = Append(std::move(copy));
+    }
+    remap_[static_cast<size_t>(id)] = result;
+    return result;
+  }
+
+  // reciprocal(add(exp(neg x), 1)) or div(1, add(...)) with either add order, all f32: returns x.
+  std::optional<ValueId> MatchSigmoid(const Expr& e) const {
+    if (e.type != kF32) return std::nullopt;
+    ValueId sum;
+    if (e.op == ExprOp::kReciprocal) {
+      sum = e.operands[0];
+    } else if (e.op == ExprOp::kDiv && IsConstant(e.operands[0], 1.0)) {
+      sum = e.operands[1];
+    } else {
+      return std::nullopt;
+    }
+    const Expr& add = in_.expr(sum);
+    if (add.op != ExprOp::kAdd) return std::nullopt;
+    ValueId exp_id;
+    if (IsConstant(add.operands[1], 1.0)) {
+      exp_id = add.operands[0];
+    } else if (IsConstant(add.operands[0], 1.0)) {
+      exp_id = add.operands[1];
+    } else {
+      return std::nullopt;
+    }
+    const Expr& exp = in_.expr(exp_id);
+    if (exp.op != ExprOp::kExp) return std::nullopt;
+    const Expr& neg = in_.expr(exp.operands[0]);
+    if (neg.op != ExprOp::kNeg) return std::nullopt;
+    return neg.operands[0];
+  }
+
+  bool IsConstant(ValueId id, double value) const {
+    const Expr& e = in_.expr(id);
+    return e.op == ExprOp::kConst && e.type == kF32 && e.float_value == value;
+  }
+
+  // ---- Building new expressions ---------------------------------------------------------------
+
+  ValueId Append(Expr e) {
+    if (e.op == ExprOp::kConst) {
+      uint64_t bits;
+      std::memcpy(&bits, &e.float_value, sizeof(bits));
+      const auto key = std::make_tuple(e.type, e.int_value, bits);
+      if (auto it = constants_.find(key); it != constants_.end()) return it->second;
+      const auto id = static_cast<ValueId>(exprs_.size());
+      constants_.emplace(key, id);
+      exprs_.push_back(std::move(e));
+      return id;
+    }
+    exprs_.push_back(std::move(e));
+    return static_cast<ValueId>(exprs_.size() - 1);
+  }
+
+  ValueId F(double value) {
+    Expr e;
+    e.op = ExprOp::kConst;
+    e.type = kF32;
+    e.float_value = static_cast<double>(static_cast<float>(value));
+    return Append(std::move(e));
+  }
+
+  ValueId I(int64_t value) {
+    Expr e;
+    e.op = ExprOp::kConst;
+    e.type = kI32;
+    e.int_value = static_cast<int32_t>(value);
+    return Append(std::move(e));
+  }
+
+  ValueId Op(ExprOp op, ScalarType type, std::vector<ValueId> operands) {
+    Expr e;
+    e.op = op;
+    e.type = type;
+    e.operands = std::move(operands);
+    return Append(std::move(e));
+  }
+
+  ScalarType TypeOf(ValueId id) const { return exprs_[static_cast<size_t>(id)].type; }
+  ValueId Un(ExprOp op, ValueId a) { return Op(op, TypeOf(a), {a}); }
+  ValueId Bin(ExprOp op, ValueId a, ValueId b) { return Op(op, TypeOf(a), {a, b}); }
+  ValueId Cmp(ExprOp op, ValueId a, ValueId b) { return Op(op, kBool, {a, b}); }
+  ValueId Sel(ValueId c, ValueId t, ValueId f) { return Op(ExprOp::kSelect, TypeOf(t), {c, t, f}); }
+  ValueId Fma(ValueId a, ValueId b, ValueId c) { return Op(ExprOp::kFma, TypeOf(a), {a, b, c}); }
+  ValueId Bits(ValueId f) { return Op(ExprOp::kBitcast, kI32, {f}); }
+  ValueId Float(ValueId i) { return Op(ExprOp::kBitcast, kF32, {i}); }
+
+  // c[0] x^n + ... + c[n] by Horner's rule, one fma per coefficient.
+  ValueId Horner(ValueId x, std::initializer_list<double> coefficients) {
+    auto it = coefficients.begin();
+    ValueId acc = F(*it++);
+    for (; it != coefficients.end(); ++it) acc = Fma(acc, x, F(*it));
+    return acc;
+  }
+
+  // |r| with the sign bit of x (r >= 0 or NaN): keeps tanh(-0) = -0.
+  ValueId WithSignOf(ValueId r, ValueId x) {
+    const ValueId sign = Bin(ExprOp::kAnd, Bits(x), I(std::numeric_limits<int32_t>::min()));
+    return Float(Bin(ExprOp::kOr, Bits(r), sign));
+  }
+
+  // 2^k for integer k in [-126, 127], built in the exponent field.
+  ValueId Pow2(ValueId k) { return Float(Bin(ExprOp::kShl, Bin(ExprOp::kAdd, k, I(127)), I(23))); }
+
+  // ---- The expansions (coefficients and their sources: see math_expand.h) ---------------------
+
+  ValueId Exp(ValueId x) {
+    // Beyond [-104, 89] the result is 0 or inf anyway; clamping keeps n in the exponent range.
+    // max/min propagate NaN, so NaN flows through to the polynomial.
+    const ValueId xc = Bin(ExprOp::kMin, Bin(ExprOp::kMax, x, F(-104.0)), F(89.0));
+    const ValueId n = Un(ExprOp::kRound, Bin(ExprOp::kMul, xc, F(1.44269504088896341)));
+    // Cody-Waite: ln2 = 0.693359375 - 2.12194440e-4 (the first part has 9 bits: n * it is exact).
+    ValueId r = Fma(n, F(-0.693359375), xc);
+    r = Fma(n, F(2.12194440e-4), r);
+    const ValueId p = Horner(r, {1.9875691500E-4, 1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2,
+                                 1.6666665459E-1, 5.0000001201E-1});
+    const ValueId y = Bin(ExprOp::kAdd, Fma(p, Bin(ExprOp::kMul, r, r), r), F(1.0));
+    // n in [-150, 128]: scale in two steps, 2^(n/2) * 2^(n - n/2), each a normal float, so
+    // subnormal results are rounded once (by the last multiply) and 2^128 * y can overflow.
+    const ValueId k = Op(ExprOp::kCast, kI32, {n});  // NaN -> 0
+    const ValueId k1 = Bin(ExprOp::kShr, k, I(1));
+    const ValueId k2 = Bin(ExprOp::kSub, k, k1);
+    return Bin(ExprOp::kMul, Bin(ExprOp::kMul, y, Pow2(k1)), Pow2(k2));
+  }
+
+  ValueId Log(ValueId x) {
+    // frexp: x = m 2^e with m in [0.5, 1); subnormals are first scaled by 2^23.
+    const ValueId subnormal = Cmp(ExprOp::kLt, x, F(std::numeric_limits<float>::min()));
+    const ValueId scaled = Sel(subnormal, Bin(ExprOp::kMul, x, F(8388608.0)), x);
+    const ValueId bits = Bits(scaled);
+    ValueId e =
+        Bin(ExprOp::kSub, Bin(ExprOp::kAnd, Bin(ExprOp::kShr, bits, I(23)), I(0xff)), I(126));
+    e = Bin(ExprOp::kSub, e, Sel(subnormal, I(23), I(0)));
+    const ValueId m =
+        Float(Bin(ExprOp::kOr, Bin(ExprOp::kAnd, bits, I(0x007fffff)), I(0x3f000000)));
+    // Move m into [sqrt(1/2), sqrt(2)) so that t = m - 1 is small.
+    const ValueId below = Cmp(ExprOp::kLt, m, F(0.707106781186547524));
+    const ValueId ef = Op(ExprOp::kCast, kF32, {Bin(ExprOp::kSub, e, Sel(below, I(1), I(0)))});
+    const ValueId t = Bin(ExprOp::kSub, Sel(below, Bin(ExprOp::kAdd, m, m), m), F(1.0));
+    const ValueId z = Bin(ExprOp::kMul, t, t);
+    ValueId y = Horner(
+        t, {7.0376836292E-2, -1.1514610310E-1, 1.1676998740E-1, -1.2420140846E-1, 1.4249322787E-1,
+            -1.6668057665E-1, 2.0000714765E-1, -2.4999993993E-1, 3.3333331174E-1});
+    y = Bin(ExprOp::kMul, Bin(ExprOp::kMul, y, t), z);
+    y = Fma(ef, F(-2.12194440e-4), y);
+    y = Fma(z, F(-0.5), y);
+    ValueId r = Fma(ef, F(0.693359375), Bin(ExprOp::kAdd, t, y));
+    const double inf = std::numeric_limits<double>::infinity();
+    r = Sel(Cmp(ExprOp::kEq, x, F(inf)), F(inf), r);
+    r = Sel(Cmp(ExprOp::kEq, x, F(0.0)), F(-inf), r);
+    r = Sel(Cmp(ExprOp::kLt, x, F(0.0)), F(std::numeric_limits<double>::quiet_NaN()), r);
+    return Sel(Cmp(ExprOp::kNe, x, x), x, r);
+  }
+
+  ValueId Tanh(ValueId x) {
+    const ValueId a = Un(ExprOp::kAbs, x);
+    const ValueId z = Bin(ExprOp::kMul, x, x);
+    const ValueId p = Horner(z, {-5.70498872745E-3, 2.06390887954E-2, -5.37397155531E-2,
+                                 1.33314422036E-1, -3.33332819422E-1});
+    const ValueId small = Fma(Bin(ExprOp::kMul, p, z), a, a);
+    // exp(2|x|) overflows to inf for |x| > 44.4, giving exactly 1.
+    const ValueId e = Exp(Bin(ExprOp::kAdd, a, a));
+    const ValueId big =
+        Bin(ExprOp::kSub, F(1.0), Bin(ExprOp::kDiv, F(2.0), Bin(ExprOp::kAdd, e, F(1.0))));
+    return WithSignOf(Sel(Cmp(ExprOp::kLt, a, F(0.625)), small, big), x);
+  }
+
+  ValueId Erf(ValueId x) {
+    const ValueId a = Un(ExprOp::kAbs, x);
+    const ValueId x2 = Bin(ExprOp::kMul, x, x);
+    const ValueId p = Horner(x2, {-0x1.3a1a82p-11, 0x1.473f48p-08, -0x1.b68bd2p-06, 0x1.ce1a46p-04,
+                                  -0x1.8126e0p-02, 0x1.06eba6p-03});
+    const ValueId small = Fma(p, x, x);
+    // erf(|x|) = 1 - exp(-(|x| + |x| Q(|x|))); at |x| = 4 the result already rounds to 1.
+    // min propagates NaN.
+    const ValueId ac = Bin(ExprOp::kMin, a, F(4.0));
+    ValueId q = Fma(F(0x1.222900p-16), ac, F(-0x1.91d2ccp-12));
+    const ValueId u = Fma(F(0x1.fd1336p-9), ac, F(-0x1.8d6300p-6));
+    q = Fma(q, Bin(ExprOp::kMul, ac, ac), u);
+    q = Fma(q, ac, F(0x1.b55cb0p-4));
+    q = Fma(q, ac, F(0x1.450aa0p-1));
+    q = Fma(q, ac, F(0x1.079d0cp-3));
+    q = Fma(q, ac, ac);
+    const ValueId big = WithSignOf(Bin(ExprOp::kSub, F(1.0), Exp(Un(ExprOp::kNeg, q))), x);
+    return Sel(Cmp(ExprOp::kLt, a, F(0.875)), small, big);
+  }
+
+  ValueId Sigmoid(ValueId x) {
+    const ValueId e = Exp(Un(ExprOp::kNeg, Un(ExprOp::kAbs, x)));
+    const ValueId numerator = Sel(Cmp(ExprOp::kGe, x, F(0.0)), F(1.0), e);
+    return Bin(ExprOp::kDiv, numerator, Bin(ExprOp::kAdd, F(1.0), e));
+  }
+
+  const Kernel& in_;
+  std::vector<ValueId> remap_;
+  std::vector<Expr> exprs_;
+  absl::flat_hash_map<std::tuple<ScalarType, int64_t, uint64_t>, ValueId> constants_;
+};
+
+}  // namespace
+
+bool NeedsMathExpansion(const Kernel& kernel) {
+  for (const Expr& e : kernel.exprs) {
+    if (IsExpandable(e)) return true;
+  }
+  return false;
+}
+
+Kernel ExpandMath(Kernel kernel) {
+  if (!NeedsMathExpansion(kernel)) return kernel;
+  return Expander(kernel).Run();
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,650 @@
+// GEMM (codegen/cpu/gemm.h) against a naive triple loop in double. Operands live in buffers with
+// gaps between rows and batch entries; the gaps of A and B hold NaN (a read of them poisons the
+// result) and those of C a sentinel that must survive (a write past a tile's edge changes it).
+#include "codegen/cpu/gemm.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numbers>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/thread_pool.h"
+#include "tests/codegen/gemm/gemm_test_util.h"
+
+namespace kiln::codegen::cpu {
+namespace {
+
+using testing::ErrorBound;
+using ::testing::HasSubstr;
+using testing::ReferenceActivation;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kSentinel = 12345.0;
+
+runtime::ThreadPool& TwoThreads() {
+  static runtime::ThreadPool* pool = new runtime::ThreadPool(2);
+  return *pool;
+}
+
+// How a matrix operand is laid out in memory.
+enum class Layout {
+  kRowMajor,          // row stride = cols
+  kPadded,            // row stride = cols + 3
+  kTransposed,        // column-major: row stride 1, column stride = rows
+  kTransposedPadded,  // column stride = rows + 5
+  kStrided,           // column stride 2, row stride 2 * cols + 1
+};
+
+const char* LayoutName(Layout layout) {
+  switch (layout) {
+    case Layout::kRowMajor:
+      return "row_major";
+    case Layout::kPadded:
+      return "padded";
+    case Layout::kTransposed:
+      return "transposed";
+    case Layout::kTransposedPadded:
+      return "transposed_padded";
+    case Layout::kStrided:
+      return "strided";
+  }
+  return "?";
+}
+
+// A batch of rows x cols matrices in a buffer of T, with its logical values in double.
+template <class T>
+struct Operand {
+  int64_t rows = 0, cols = 0, count = 1;
+  int64_t row_stride = 0, col_stride = 0, batch_stride = 0;
+  std::vector<T> storage;
+
+  int64_t Offset(int64_t batch, int64_t r, int64_t c) const {
+    return batch * batch_stride + r * row_stride + c * col_stride;
+  }
+  double At(int64_t batch, int64_t r, int64_t c) const {
+    return static_cast<double>(storage[static_cast<size_t>(Offset(batch, r, c))]);
+  }
+  // The view over batch dims `batch` (row-major over them; their product is `count`).
+  MatrixView View(const std::vector<int64_t>& batch) const {
+    MatrixView view;
+    view.data = storage.data();
+    view.row_stride = row_stride;
+    view.col_stride = col_stride;
+    view.batch_strides.resize(batch.size());
+    int64_t stride = batch_stride;
+    for (size_t i = batch.size(); i-- > 0;) {
+      view.batch_strides[i] = stride;
+      stride *= batch[i];
+    }
+    return view;
+  }
+};
+
+template <class T>
+Operand<T> MakeOperand(int64_t rows, int64_t cols, int64_t count, Layout layout, double gap_value,
+                       std::mt19937& rng, double scale = 1.0) {
+  Operand<T> op;
+  op.rows = rows;
+  op.cols = cols;
+  op.count = count;
+  int64_t extent = 0;  // elements spanned by one matrix
+  switch (layout) {
+    case Layout::kRowMajor:
+      op.row_stride = cols;
+      op.col_stride = 1;
+      extent = rows * cols;
+      break;
+    case Layout::kPadded:
+      op.row_stride = cols + 3;
+      op.col_stride = 1;
+      extent = rows * (cols + 3);
+      break;
+    case Layout::kTransposed:
+      op.row_stride = 1;
+      op.col_stride = rows;
+      extent = rows * cols;
+      break;
+    case Layout::kTransposedPadded:
+      op.row_stride = 1;
+      op.col_stride = rows + 5;
+      extent = cols * (rows + 5);
+      break;
+    case Layout::kStrided:
+      op.col_stride = 2;
+      op.row_stride = 2 * cols + 1;
+      extent = rows * (2 * cols + 1);
+      break;
+  }
+  op.batch_stride = extent + 7;
+  op.storage.assign(static_cast<size_t>(count * op.batch_stride + 1), static_cast<T>(gap_value));
+  std::uniform_real_distribution<double> uniform(-scale, scale);
+  for (int64_t b = 0; b < count; ++b) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        op.storage[static_cast<size_t>(op.Offset(b, r, c))] = static_cast<T>(uniform(rng));
+      }
+    }
+  }
+  return op;
+}
+
+struct Case {
+  ir::DType dtype = ir::DType::kF32;
+  std::vector<int64_t> batch;
+  int64_t m = 1, n = 1, k = 1;
+  Layout a_layout = Layout::kRowMajor, b_layout = Layout::kRowMajor;
+  Layout c_layout = Layout::kRowMajor;  // kRowMajor or kPadded
+  bool broadcast_a = false;             // every batch entry reads the same A
+  double alpha = 1.0, beta = 0.0;
+  double input_scale = 1.0;
+  GemmActivation activation = GemmActivation::kNone;
+  bool column_bias = false, row_bias = false;
+  bool residual = false, residual_after_activation = true;
+  GemmTuning tuning;
+  int threads = 1;
+
+  std::string Name() const {
+    return absl::StrCat(
+        ir::DTypeName(dtype), " batch=[", absl::StrJoin(batch, ","), "] m=", m, " n=", n, " k=", k,
+        " a=", LayoutName(a_layout), " b=", LayoutName(b_layout), " c=", LayoutName(c_layout),
+        broadcast_a ? " broadcast_a" : "", " alpha=", alpha, " beta=", beta,
+        " act=", GemmActivationName(activation), column_bias ? " cbias" : "",
+        row_bias ? " rbias" : "",
+        residual ? (residual_after_activation ? " res_after" : " res_before") : "",
+        " tuning=", tuning.mc, "/", tuning.nc, "/", tuning.kc, "/", tuning.vector_bits, "x",
+        tuning.mr, "x", tuning.nr_vectors, " threads=", threads);
+  }
+};
+
+// Runs `tc` and checks every element of C and of C's gaps. Returns C's values (for comparing
+// runs); empty after a failure.
+template <class T>
+std::vector<T> RunAndCheck(const Case& tc, uint32_t seed = 1) {
+  SCOPED_TRACE(tc.Name());
+  std::mt19937 rng(seed);
+  int64_t count = 1;
+  for (int64_t d : tc.batch) count *= d;
+  const Operand<T> a = MakeOperand<T>(tc.m, tc.k, tc.broadcast_a ? 1 : count, tc.a_layout, kNaN,
+                                      rng, tc.input_scale);
+  const Operand<T> b = MakeOperand<T>(tc.k, tc.n, count, tc.b_layout, kNaN, rng);
+  Operand<T> c = MakeOperand<T>(tc.m, tc.n, count, tc.c_layout, kSentinel, rng);
+  const std::vector<T> c_before = c.storage;
+  if (tc.beta == 0.0) {
+    // beta == 0 must not read C: poison it.
+    for (int64_t bi = 0; bi < count; ++bi) {
+      for (int64_t r = 0; r < tc.m; ++r) {
+        for (int64_t col = 0; col < tc.n; ++col) {
+          c.storage[static_cast<size_t>(c.Offset(bi, r, col))] = static_cast<T>(kNaN);
+        }
+      }
+    }
+  }
+  const Operand<T> residual = MakeOperand<T>(tc.m, tc.n, count, Layout::kPadded, kNaN, rng);
+  const Operand<T> column_bias = MakeOperand<T>(1, tc.n, 1, Layout::kRowMajor, kNaN, rng);
+  const Operand<T> row_bias = MakeOperand<T>(1, tc.m, 1, Layout::kRowMajor, kNaN, rng);
+
+  GemmParams params;
+  params.dtype = tc.dtype;
+  params.batch = tc.batch;
+  params.m = tc.m;
+  params.n = tc.n;
+  params.k = tc.k;
+  params.a = a.View(tc.batch);
+  if (tc.broadcast_a) params.a.batch_strides.assign(tc.batch.size(), 0);
+  params.b = b.View(tc.batch);
+  params.c = c.View(tc.batch);
+  params.alpha = tc.alpha;
+  params.beta = tc.beta;
+  params.epilogue.activation = tc.activation;
+  if (tc.column_bias) params.epilogue.column_bias = column_bias.storage.data();
+  if (tc.row_bias) params.epilogue.row_bias = row_bias.storage.data();
+  if (tc.residual) params.epilogue.residual = residual.View(tc.batch);
+  params.epilogue.residual_after_activation = tc.residual_after_activation;
+  params.tuning = tc.tuning;
+  const absl::Status status = Gemm(params, tc.threads > 1 ? &TwoThreads() : nullptr);
+  EXPECT_TRUE(status.ok()) << status;
+  if (!status.ok()) return {};
+
+  int failures = 0;
+  std::vector<bool> inside(c.storage.size(), false);
+  for (int64_t bi = 0; bi < count && failures < 5; ++bi) {
+    const int64_t ai = tc.broadcast_a ? 0 : bi;
+    for (int64_t r = 0; r < tc.m && failures < 5; ++r) {
+      for (int64_t col = 0; col < tc.n && failures < 5; ++col) {
+        double dot = 0, abs_dot = 0;
+        for (int64_t kk = 0; kk < tc.k; ++kk) {
+          const double product = a.At(ai, r, kk) * b.At(bi, kk, col);
+          dot += product;
+          abs_dot += std::abs(product);
+        }
+        const size_t c_index = static_cast<size_t>(c.Offset(bi, r, col));
+        inside[c_index] = true;
+        double v = tc.alpha * dot;
+        double added = 0, after = 0;
+        if (tc.beta != 0.0) {
+          v += tc.beta * static_cast<double>(c_before[c_index]);
+          added += std::abs(tc.beta * static_cast<double>(c_before[c_index]));
+        }
+        if (tc.column_bias) {
+          v += column_bias.At(0, 0, col);
+          added += std::abs(column_bias.At(0, 0, col));
+        }
+        if (tc.row_bias) {
+          v += row_bias.At(0, 0, r);
+          added += std::abs(row_bias.At(0, 0, r));
+        }
+        if (tc.residual && !tc.residual_after_activation) {
+          v += residual.At(bi, r, col);
+          added += std::abs(residual.At(bi, r, col));
+        }
+        v = ReferenceActivation(tc.activation, v);
+        if (tc.residual && tc.residual_after_activation) {
+          v += residual.At(bi, r, col);
+          after += std::abs(residual.At(bi, r, col));
+        }
+        const double got = static_cast<double>(c.storage[c_index]);
+        const double bound = ErrorBound(tc.dtype, tc.activation, tc.k, std::abs(tc.alpha) * abs_dot,
+                                        added, after, v);
+        if (!(std::abs(got - v) <= bound)) {
+          ADD_FAILURE() << "C[" << bi << "][" << r << "][" << col << "] = " << got << ", expected "
+                        << v << " (allowed error " << bound << ")";
+          ++failures;
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < c.storage.size() && failures < 5; ++i) {
+    if (!inside[i] && static_cast<double>(c.storage[i]) != kSentinel) {
+      ADD_FAILURE() << "gap element " << i << " of C was overwritten with " << c.storage[i];
+      ++failures;
+    }
+  }
+  if (failures > 0) return {};
+  return c.storage;
+}
+
+void RunBoth(Case tc) {
+  tc.dtype = ir::DType::kF32;
+  RunAndCheck<float>(tc);
+  tc.dtype = ir::DType::kF64;
+  RunAndCheck<double>(tc);
+}
+
+// The host's default micro-kernel shape, to aim edge cases at its MR and NR.
+const GemmKernelInfo& HostKernel(ir::DType dtype) {
+  static const GemmKernelInfo f32 = *DescribeGemmKernel(ir::DType::kF32, {});
+  static const GemmKernelInfo f64 = *DescribeGemmKernel(ir::DType::kF64, {});
+  return dtype == ir::DType::kF64 ? f64 : f32;
+}
+
+TEST(GemmTest, DescribesTheHostKernel) {
+  for (ir::DType dtype : {ir::DType::kF32, ir::DType::kF64}) {
+    const GemmKernelInfo& info = HostKernel(dtype);
+    EXPECT_THAT(info.name, HasSubstr(ir::DTypeName(dtype)));
+    EXPECT_GE(info.mr, 1);
+    EXPECT_EQ(info.nr % (info.vector_bits / (dtype == ir::DType::kF64 ? 64 : 32)), 0);
+    EXPECT_GT(info.kc, 0);
+    EXPECT_EQ(info.nc % info.nr, 0);
+    EXPECT_EQ(info.mc % info.mr, 0);
+    EXPECT_THAT(info.llvm_ir, HasSubstr("define void @" + info.name));
+    EXPECT_FALSE(info.assembly.empty());
+  }
+}
+
+TEST(GemmTest, ShapesAroundTheTile) {
+  for (ir::DType dtype : {ir::DType::kF32, ir::DType::kF64}) {
+    const int64_t mr = HostKernel(dtype).mr, nr = HostKernel(dtype).nr;
+    const std::vector<std::vector<int64_t>> shapes = {{1, 1, 1},
+                                                      {1, 1, 7},
+                                                      {2, 3, 4},
+                                                      {13, 17, 19},
+                                                      {mr, nr, 5},
+                                                      {mr + 1, nr + 1, 1},
+                                                      {mr - 1, nr - 1, 3},
+                                                      {2 * mr, 2 * nr, 300},
+                                                      {2 * mr + 1, 2 * nr + 3, 301},
+                                                      {100, 1, 50},
+                                                      {1, 100, 50},
+                                                      {127, 131, 137},
+                                                      {3, 5, 0},
+                                                      {0, 5, 3},
+                                                      {5, 0, 3},
+                                                      {300, 257, 613}};
+    for (const auto& shape : shapes) {
+      for (int threads : {1, 2}) {
+        Case tc;
+        tc.dtype = dtype;
+        tc.m = shape[0];
+        tc.n = shape[1];
+        tc.k = shape[2];
+        tc.threads = threads;
+        if (dtype == ir::DType::kF32) {
+          RunAndCheck<float>(tc);
+        } else {
+          RunAndCheck<double>(tc);
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmTest, SeveralBlocksInEveryDimension) {
+  // Tiny blocks: many depth blocks (the beta and epilogue hand-over between them), several A and
+  // B blocks, and edge panels inside every block.
+  for (int threads : {1, 2}) {
+    Case tc;
+    tc.m = 61;
+    tc.n = 75;
+    tc.k = 53;
+    tc.tuning.mc = 20;
+    tc.tuning.nc = 40;
+    tc.tuning.kc = 7;
+    tc.threads = threads;
+    tc.beta = 0.5;
+    tc.activation = GemmActivation::kSilu;
+    tc.column_bias = true;
+    tc.residual = true;
+    RunBoth(tc);
+  }
+}
+
+TEST(GemmTest, OtherKernelShapes) {
+  // The shapes other targets get (AVX2 6x2 vectors, SSE/NEON-like 128-bit) and odd ones, run on
+  // this host: the generator must be right for any MR and vector count.
+  const int host_bits = HostKernel(ir::DType::kF32).vector_bits;
+  const std::vector<std::vector<int>> shapes = {{256, 6, 2}, {128, 6, 2}, {128, 14, 2}, {128, 3, 1},
+                                                {256, 1, 3}, {512, 1, 1}, {512, 8, 3}};
+  for (const auto& shape : shapes) {
+    if (shape[0] > host_bits) continue;
+    Case tc;
+    tc.m = 37;
+    tc.n = 45;
+    tc.k = 29;
+    tc.tuning.vector_bits = shape[0];
+    tc.tuning.mr = shape[1];
+    tc.tuning.nr_vectors = shape[2];
+    tc.tuning.kc = 11;
+    tc.activation = GemmActivation::kGeluTanh;
+    tc.row_bias = true;
+    for (int threads : {1, 2}) {
+      tc.threads = threads;
+      RunBoth(tc);
+    }
+  }
+}
+
+TEST(GemmTest, TransposesAndLeadingDimensions) {
+  const Layout all[] = {Layout::kRowMajor, Layout::kPadded, Layout::kTransposed,
+                        Layout::kTransposedPadded, Layout::kStrided};
+  for (Layout a : all) {
+    for (Layout b : all) {
+      for (Layout c : {Layout::kRowMajor, Layout::kPadded}) {
+        Case tc;
+        tc.m = 23;
+        tc.n = 37;
+        tc.k = 41;
+        tc.a_layout = a;
+        tc.b_layout = b;
+        tc.c_layout = c;
+        tc.tuning.kc = 16;
+        RunBoth(tc);
+      }
+    }
+  }
+}
+
+TEST(GemmTest, Batches) {
+  for (int threads : {1, 2}) {
+    for (const std::vector<int64_t>& batch :
+         std::vector<std::vector<int64_t>>{{1}, {3}, {2, 3}, {8}, {2, 1, 2}, {0}, {3, 0}}) {
+      Case tc;
+      tc.batch = batch;
+      tc.m = 19;
+      tc.n = 21;
+      tc.k = 33;
+      tc.threads = threads;
+      tc.a_layout = Layout::kTransposed;
+      RunBoth(tc);
+      tc.broadcast_a = true;
+      tc.residual = true;
+      RunBoth(tc);
+    }
+  }
+  // Few large entries: each one is split over the threads.
+  Case large;
+  large.batch = {3};
+  large.m = 150;
+  large.n = 170;
+  large.k = 90;
+  large.threads = 2;
+  RunBoth(large);
+}
+
+TEST(GemmTest, PermutedViewNeedsNoCopy) {
+  // x: [B=2, M=5, H=3, K=4] dense; y: [B, H, K, N=6] dense. out[b, h] = x[b, :, h, :] y[b, h],
+  // the attention-score pattern, read through strides only.
+  const int64_t B = 2, M = 5, H = 3, K = 4, N = 6;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> uniform(-1, 1);
+  std::vector<float> x(static_cast<size_t>(B * M * H * K)), y(static_cast<size_t>(B * H * K * N));
+  for (float& v : x) v = static_cast<float>(uniform(rng));
+  for (float& v : y) v = static_cast<float>(uniform(rng));
+  std::vector<float> out(static_cast<size_t>(B * H * M * N), 0.0f);
+  GemmParams params;
+  params.batch = {B, H};
+  params.m = M;
+  params.n = N;
+  params.k = K;
+  params.a = MatrixView{x.data(), H * K, 1, {M * H * K, K}};
+  params.b = DenseMatrix(y.data(), K, N, {B, H});
+  params.c = DenseMatrix(out.data(), M, N, {B, H});
+  ASSERT_TRUE(Gemm(params).ok());
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t m = 0; m < M; ++m) {
+        for (int64_t n = 0; n < N; ++n) {
+          double expected = 0, abs_sum = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double p = static_cast<double>(x[((b * M + m) * H + h) * K + k]) *
+                             y[((b * H + h) * K + k) * N + n];
+            expected += p;
+            abs_sum += std::abs(p);
+          }
+          EXPECT_NEAR(out[((b * H + h) * M + m) * N + n], expected, 8e-7 * abs_sum + 1e-30)
+              << b << " " << h << " " << m << " " << n;
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmTest, Epilogues) {
+  const GemmActivation activations[] = {GemmActivation::kNone, GemmActivation::kRelu,
+                                        GemmActivation::kGeluTanh, GemmActivation::kSilu,
+                                        GemmActivation::kSigmoid};
+  // Every activation with both biases and a residual; every bias and residual combination with
+  // relu (each combination is a kernel of its own to compile).
+  for (GemmActivation activation : activations) {
+    for (int bias = 0; bias < 4; ++bias) {
+      for (int residual = 0; residual < 3; ++residual) {
+        if (activation != GemmActivation::kRelu && !(bias == 3 && residual == 1) &&
+            !(bias == 0 && residual == 0)) {
+          continue;
+        }
+        Case tc;
+        tc.m = 31;
+        tc.n = 47;
+        tc.k = 40;
+        tc.tuning.kc = 16;  // three depth blocks: the epilogue runs only after the last
+        tc.activation = activation;
+        tc.column_bias = bias & 1;
+        tc.row_bias = bias & 2;
+        tc.residual = residual > 0;
+        tc.residual_after_activation = residual == 1;
+        tc.alpha = 0.75;
+        tc.beta = residual == 2 ? -0.5 : 0.0;
+        tc.threads = bias % 2 + 1;
+        RunBoth(tc);
+      }
+    }
+  }
+}
+
+TEST(GemmTest, ActivationsSaturateOnLargeInputs) {
+  // |A B| up to ~300: exp's argument leaves its clamped range, sigmoid/silu/gelu saturate.
+  for (GemmActivation activation :
+       {GemmActivation::kGeluTanh, GemmActivation::kSilu, GemmActivation::kSigmoid}) {
+    Case tc;
+    tc.m = 20;
+    tc.n = 40;
+    tc.k = 30;
+    tc.input_scale = 40.0;
+    tc.activation = activation;
+    RunBoth(tc);
+  }
+}
+
+template <class T>
+void CheckActivationAccuracy(GemmActivation activation, double ulps) {
+  // C = act(x * 1) for x spread over [-30, 30], on full and masked tiles alike.
+  const int64_t m = 6001, n = 37;
+  std::vector<T> x(static_cast<size_t>(m)), ones(static_cast<size_t>(n), T{1});
+  std::vector<T> c(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i) x[i] = static_cast<T>(-30.0 + 60.0 * i / (m - 1));
+  GemmParams params;
+  params.dtype = sizeof(T) == 8 ? ir::DType::kF64 : ir::DType::kF32;
+  params.m = m;
+  params.n = n;
+  params.k = 1;
+  params.a = DenseMatrix(x.data(), m, 1);
+  params.b = DenseMatrix(ones.data(), 1, n);
+  params.c = DenseMatrix(c.data(), m, n);
+  params.epilogue.activation = activation;
+  ASSERT_TRUE(Gemm(params).ok());
+  const double eps = testing::Epsilon(params.dtype);
+  const double tiny = sizeof(T) == 8 ? 1e-300 : 1e-36;
+  int failures = 0;
+  for (int64_t i = 0; i < m && failures < 5; ++i) {
+    const double v = static_cast<double>(x[i]);
+    const double expected = ReferenceActivation(activation, v);
+    // exp(t) turns a rounding of its argument t (computed in T from x) into a relative error of
+    // |t| eps: the condition number of exp, which no kernel can beat.
+    double exp_argument = v;
+    if (activation == GemmActivation::kGeluTanh) {
+      exp_argument = 2 * std::sqrt(2.0 / std::numbers::pi) * (v + 0.044715 * v * v * v);
+    } else if (activation == GemmActivation::kRelu) {
+      exp_argument = 0;
+    }
+    const double allowed = ulps * eps * std::abs(expected) * (1 + std::abs(exp_argument)) + tiny;
+    for (int64_t j = 0; j < n; ++j) {
+      const double got = static_cast<double>(c[static_cast<size_t>(i * n + j)]);
+      if (!(std::abs(got - expected) <= allowed)) {
+        ADD_FAILURE() << GemmActivationName(activation) << "(" << x[i] << ") = " << got
+                      << ", expected " << expected;
+        ++failures;
+        break;
+      }
+    }
+  }
+}
+
+TEST(GemmTest, ActivationsAreAccurateToAFewUlp) {
+  // The documented accuracy of the kernel's exp (~2 ulp) carried through sigmoid's division and
+  // the products of silu and gelu: a relative error of at most 8 ulp times exp's condition
+  // number.
+  for (GemmActivation activation : {GemmActivation::kRelu, GemmActivation::kGeluTanh,
+                                    GemmActivation::kSilu, GemmActivation::kSigmoid}) {
+    CheckActivationAccuracy<float>(activation, 8);
+    CheckActivationAccuracy<double>(activation, 8);
+  }
+}
+
+TEST(GemmTest, NaNPropagatesThroughActivations) {
+  for (GemmActivation activation :
+       {GemmActivation::kNone, GemmActivation::kRelu, GemmActivation::kGeluTanh,
+        GemmActivation::kSilu, GemmActivation::kSigmoid}) {
+    const float a[2] = {std::numeric_limits<float>::quiet_NaN(), 1.0f};
+    const float b[2] = {1.0f, 2.0f};
+    float c[2] = {0.0f, 0.0f};
+    GemmParams params;
+    params.m = 2;
+    params.n = 1;
+    params.k = 1;
+    params.a = DenseMatrix(a, 2, 1);
+    params.b = DenseMatrix(b, 1, 1);
+    params.c = DenseMatrix(c, 2, 1);
+    params.epilogue.activation = activation;
+    ASSERT_TRUE(Gemm(params).ok());
+    EXPECT_TRUE(std::isnan(c[0])) << GemmActivationName(activation);
+    EXPECT_FLOAT_EQ(c[1], static_cast<float>(ReferenceActivation(activation, 1.0)))
+        << GemmActivationName(activation);
+  }
+}
+
+TEST(GemmTest, ThreadsGiveBitIdenticalResults) {
+  // Every output element sums its depth blocks in the same order whatever the split.
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{200, 90, 300}, {30, 400, 200}, {1, 1000, 64}}) {
+    Case tc;
+    tc.m = shape[0];
+    tc.n = shape[1];
+    tc.k = shape[2];
+    tc.activation = GemmActivation::kGeluTanh;
+    tc.column_bias = true;
+    const std::vector<float> serial = RunAndCheck<float>(tc, 5);
+    tc.threads = 2;
+    const std::vector<float> parallel = RunAndCheck<float>(tc, 5);
+    ASSERT_FALSE(serial.empty());
+    EXPECT_TRUE(serial == parallel) << tc.Name();
+  }
+}
+
+TEST(GemmTest, RejectsBadArguments) {
+  float data[4] = {};
+  GemmParams good;
+  good.m = good.n = good.k = 2;
+  good.a = DenseMatrix(data, 2, 2);
+  good.b = DenseMatrix(data, 2, 2);
+  good.c = DenseMatrix(data, 2, 2);
+  ASSERT_TRUE(Gemm(good).ok());
+
+  GemmParams p = good;
+  p.dtype = ir::DType::kI32;
+  EXPECT_THAT(Gemm(p).message(), HasSubstr("i32"));
+  p = good;
+  p.k = -1;
+  EXPECT_THAT(Gemm(p).message(), HasSubstr("k=-1"));
+  p = good;
+  p.c.col_stride = 2;
+  EXPECT_THAT(Gemm(p).message(), HasSubstr("c.col_stride"));
+  p = good;
+  p.batch = {2};
+  EXPECT_THAT(Gemm(p).message(), HasSubstr("c.batch_strides"));
+  p = good;
+  p.batch = {2};
+  p.c.batch_strides = {0};
+  p.a.batch_strides = {1, 2};
+  EXPECT_THAT(Gemm(p).message(), HasSubstr("a.batch_strides has 2 entries"));
+  p = good;
+  p.b.data = nullptr;
+  EXPECT_THAT(Gemm(p).message(), HasSubstr("null operand"));
+  p = good;
+  p.tuning.vector_bits = 1024;
+  p.tuning.mr = 4;
+  p.tuning.nr_vectors = 1;
+  EXPECT_THAT(Gemm(p).message(), HasSubstr("vector_bits 1024"));
+  p = good;
+  p.tuning.mr = 4;
+  EXPECT_THAT(Gemm(p).message(), HasSubstr("set together"));
+}
+
+}  // namespace
+}  // namespace kiln::codegen::cpu
