@@ -160,7 +160,7 @@ class Generator {
   // An operand of a's shape: an existing value of that shape, a broadcast of a compatible one,
   // or a fresh value.
   Val Like(Val a) {
-    const Shape& shape = ShapeOf(a.id);
+    const Shape shape = ShapeOf(a.id);  // a copy: building nodes may move the graph's storage
     std::vector<Val> same, compatible;
     for (const Val& v : pool_) {
       if (v.id == a.id) continue;
@@ -334,7 +334,7 @@ class Generator {
 
   void Reduce() {
     const Val a = Pick();
-    const Shape& shape = ShapeOf(a.id);
+    const Shape shape = ShapeOf(a.id);  // a copy: building nodes may move the graph's storage
     const int rank = static_cast<int>(shape.size());
     if (rank == 0) return Unary();
     std::vector<int64_t> axes;
@@ -407,7 +407,7 @@ class Generator {
 
   void Movement() {
     const Val a = Pick();
-    const Shape& shape = ShapeOf(a.id);
+    const Shape shape = ShapeOf(a.id);  // a copy: building nodes may move the graph's storage
     const int rank = static_cast<int>(shape.size());
     switch (Int(0, 6)) {
       case 0:
@@ -485,7 +485,7 @@ class Generator {
 
   void Gather() {
     const Val a = Pick();
-    const Shape& shape = ShapeOf(a.id);
+    const Shape shape = ShapeOf(a.id);  // a copy: building nodes may move the graph's storage
     const int rank = static_cast<int>(shape.size());
     if (rank == 0 || ir::NumElements(shape) == 0) return Movement();
     const int axis = static_cast<int>(Int(0, rank - 1));
@@ -499,7 +499,7 @@ class Generator {
 
   void Scatter() {
     const Val a = Pick();
-    const Shape& shape = ShapeOf(a.id);
+    const Shape shape = ShapeOf(a.id);  // a copy: building nodes may move the graph's storage
     const int rank = static_cast<int>(shape.size());
     if (rank == 0 || ir::NumElements(shape) == 0) return Movement();
     const int axis = static_cast<int>(Int(0, rank - 1));
@@ -514,7 +514,7 @@ class Generator {
 
   void MatMul() {
     const Val a = Pick();
-    const Shape& shape = ShapeOf(a.id);
+    const Shape shape = ShapeOf(a.id);  // a copy: building nodes may move the graph's storage
     const int rank = static_cast<int>(shape.size());
     if (rank != 2 && rank != 3) return Binary();
     Shape w_shape(shape.begin(), shape.end() - 2);
@@ -534,7 +534,7 @@ class Generator {
 
   void Window() {
     const Val a = Pick();
-    const Shape& shape = ShapeOf(a.id);
+    const Shape shape = ShapeOf(a.id);  // a copy: building nodes may move the graph's storage
     const int rank = static_cast<int>(shape.size());
     if (rank == 0) return Reduce();
     ir::Attrs attrs;
@@ -570,7 +570,7 @@ class Generator {
 
   void Conv() {
     const Val a = Pick();
-    const Shape& shape = ShapeOf(a.id);
+    const Shape shape = ShapeOf(a.id);  // a copy: building nodes may move the graph's storage
     const int rank = static_cast<int>(shape.size());
     if (rank != 3 && rank != 4) return MatMul();
     const int64_t channels = shape[1];
