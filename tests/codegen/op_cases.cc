@@ -7,6 +7,7 @@
 #include <limits>
 #include <ostream>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -532,6 +533,20 @@ std::string CaseTestName(const ::testing::TestParamInfo<Case>& info) {
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   }
   return absl::StrCat(name, "_", info.index);
+}
+
+std::vector<ir::Op> OpsWithoutCase() {
+  std::set<ir::Op> covered;
+  for (const Case& c : Cases()) {
+    ir::Builder b;
+    c.build(b);
+    for (const ir::Node& node : b.graph().nodes()) covered.insert(node.op);
+  }
+  std::vector<ir::Op> missing;
+  for (ir::Op op : ir::kAllOps) {
+    if (covered.count(op) == 0) missing.push_back(op);
+  }
+  return missing;
 }
 
 }  // namespace kiln::test

@@ -55,4 +55,7 @@ absl::StatusOr<CaseInstance> Instantiate(const Case& c);
 /// A gtest parameter name: the case name with non-alphanumerics replaced, plus its index.
 std::string CaseTestName(const ::testing::TestParamInfo<Case>& info);
 
+/// The ops of ir::kAllOps that no case in Cases() builds (empty when every op is covered).
+std::vector<ir::Op> OpsWithoutCase();
+
 }  // namespace kiln::test
