@@ -190,12 +190,18 @@ class Compiler {
       std::vector<std::byte> bytes(literal.data(), literal.data() + literal.size_bytes());
       slot = AddSlot(runtime::Slot::Constant(std::move(bytes)), node);
     } else {
-      slot = AddSlot(runtime::Slot::Arena(0, ByteSize(node.type)), node);
-      arena_buffer_of_slot_[slot] = static_cast<passes::BufferId>(arena_buffers_.size());
-      arena_buffers_.push_back(
-          passes::PlanBuffer{ByteSize(node.type), false, false, absl::StrCat("%", id)});
+      slot = NewArenaSlot(node, absl::StrCat("%", id));
     }
     slot_of_[id] = slot;
+    return slot;
+  }
+
+  // An arena slot for a value of `node`'s type; PlaceArenaBuffers assigns its offset.
+  int NewArenaSlot(const ir::Node& node, std::string name) {
+    const int slot = AddSlot(runtime::Slot::Arena(0, ByteSize(node.type)), node);
+    arena_buffer_of_slot_[slot] = static_cast<passes::BufferId>(arena_buffers_.size());
+    arena_buffers_.push_back(
+        passes::PlanBuffer{ByteSize(node.type), false, false, std::move(name)});
     return slot;
   }
 
@@ -341,10 +347,7 @@ class Compiler {
         std::find(group.outputs.begin(), group.outputs.end(), group.root) != group.outputs.end()) {
       result_slot = SlotFor(group.root);
     } else {
-      result_slot = AddSlot(runtime::Slot::Arena(0, ByteSize(root.type)), root);
-      arena_buffer_of_slot_[result_slot] = static_cast<passes::BufferId>(arena_buffers_.size());
-      arena_buffers_.push_back(passes::PlanBuffer{ByteSize(root.type), false, false,
-                                                  absl::StrCat("%", group.root, " (gemm result)")});
+      result_slot = NewArenaSlot(root, absl::StrCat("%", group.root, " (gemm result)"));
     }
 
     const ContractionStep* desc_ptr = step_desc.get();
