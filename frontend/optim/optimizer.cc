@@ -66,8 +66,8 @@ void Optimizer::set_lr(double lr, Loc loc) {
   lr_ = lr;
 }
 
-TensorRef Optimizer::update(const std::string& param, const TensorRef& value, const TensorRef& grad,
-                            const Loc& loc) {
+void Optimizer::check(const std::string& param, const TensorRef& value, const TensorRef& grad,
+                      const Loc& loc) const {
   const ir::TensorType& tp = kd::TypeOf(value);
   const ir::TensorType& tg = kd::TypeOf(grad);
   if (tp != tg) {
@@ -87,8 +87,27 @@ TensorRef Optimizer::update(const std::string& param, const TensorRef& value, co
                                   kd::DeviceOf(value).ToString()),
                      {tp, tg}, loc);
   }
-  const int64_t step = ++steps_[param];
-  return compute(param, value, grad, step, loc);
+  for (const std::string& buffer : buffers_) {
+    const std::string key = absl::StrCat(param, ".", buffer);
+    auto loaded = loaded_.find(key);
+    if (loaded == loaded_.end()) continue;
+    const ir::TensorType have{loaded->second.dtype(), loaded->second.shape()};
+    if (have != tp) {
+      kd::ThrowOpError(name_,
+                       absl::StrCat("loaded state '", key, "' does not match parameter '", param,
+                                    "' (state first)"),
+                       {have, tp}, loc);
+    }
+  }
+}
+
+TensorRef Optimizer::update(const std::string& param, const TensorRef& value, const TensorRef& grad,
+                            const Loc& loc) {
+  check(param, value, grad, loc);
+  const int64_t step = steps_[param] + 1;
+  TensorRef result = compute(param, value, grad, step, loc);
+  steps_[param] = step;
+  return result;
 }
 
 TensorRef Optimizer::scalar(const char* role, double value, const TensorRef& like) {
@@ -107,20 +126,12 @@ TensorRef Optimizer::scalar(const char* role, double value, const TensorRef& lik
   return ref;
 }
 
-TensorRef Optimizer::find(const std::string& param, const char* buffer, const TensorRef& like,
-                          const Loc& loc) {
+TensorRef Optimizer::find(const std::string& param, const char* buffer, const TensorRef& like) {
   const std::string key = absl::StrCat(param, ".", buffer);
   if (auto it = state_.find(key); it != state_.end()) return it->second;
   auto loaded = loaded_.find(key);
   if (loaded == loaded_.end()) return nullptr;
-  const ir::TensorType& want = kd::TypeOf(like);
-  const ir::TensorType have{loaded->second.dtype(), loaded->second.shape()};
-  if (have != want) {
-    kd::ThrowOpError(name_,
-                     absl::StrCat("loaded state '", key, "' does not match parameter '", param,
-                                  "' (state first)"),
-                     {have, want}, loc);
-  }
+  // check() compared its type with the parameter's before compute() ran.
   TensorRef ref = kd::FromTensorData(std::move(loaded->second), kd::DeviceOf(like));
   loaded_.erase(loaded);
   state_[key] = ref;
@@ -128,8 +139,8 @@ TensorRef Optimizer::find(const std::string& param, const char* buffer, const Te
 }
 
 TensorRef Optimizer::get_or_fill(const std::string& param, const char* buffer,
-                                 const TensorRef& like, double init, const Loc& loc) {
-  if (TensorRef found = find(param, buffer, like, loc)) return found;
+                                 const TensorRef& like, double init) {
+  if (TensorRef found = find(param, buffer, like)) return found;
   // Realized, not a pending fill: the first step's graph then has the same structure as the
   // following ones (the buffer is a parameter either way), so step 2 reuses step 1's compilation.
   const ir::TensorType& type = kd::TypeOf(like);
@@ -239,7 +250,7 @@ TensorRef Sgd::compute(const std::string& param, const TensorRef& value, const T
   TensorRef d = grad;
   if (options_.weight_decay != 0.0) d = Add(d, Scale(value, options_.weight_decay, n, loc), n, loc);
   if (options_.momentum != 0.0) {
-    TensorRef buf = find(param, "momentum_buffer", value, loc);
+    TensorRef buf = find(param, "momentum_buffer", value);
     // torch starts the buffer at the first gradient itself (no dampening on step 1).
     buf = buf == nullptr ? d
                          : Add(Scale(buf, options_.momentum, n, loc),
@@ -285,16 +296,15 @@ TensorRef Adam::compute(const std::string& param, const TensorRef& value, const 
       g = Add(g, Scale(value, o.weight_decay, n, loc), n, loc);
     }
   }
-  TensorRef m = Add(Scale(get_or_fill(param, "exp_avg", value, 0.0, loc), o.beta1, n, loc),
+  TensorRef m = Add(Scale(get_or_fill(param, "exp_avg", value, 0.0), o.beta1, n, loc),
                     Scale(g, 1.0 - o.beta1, n, loc), n, loc);
-  TensorRef v = Add(Scale(get_or_fill(param, "exp_avg_sq", value, 0.0, loc), o.beta2, n, loc),
+  TensorRef v = Add(Scale(get_or_fill(param, "exp_avg_sq", value, 0.0), o.beta2, n, loc),
                     Scale(kd::Square(g, loc), 1.0 - o.beta2, n, loc), n, loc);
   set(param, "exp_avg", m);
   set(param, "exp_avg_sq", v);
   TensorRef second = v;
   if (o.amsgrad) {
-    second =
-        kd::Binary(ir::Op::kMax, get_or_fill(param, "max_exp_avg_sq", value, 0.0, loc), v, n, loc);
+    second = kd::Binary(ir::Op::kMax, get_or_fill(param, "max_exp_avg_sq", value, 0.0), v, n, loc);
     set(param, "max_exp_avg_sq", second);
   }
   const double t = static_cast<double>(step);
@@ -335,15 +345,13 @@ TensorRef RmsProp::compute(const std::string& param, const TensorRef& value, con
   const Options& o = options_;
   TensorRef g = grad;
   if (o.weight_decay != 0.0) g = Add(g, Scale(value, o.weight_decay, n, loc), n, loc);
-  TensorRef square_avg =
-      Add(Scale(get_or_fill(param, "square_avg", value, 0.0, loc), o.alpha, n, loc),
-          Scale(kd::Square(g, loc), 1.0 - o.alpha, n, loc), n, loc);
+  TensorRef square_avg = Add(Scale(get_or_fill(param, "square_avg", value, 0.0), o.alpha, n, loc),
+                             Scale(kd::Square(g, loc), 1.0 - o.alpha, n, loc), n, loc);
   set(param, "square_avg", square_avg);
   TensorRef avg;
   if (o.centered) {
-    TensorRef grad_avg =
-        Add(Scale(get_or_fill(param, "grad_avg", value, 0.0, loc), o.alpha, n, loc),
-            Scale(g, 1.0 - o.alpha, n, loc), n, loc);
+    TensorRef grad_avg = Add(Scale(get_or_fill(param, "grad_avg", value, 0.0), o.alpha, n, loc),
+                             Scale(g, 1.0 - o.alpha, n, loc), n, loc);
     set(param, "grad_avg", grad_avg);
     avg = Sqrt(Sub(square_avg, kd::Square(grad_avg, loc), n, loc), loc);
   } else {
@@ -352,9 +360,8 @@ TensorRef RmsProp::compute(const std::string& param, const TensorRef& value, con
   avg = AddScalar(avg, o.eps, n, loc);
   TensorRef direction = Div(g, avg, n, loc);
   if (o.momentum > 0.0) {
-    direction =
-        Add(Scale(get_or_fill(param, "momentum_buffer", value, 0.0, loc), o.momentum, n, loc),
-            direction, n, loc);
+    direction = Add(Scale(get_or_fill(param, "momentum_buffer", value, 0.0), o.momentum, n, loc),
+                    direction, n, loc);
     set(param, "momentum_buffer", direction);
   }
   return Sub(value, Mul(direction, scalar("lr", lr(), value), n, loc), n, loc);
@@ -377,7 +384,7 @@ TensorRef AdaGrad::compute(const std::string& param, const TensorRef& value, con
   const Options& o = options_;
   TensorRef g = grad;
   if (o.weight_decay != 0.0) g = Add(g, Scale(value, o.weight_decay, n, loc), n, loc);
-  TensorRef sum = Add(get_or_fill(param, "sum", value, o.initial_accumulator_value, loc),
+  TensorRef sum = Add(get_or_fill(param, "sum", value, o.initial_accumulator_value),
                       kd::Square(g, loc), n, loc);
   set(param, "sum", sum);
   const double clr = lr() / (1.0 + static_cast<double>(step - 1) * o.lr_decay);

@@ -63,6 +63,14 @@ class Optimizer {
   void step(Module& module, const Gradients& grads, Loc loc = Loc::current()) {
     NoGradGuard no_grad;
     begin_step();
+    // Checks everything first, so that an error leaves parameters and state untouched.
+    module.visit([&](const std::string& param_name, const auto& param) {
+      using T = std::remove_cvref_t<decltype(param)>;
+      if constexpr (std::is_same_v<typename T::Kind, Float>) {
+        kiln::detail::TensorRef grad = grads.get(param.ref());
+        if (grad != nullptr) check(param_name, param.ref(), grad, loc);
+      }
+    });
     module.visit([&](const std::string& param_name, auto& param) {
       using T = std::remove_cvref_t<decltype(param)>;
       if constexpr (std::is_same_v<typename T::Kind, Float>) {
@@ -114,15 +122,17 @@ class Optimizer {
                                  const kiln::detail::TensorRef& like);
   /// The buffer `buffer` of `param`, or null when it does not exist yet (loaded state counts).
   kiln::detail::TensorRef find(const std::string& param, const char* buffer,
-                               const kiln::detail::TensorRef& like, const Loc& loc);
+                               const kiln::detail::TensorRef& like);
   /// The buffer, created realized and filled with `init` when absent.
   kiln::detail::TensorRef get_or_fill(const std::string& param, const char* buffer,
-                                      const kiln::detail::TensorRef& like, double init,
-                                      const Loc& loc);
+                                      const kiln::detail::TensorRef& like, double init);
   void set(const std::string& param, const char* buffer, kiln::detail::TensorRef value);
 
  private:
   void begin_step() { scalars_.clear(); }
+  /// Throws unless `grad` fits `value` and any loaded state of `param` fits too.
+  void check(const std::string& param, const kiln::detail::TensorRef& value,
+             const kiln::detail::TensorRef& grad, const Loc& loc) const;
   kiln::detail::TensorRef update(const std::string& param, const kiln::detail::TensorRef& value,
                                  const kiln::detail::TensorRef& grad, const Loc& loc);
 

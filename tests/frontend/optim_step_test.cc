@@ -152,14 +152,19 @@ TEST(OptimizerStepTest, GradientTypeMismatchNamesTheParameter) {
   B::Device device;
   Model<B> model = MakeModel(OptimFixture()["optimizers"][0], device);
   Gradients grads;
+  grads.set(model.fc.weight.ref(), TF<2>::ones({3, 4}, device).ref());
   grads.set(model.fc.bias.ref(), TF<1>::ones({3}, device, ir::DType::kF64).ref());
-  optim::Sgd sgd = optim::SgdConfig().init();
+  optim::Sgd sgd = optim::SgdConfig().with_momentum(0.9).init();
+  const kiln::detail::TensorRef weight = model.fc.weight.ref();
   try {
     sgd.step(model, grads);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("sgd: the gradient of parameter 'fc.bias'"));
   }
+  // Checked before anything changed: the weight (visited first) and the state are untouched.
+  EXPECT_EQ(model.fc.weight.ref(), weight);
+  EXPECT_TRUE(sgd.state().empty());
 }
 
 TEST(ClipStepTest, ClipGradNormOnGradientsMatchesPyTorch) {
