@@ -4,8 +4,8 @@
 //   for (...) {
 //     auto loss = kiln::nn::cross_entropy(model.forward(x), labels);
 //     kiln::Gradients grads = loss.backward();
-//     optimizer.step(model, grads);                  // records the update; runs nothing
-//     kiln::realize(loss, model, optimizer) ...      // the training loop realizes everything
+//     optimizer.step(model, grads);                     // records the update; runs nothing
+//     kiln::optim::realize_step(model, optimizer, loss); // one graph for the whole step
 //   }
 //
 // step() visits the module's parameters (KILN_MODULE), replaces each one that has a gradient with
@@ -155,6 +155,16 @@ class Optimizer {
   };
   std::vector<CachedScalar> scalars_;
 };
+
+/// Realizes one training step as one graph: every parameter of `module`, the optimizer's state
+/// and `extra` tensors (the loss, metrics).
+template <class Module, class... Ts>
+void realize_step(const Module& module, const Optimizer& optimizer, const Ts&... extra) {
+  std::vector<kiln::detail::TensorRef> refs = optimizer.state_tensors();
+  module.visit([&refs](const std::string&, const auto& param) { refs.push_back(param.ref()); });
+  (refs.push_back(extra.ref()), ...);
+  kiln::detail::Realize(refs, std::source_location::current());
+}
 
 // ---- SGD ----------------------------------------------------------------------------------------
 

@@ -276,11 +276,10 @@ TEST(TrainingTest, SgdReducesARegressionLoss) {
     const TF<0> loss = nn::mse_loss(pred, y);
     const Gradients grads = kiln::detail::Backward(loss.ref(), nullptr, {});
     sgd.step(model, grads);
-    std::vector<kiln::detail::TensorRef> refs = sgd.state_tensors();
-    refs.push_back(loss.ref());
-    refs.push_back(model.fc.weight.ref());
-    refs.push_back(model.fc.bias.ref());
-    kiln::detail::Realize(refs, std::source_location::current());
+    const int64_t graphs = kiln::detail::GetEngineStats().graphs_executed;
+    optim::realize_step(model, sgd, loss);
+    EXPECT_EQ(kiln::detail::GetEngineStats().graphs_executed, graphs + 1);
+    EXPECT_TRUE(loss.ref()->realized() && model.fc.weight.ref()->realized());
     (step == 0 ? first : last) = loss.item();
   }
   EXPECT_LT(last, 0.01 * first);
