@@ -87,14 +87,25 @@ TensorRef PickNegated(const TensorRef& scores, const TensorRef& targets, const c
 
 }  // namespace
 
+void CheckLabelSmoothing(double label_smoothing, const Loc& loc) {
+  if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0)) {
+    kd::ThrowOpError("cross_entropy",
+                     absl::StrCat("label_smoothing ", label_smoothing, " must be in [0, 1]"), {},
+                     loc);
+  }
+}
+
+void CheckHuberDelta(double delta, const Loc& loc) {
+  if (!(delta > 0.0) || std::isinf(delta)) {
+    kd::ThrowOpError("huber_loss", absl::StrCat("delta ", delta, " must be positive and finite"),
+                     {}, loc);
+  }
+}
+
 TensorRef CrossEntropy(const TensorRef& logits, const TensorRef& targets, double label_smoothing,
                        const Loc& loc) {
   CheckClassification(logits, targets, "cross_entropy", loc);
-  if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0)) {
-    kd::ThrowOpError("cross_entropy",
-                     absl::StrCat("label_smoothing ", label_smoothing, " must be in [0, 1]"),
-                     {kd::TypeOf(logits)}, loc);
-  }
+  CheckLabelSmoothing(label_smoothing, loc);
   TensorRef log_probs = kd::LogSoftmax(logits, 1, loc);
   TensorRef nll = PickNegated(log_probs, targets, "cross_entropy", loc);
   if (label_smoothing == 0.0) return nll;
@@ -126,10 +137,7 @@ TensorRef AbsoluteError(const TensorRef& input, const TensorRef& target, const L
 
 TensorRef Huber(const TensorRef& input, const TensorRef& target, double delta, const Loc& loc) {
   CheckSameType(input, target, "huber_loss", loc);
-  if (!(delta > 0.0) || std::isinf(delta)) {
-    kd::ThrowOpError("huber_loss", absl::StrCat("delta ", delta, " must be positive and finite"),
-                     {kd::TypeOf(input)}, loc);
-  }
+  CheckHuberDelta(delta, loc);
   const char* name = "huber_loss";
   TensorRef diff = kd::Unary(ir::Op::kAbs, kd::Binary(ir::Op::kSub, input, target, name, loc), loc);
   TensorRef quadratic =

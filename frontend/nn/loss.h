@@ -36,6 +36,9 @@ TensorRef AbsoluteError(const TensorRef& input, const TensorRef& target, const L
 TensorRef Huber(const TensorRef& input, const TensorRef& target, double delta, const Loc& loc);
 /// max(x, 0) - x t + log(1 + exp(-|x|)) for logits x and targets t in [0, 1].
 TensorRef BceWithLogits(const TensorRef& logits, const TensorRef& targets, const Loc& loc);
+/// Throw kiln::Error for label_smoothing outside [0, 1] / a delta that is not positive and finite.
+void CheckLabelSmoothing(double label_smoothing, const Loc& loc);
+void CheckHuberDelta(double delta, const Loc& loc);
 /// Mean or sum over every element, as a rank-0 tensor.
 TensorRef Reduce(const TensorRef& terms, Reduction reduction, const Loc& loc);
 }  // namespace detail
@@ -129,5 +132,97 @@ Tensor<B, R> huber_loss_unreduced(const Tensor<B, R>& input, const Tensor<B, R>&
                                   std::source_location loc = std::source_location::current()) {
   return Tensor<B, R>(detail::Huber(input.ref(), target.ref(), delta, loc));
 }
+
+// ---- Loss modules (burn-style configs around the functions above) -------------------------------
+
+/// `CrossEntropyLossConfig().with_label_smoothing(0.1).init().forward(logits, targets)`.
+struct CrossEntropyLoss {
+  double label_smoothing = 0.0;
+  Reduction reduction = Reduction::kMean;
+
+  template <class B>
+  Tensor<B, 0> forward(const Tensor<B, 2>& logits, const Tensor<B, 1, Int>& targets,
+                       std::source_location loc = std::source_location::current()) const {
+    return cross_entropy(logits, targets, reduction, label_smoothing, loc);
+  }
+};
+
+struct CrossEntropyLossConfig {
+  CrossEntropyLossConfig with_label_smoothing(double v) const {
+    CrossEntropyLossConfig c = *this;
+    c.label_smoothing = v;
+    return c;
+  }
+  CrossEntropyLossConfig with_reduction(Reduction v) const {
+    CrossEntropyLossConfig c = *this;
+    c.reduction = v;
+    return c;
+  }
+  /// Throws kiln::Error unless label_smoothing is in [0, 1].
+  CrossEntropyLoss init(std::source_location loc = std::source_location::current()) const {
+    detail::CheckLabelSmoothing(label_smoothing, loc);
+    return CrossEntropyLoss{label_smoothing, reduction};
+  }
+  double label_smoothing = 0.0;
+  Reduction reduction = Reduction::kMean;
+};
+
+/// `HuberLossConfig().with_delta(0.5).init().forward(input, target)`.
+struct HuberLoss {
+  double delta = 1.0;
+  Reduction reduction = Reduction::kMean;
+
+  template <class B, int R>
+  Tensor<B, 0> forward(const Tensor<B, R>& input, const Tensor<B, R>& target,
+                       std::source_location loc = std::source_location::current()) const {
+    return huber_loss(input, target, delta, reduction, loc);
+  }
+};
+
+struct HuberLossConfig {
+  HuberLossConfig with_delta(double v) const {
+    HuberLossConfig c = *this;
+    c.delta = v;
+    return c;
+  }
+  HuberLossConfig with_reduction(Reduction v) const {
+    HuberLossConfig c = *this;
+    c.reduction = v;
+    return c;
+  }
+  /// Throws kiln::Error unless delta is positive and finite.
+  HuberLoss init(std::source_location loc = std::source_location::current()) const {
+    detail::CheckHuberDelta(delta, loc);
+    return HuberLoss{delta, reduction};
+  }
+  double delta = 1.0;
+  Reduction reduction = Reduction::kMean;
+};
+
+/// Parameterless losses as modules: `MseLoss{}.forward(input, target)`.
+struct MseLoss {
+  Reduction reduction = Reduction::kMean;
+  template <class B, int R>
+  Tensor<B, 0> forward(const Tensor<B, R>& input, const Tensor<B, R>& target,
+                       std::source_location loc = std::source_location::current()) const {
+    return mse_loss(input, target, reduction, loc);
+  }
+};
+struct L1Loss {
+  Reduction reduction = Reduction::kMean;
+  template <class B, int R>
+  Tensor<B, 0> forward(const Tensor<B, R>& input, const Tensor<B, R>& target,
+                       std::source_location loc = std::source_location::current()) const {
+    return l1_loss(input, target, reduction, loc);
+  }
+};
+struct BceWithLogitsLoss {
+  Reduction reduction = Reduction::kMean;
+  template <class B, int R>
+  Tensor<B, 0> forward(const Tensor<B, R>& logits, const Tensor<B, R>& targets,
+                       std::source_location loc = std::source_location::current()) const {
+    return bce_with_logits(logits, targets, reduction, loc);
+  }
+};
 
 }  // namespace kiln::nn

@@ -142,5 +142,31 @@ TEST(LossTest, ErrorsNameTheLossAndShapes) {
               HasSubstr("label_smoothing 1.5 must be in [0, 1]"));
 }
 
+TEST(LossTest, ConfigModulesMatchTheFunctions) {
+  B::Device device;
+  const TF<2> logits = TF<2>::from_vector(RandomFloats(12, 1), {4, 3}, device);
+  const TF<2> other = TF<2>::from_vector(RandomFloats(12, 2), {4, 3}, device);
+  const TF<2> probs = TF<2>::from_vector(RandomFloats(12, 3, 0.f, 1.f), {4, 3}, device);
+  const TI<1> labels = TI<1>::from_data({2, 0, 1, 2}, device);
+  const nn::CrossEntropyLoss ce = nn::CrossEntropyLossConfig()
+                                      .with_label_smoothing(0.2)
+                                      .with_reduction(nn::Reduction::kSum)
+                                      .init();
+  EXPECT_EQ(ce.forward(logits, labels).item(),
+            nn::cross_entropy(logits, labels, nn::Reduction::kSum, 0.2).item());
+  const nn::HuberLoss huber = nn::HuberLossConfig().with_delta(0.3).init();
+  EXPECT_EQ(huber.forward(logits, other).item(), nn::huber_loss(logits, other, 0.3).item());
+  EXPECT_EQ(nn::MseLoss{nn::Reduction::kSum}.forward(logits, other).item(),
+            nn::mse_loss(logits, other, nn::Reduction::kSum).item());
+  EXPECT_EQ(nn::L1Loss{}.forward(logits, other).item(), nn::l1_loss(logits, other).item());
+  EXPECT_EQ(nn::BceWithLogitsLoss{}.forward(logits, probs).item(),
+            nn::bce_with_logits(logits, probs).item());
+  EXPECT_THAT(ErrorOf([] { (void)nn::CrossEntropyLossConfig().with_label_smoothing(-0.1).init(); }),
+              AllOf(HasSubstr("cross_entropy: label_smoothing -0.1 must be in [0, 1]"),
+                    HasSubstr("loss_test.cc")));
+  EXPECT_THAT(ErrorOf([] { (void)nn::HuberLossConfig().with_delta(-1).init(); }),
+              HasSubstr("huber_loss: delta -1 must be positive and finite"));
+}
+
 }  // namespace
 }  // namespace kiln::testing
