@@ -53,9 +53,9 @@ inline constexpr double kInfNorm = std::numeric_limits<double>::infinity();
 
 /// Rescales the gradients of `module`'s parameters so that their joint norm (the norm of the
 /// per-tensor norms, `norm_type` >= 1 or kInfNorm) is at most `max_norm`; returns the norm before
-/// clipping as a lazy rank-0 tensor. B is deduced from a module template such as Mlp<B>.
-template <template <class> class Module, class B>
-Tensor<B, 0> clip_grad_norm(const Module<B>& module, Gradients& grads, double max_norm,
+/// clipping as a lazy rank-0 tensor: `clip_grad_norm<kiln::Cpu>(net, grads, 1.0)`.
+template <class B, class Module>
+Tensor<B, 0> clip_grad_norm(const Module& module, Gradients& grads, double max_norm,
                             double norm_type = 2.0,
                             std::source_location loc = std::source_location::current()) {
   NoGradGuard no_grad;
@@ -65,6 +65,14 @@ Tensor<B, 0> clip_grad_norm(const Module<B>& module, Gradients& grads, double ma
   detail::TensorRef norm = detail::ClipGradNorm(gradients, max_norm, norm_type, first, loc);
   for (size_t i = 0; i < params.size(); ++i) grads.set(params[i], gradients[i], loc);
   return Tensor<B, 0>(norm, loc);
+}
+
+/// The same with B deduced from a module template such as Mlp<B>.
+template <template <class> class Module, class B>
+Tensor<B, 0> clip_grad_norm(const Module<B>& module, Gradients& grads, double max_norm,
+                            double norm_type = 2.0,
+                            std::source_location loc = std::source_location::current()) {
+  return clip_grad_norm<B, Module<B>>(module, grads, max_norm, norm_type, loc);
 }
 
 /// Clamps every gradient of `module`'s parameters into [-clip_value, clip_value].
