@@ -1,5 +1,6 @@
 #include "frontend/data/dataset.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -86,30 +87,54 @@ class AffineDataset : public Dataset {
     if (source == ir::DType::kF32) {
       // In place: the output row has the source's layout.
       base_->copy_example(index, input, target);
-    } else {
-      // The source row is narrower or wider than f32: read it into a per-thread scratch row.
-      thread_local std::vector<std::byte> scratch;
-      scratch.resize(static_cast<size_t>(base_->spec().input_bytes()));
-      base_->copy_example(index, scratch.data(), target);
-      if (source == ir::DType::kU8) {
-        const auto* in = reinterpret_cast<const uint8_t*>(scratch.data());
-        for (int64_t i = 0; i < elements_; ++i) out[i] = static_cast<float>(in[i]);
-      } else {
-        for (int64_t i = 0; i < elements_; ++i) out[i] = LoadAsFloat(scratch.data(), i, source);
-      }
+      Apply(out, out);
+      return;
     }
+    // The source row is narrower or wider than f32: read it into a per-thread scratch row.
+    thread_local std::vector<std::byte> scratch;
+    scratch.resize(static_cast<size_t>(base_->spec().input_bytes()));
+    base_->copy_example(index, scratch.data(), target);
+    if (source == ir::DType::kU8) {
+      // The images' hot path: one fused, vectorisable pass.
+      Apply(reinterpret_cast<const uint8_t*>(scratch.data()), out);
+      return;
+    }
+    for (int64_t i = 0; i < elements_; ++i) out[i] = LoadAsFloat(scratch.data(), i, source);
+    Apply(out, out);
+  }
+
+  /// This transform followed by (x - shift2[c]) * scale2[c]: one affine map (normalize after
+  /// scale_to_unit costs one pass, not two). Null when the channel counts do not compose.
+  std::shared_ptr<AffineDataset> Then(const std::vector<float>& shift2,
+                                      const std::vector<float>& scale2) const {
+    const size_t c1 = shift_.size(), c2 = shift2.size();
+    if (c1 != 1 && c2 != 1 && c1 != c2) return nullptr;
+    const size_t c = std::max(c1, c2);
+    std::vector<float> shift(c), scale(c);
+    for (size_t i = 0; i < c; ++i) {
+      const float s1 = shift_[c1 == 1 ? 0 : i], k1 = scale_[c1 == 1 ? 0 : i];
+      const float s2 = shift2[c2 == 1 ? 0 : i], k2 = scale2[c2 == 1 ? 0 : i];
+      // ((x - s1) * k1 - s2) * k2 = (x - (s1 + s2 / k1)) * (k1 * k2)
+      shift[i] = s1 + s2 / k1;
+      scale[i] = k1 * k2;
+    }
+    return std::make_shared<AffineDataset>(base_, std::move(shift), std::move(scale));
+  }
+
+ private:
+  template <class T>
+  void Apply(const T* in, float* out) const {
     if (channels_ == 1) {
       const float shift = shift_[0], scale = scale_[0];
-      for (int64_t i = 0; i < elements_; ++i) out[i] = (out[i] - shift) * scale;
+      for (int64_t i = 0; i < elements_; ++i) out[i] = (static_cast<float>(in[i]) - shift) * scale;
     } else {
       for (int64_t i = 0; i < elements_; ++i) {
         const int64_t c = i % channels_;
-        out[i] = (out[i] - shift_[c]) * scale_[c];
+        out[i] = (static_cast<float>(in[i]) - shift_[c]) * scale_[c];
       }
     }
   }
 
- private:
   DatasetPtr base_;
   std::vector<float> shift_, scale_;
   ExampleSpec spec_;
@@ -248,6 +273,9 @@ DatasetPtr normalize(DatasetPtr dataset, std::vector<float> mean, std::vector<fl
       Fail(absl::StrCat("normalize: std[", i, "] = ", std[i], " must be > 0"), loc);
     }
     scale[i] = 1.0f / std[i];
+  }
+  if (const auto* affine = dynamic_cast<const AffineDataset*>(dataset.get())) {
+    if (auto composed = affine->Then(mean, scale)) return composed;
   }
   return std::make_shared<AffineDataset>(std::move(dataset), std::move(mean), std::move(scale));
 }
