@@ -133,8 +133,16 @@ absl::StatusOr<std::vector<std::byte>> Gunzip(std::span<const std::byte> bytes,
           absl::StrCat(name, ": gzip: corrupt data (", message, ") at compressed byte ", at));
     }
   }
-  out.resize(stream.total_out);
+  // Bytes after the gzip trailer: a second member (concatenated gzip, which dataset files do
+  // not use) or garbage; either way not silently ignored.
+  const size_t used = consumed - stream.avail_in;
   inflateEnd(&stream);
+  if (used != bytes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": gzip: ", bytes.size() - used, " bytes after the end of the gzip stream, from ",
+        "compressed byte ", used, " (concatenated gzip members are not supported)"));
+  }
+  out.resize(stream.total_out);
   return out;
 }
 

@@ -44,6 +44,8 @@ corrupt = bytearray(gz)
 for i in range(12, 24):
     corrupt[i] ^= 0x5A
 write("idx_corrupt.gz", bytes(corrupt), "gzip: corrupt data")
+write("idx_gz_trailing.gz", gz + b"junk", "gzip: 4 bytes after the end of the gzip stream, from "
+      f"compressed byte {len(gz)}")
 write("idx_gz_bad_inside.gz", gzip.compress(b"\x00\x00\x08\x02\x00\x00\x00\x05", mtime=0),
       "(decompressed): idx: truncated header: 2 dims need 12 header bytes")
 
