@@ -17,15 +17,13 @@
 // the loader (or starting another epoch) mid-epoch stops and joins the workers.
 #pragma once
 
-#include <condition_variable>
+#include <cstddef>
 #include <cstdint>
-#include <exception>
-#include <map>
+#include <iterator>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <source_location>
-#include <thread>
+#include <utility>
 #include <vector>
 
 #include "frontend/data/dataset.h"
