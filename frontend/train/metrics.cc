@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <map>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -98,6 +101,88 @@ void MetricsLogger::log(int64_t epoch, int64_t step, std::string_view split,
   }
 }
 
+MetricsLogger MetricsLogger::Resume(const std::string& csv_path, int64_t last_epoch,
+                                    std::source_location loc) {
+  std::vector<MetricRecord> kept;
+  std::ifstream in(csv_path, std::ios::binary);
+  if (in) {
+    std::ostringstream text;
+    text << in.rdbuf();
+    absl::StatusOr<std::vector<MetricRecord>> records = ParseMetricsCsv(text.str());
+    if (!records.ok()) Fail(absl::StrCat(csv_path, ": ", records.status().message()), loc);
+    for (MetricRecord& r : *records) {
+      if (r.epoch <= last_epoch) kept.push_back(std::move(r));
+    }
+  }
+  const absl::Status status = WriteFileAtomically(csv_path, MetricsCsv(kept));
+  if (!status.ok()) Fail(absl::StrCat("MetricsLogger::Resume: ", status.message()), loc);
+  MetricsLogger logger;
+  logger.csv_path_ = csv_path;
+  logger.records_ = std::move(kept);
+  logger.csv_.open(csv_path, std::ios::out | std::ios::app);
+  if (!logger.csv_) Fail(absl::StrCat("MetricsLogger: cannot append to ", csv_path), loc);
+  return logger;
+}
+
+absl::StatusOr<std::vector<MetricRecord>> ParseMetricsCsv(const std::string& text) {
+  std::vector<MetricRecord> records;
+  size_t pos = 0;
+  int64_t line_no = 0;
+  while (pos < text.size()) {
+    // One record; quoted fields may hold commas, quotes ("") and newlines.
+    std::vector<std::string> fields(1);
+    bool quoted = false;
+    for (; pos < text.size(); ++pos) {
+      const char c = text[pos];
+      if (quoted) {
+        if (c == '"' && pos + 1 < text.size() && text[pos + 1] == '"') {
+          fields.back() += '"';
+          ++pos;
+        } else if (c == '"') {
+          quoted = false;
+        } else {
+          fields.back() += c;
+        }
+      } else if (c == '"') {
+        quoted = true;
+      } else if (c == ',') {
+        fields.emplace_back();
+      } else if (c == '\n') {
+        ++pos;
+        break;
+      } else {
+        fields.back() += c;
+      }
+    }
+    ++line_no;
+    if (line_no == 1) {
+      if (fields != std::vector<std::string>{"epoch", "step", "split", "metric", "value"}) {
+        return absl::InvalidArgumentError("line 1: not the header epoch,step,split,metric,value");
+      }
+      continue;
+    }
+    MetricRecord r;
+    char* end = nullptr;
+    bool ok = fields.size() == 5 && !fields[0].empty() && !fields[1].empty() && !fields[4].empty();
+    if (ok) {
+      r.epoch = std::strtoll(fields[0].c_str(), &end, 10);
+      ok = *end == 0;
+      r.step = std::strtoll(fields[1].c_str(), &end, 10);
+      ok = ok && *end == 0;
+      r.value = std::strtod(fields[4].c_str(), &end);
+      ok = ok && *end == 0;
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line_no, ": expected epoch,step,split,metric,value"));
+    }
+    r.split = fields[2];
+    r.metric = fields[3];
+    records.push_back(std::move(r));
+  }
+  return records;
+}
+
 std::string MetricsLogger::svg() const { return RenderMetricsSvg(records_); }
 
 void MetricsLogger::write_svg(const std::string& path, std::source_location loc) const {
@@ -164,13 +249,6 @@ std::string RenderMetricsSvg(const std::vector<MetricRecord>& records, int width
     absl::StrAppend(&svg, "<text x=\"", Num(kLeft + plot_w / 2), "\" y=\"", Num(y0 + 20),
                     "\" text-anchor=\"middle\" font-size=\"14\">", XmlEscape(metrics[m]),
                     "</text>\n");
-    // Axes.
-    absl::StrAppend(&svg, "<line class=\"axis\" x1=\"", Num(kLeft), "\" y1=\"", Num(y0 + kTop),
-                    "\" x2=\"", Num(kLeft), "\" y2=\"", Num(y0 + kTop + plot_h),
-                    "\" stroke=\"black\"/>\n");
-    absl::StrAppend(&svg, "<line class=\"axis\" x1=\"", Num(kLeft), "\" y1=\"",
-                    Num(y0 + kTop + plot_h), "\" x2=\"", Num(kLeft + plot_w), "\" y2=\"",
-                    Num(y0 + kTop + plot_h), "\" stroke=\"black\"/>\n");
     // Y ticks: 5 evenly spaced values with grid lines.
     for (int i = 0; i <= 4; ++i) {
       const double v = ymin + (ymax - ymin) * i / 4.0;
@@ -181,6 +259,13 @@ std::string RenderMetricsSvg(const std::vector<MetricRecord>& records, int width
       absl::StrAppend(&svg, "<text class=\"ytick\" x=\"", Num(kLeft - 6), "\" y=\"", Num(y + 4),
                       "\" text-anchor=\"end\">", absl::StrFormat("%.4g", v), "</text>\n");
     }
+    // Axes.
+    absl::StrAppend(&svg, "<line class=\"axis\" x1=\"", Num(kLeft), "\" y1=\"", Num(y0 + kTop),
+                    "\" x2=\"", Num(kLeft), "\" y2=\"", Num(y0 + kTop + plot_h),
+                    "\" stroke=\"black\"/>\n");
+    absl::StrAppend(&svg, "<line class=\"axis\" x1=\"", Num(kLeft), "\" y1=\"",
+                    Num(y0 + kTop + plot_h), "\" x2=\"", Num(kLeft + plot_w), "\" y2=\"",
+                    Num(y0 + kTop + plot_h), "\" stroke=\"black\"/>\n");
     // X ticks: integer epochs, at most ~10 labels.
     const int64_t first = static_cast<int64_t>(std::ceil(xmin));
     const int64_t last = static_cast<int64_t>(std::floor(xmax));
@@ -285,6 +370,39 @@ bool EarlyStopping::update(double value) {
   }
   if (bad_updates_ >= config_.patience) stopped_ = true;
   return stopped_;
+}
+
+std::map<std::string, std::string> EarlyStopping::state() const {
+  std::map<std::string, std::string> out{{"updates", std::to_string(updates_)},
+                                         {"bad_updates", std::to_string(bad_updates_)},
+                                         {"best_index", std::to_string(best_index_)},
+                                         {"stopped", stopped_ ? "1" : "0"}};
+  if (best_) out["best"] = absl::StrFormat("%.17g", *best_);
+  return out;
+}
+
+void EarlyStopping::load_state(const std::map<std::string, std::string>& state,
+                               std::source_location loc) {
+  auto integer = [&](const char* key) -> int64_t {
+    const auto it = state.find(key);
+    char* end = nullptr;
+    const int64_t v = it == state.end() ? 0 : std::strtoll(it->second.c_str(), &end, 10);
+    if (it == state.end() || it->second.empty() || *end != 0) {
+      Fail(absl::StrCat("EarlyStopping::load_state: missing or malformed '", key, "'"), loc);
+    }
+    return v;
+  };
+  updates_ = integer("updates");
+  bad_updates_ = integer("bad_updates");
+  best_index_ = integer("best_index");
+  stopped_ = integer("stopped") != 0;
+  improved_ = false;
+  best_.reset();
+  if (const auto it = state.find("best"); it != state.end()) {
+    char* end = nullptr;
+    best_ = std::strtod(it->second.c_str(), &end);
+    if (it->second.empty() || *end != 0) Fail("EarlyStopping::load_state: malformed 'best'", loc);
+  }
 }
 
 std::optional<std::string> NonFiniteLossMessage(double loss, int64_t epoch, int64_t step,

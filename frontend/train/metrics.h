@@ -19,12 +19,14 @@
 #include <cstdint>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <optional>
 #include <source_location>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "ir/tensor_data.h"
 
 namespace kiln::train {
@@ -47,6 +49,11 @@ class MetricsLogger {
   /// kiln::Error when the file cannot be created.
   explicit MetricsLogger(std::string csv_path = "",
                          std::source_location loc = std::source_location::current());
+  /// Continues the log of a resumed run: keeps the rows of `csv_path` up to `last_epoch` (rows of
+  /// later, unfinished epochs are dropped), rewrites the file with them and appends from there.
+  /// A missing file starts a new log. Throws kiln::Error on a malformed file.
+  static MetricsLogger Resume(const std::string& csv_path, int64_t last_epoch,
+                              std::source_location loc = std::source_location::current());
 
   void log(int64_t epoch, int64_t step, std::string_view split, std::string_view metric,
            double value);
@@ -74,6 +81,8 @@ std::string RenderMetricsSvg(const std::vector<MetricRecord>& records, int width
 
 /// "epoch,step,split,metric,value" lines for `records` (the logger's file format).
 std::string MetricsCsv(const std::vector<MetricRecord>& records);
+/// The inverse of MetricsCsv; errors name the line.
+absl::StatusOr<std::vector<MetricRecord>> ParseMetricsCsv(const std::string& text);
 
 /// Running mean of scalar values (e.g. the loss over an epoch).
 class Mean {
@@ -170,6 +179,12 @@ class EarlyStopping {
   int64_t bad_updates() const { return bad_updates_; }
   bool stopped() const { return stopped_; }
   const EarlyStoppingConfig& config() const { return config_; }
+
+  /// The counters as strings (saved in checkpoints so a resumed run keeps its patience).
+  std::map<std::string, std::string> state() const;
+  /// Restores state(); throws kiln::Error on malformed values.
+  void load_state(const std::map<std::string, std::string>& state,
+                  std::source_location loc = std::source_location::current());
 
  private:
   EarlyStoppingConfig config_;

@@ -247,6 +247,26 @@ TEST_F(AtomicWrite, ReadOnlyDirectoryLeavesOldFileIntact) {
   EXPECT_EQ(ReadAll(path), "old");
 }
 
+// A real system error at the rename: the target is a non-empty directory. The temporary file is
+// removed and the directory is untouched.
+TEST_F(AtomicWrite, RenameOntoDirectoryFailsCleanly) {
+  const std::string dir = TempDir("rename");
+  const std::string target = dir + "/ckpt.safetensors";
+  fs::create_directories(target);
+  ASSERT_TRUE(WriteFileAtomically(target + "/inside", "keep").ok());
+  const absl::Status status = WriteFileAtomically(target, "new");
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(std::string(status.message()).find("cannot rename"), std::string::npos) << status;
+  EXPECT_TRUE(fs::is_directory(target));
+  EXPECT_EQ(ReadAll(target + "/inside"), "keep");
+  int entries = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    EXPECT_EQ(entry.path().filename(), "ckpt.safetensors") << "left behind: " << entry.path();
+    ++entries;
+  }
+  EXPECT_EQ(entries, 1);
+}
+
 TEST_F(AtomicWrite, MissingDirectoryFails) {
   const absl::Status status =
       WriteFileAtomically(TempDir("missing") + "/no/such/dir/file.safetensors", "x");
