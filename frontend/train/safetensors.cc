@@ -33,6 +33,7 @@ constexpr std::pair<ir::DType, const char*> kDTypeNames[] = {
 };
 
 constexpr std::string_view kMetadataKey = "__metadata__";
+constexpr int kMaxHeaderDepth = 3;
 
 // Errors name the source, the tensor (when there is one) and a byte offset in the file.
 absl::Status HeaderError(const std::string& source, uint64_t byte, const std::string& message) {
@@ -213,6 +214,36 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::span<const std::byte> byte
     return HeaderError(source, 8, "header does not start with '{'");
   }
 
+  // A valid header nests 3 levels deep ({name: {"shape": [...]}}); refusing deeper input before
+  // parsing bounds the parser's work and stack whatever the JSON library does with deep nesting.
+  {
+    int depth = 0;
+    bool in_string = false;
+    bool escaped = false;
+    for (size_t i = 0; i < header.size(); ++i) {
+      const char c = header[i];
+      if (in_string) {
+        if (escaped) {
+          escaped = false;
+        } else if (c == '\\') {
+          escaped = true;
+        } else if (c == '"') {
+          in_string = false;
+        }
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == '{' || c == '[') {
+        if (++depth > kMaxHeaderDepth) {
+          return HeaderError(source, 8 + i,
+                             absl::StrCat("header nests deeper than ", kMaxHeaderDepth,
+                                          " levels (a valid header never does)"));
+        }
+      } else if (c == '}' || c == ']') {
+        --depth;
+      }
+    }
+  }
+
   // Duplicate names: nlohmann keeps the last value of a repeated key, so the parse callback
   // records the top-level keys as they go by.
   std::set<std::string> seen;
@@ -379,13 +410,9 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
   const std::string temp = absl::StrCat(dir, "/.", base, ".tmp.", getpid(), ".", counter++);
 
   absl::Status status = Step("open");
-  int fd = -1;
-  if (status.ok()) {
-    fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return Errno("cannot create temporary file", temp);
-  } else {
-    return status;
-  }
+  if (!status.ok()) return status;
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("cannot create temporary file", temp);
   auto fail = [&](absl::Status s) {
     if (fd >= 0) ::close(fd);
     ::unlink(temp.c_str());
