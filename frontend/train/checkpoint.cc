@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "frontend/autograd.h"
 #include "frontend/train/safetensors.h"
 #include "nlohmann/json.hpp"
 
@@ -131,7 +132,11 @@ std::vector<detail::TensorRef> ApplyState(const StateRefs& expected,
   std::vector<detail::TensorRef> refs;
   refs.reserve(expected.size());
   for (const auto& [name, ref] : expected) {
-    refs.push_back(detail::FromTensorData(values.at(name), detail::DeviceOf(ref)));
+    detail::TensorRef loaded = detail::FromTensorData(values.at(name), detail::DeviceOf(ref));
+    // A parameter that required a gradient still does after loading (optimizers and backward
+    // find it as before).
+    if (detail::RequiresGrad(ref)) loaded = detail::SetRequireGrad(loaded, true, loc);
+    refs.push_back(std::move(loaded));
   }
   return refs;
 }

@@ -122,7 +122,8 @@ std::map<std::string, ir::TensorData> ReadStateDict(
     const std::string& path, std::source_location loc = std::source_location::current());
 
 /// Checks `values` against `expected` (throws one kiln::Error listing every mismatch, naming
-/// `what`) and returns the new handles, in `expected`'s order, on each tensor's device.
+/// `what`) and returns the new handles, in `expected`'s order, on each tensor's device; a tensor
+/// that required a gradient is replaced by one that does too.
 std::vector<detail::TensorRef> ApplyState(const StateRefs& expected,
                                           const std::map<std::string, ir::TensorData>& values,
                                           bool strict, const std::string& what,

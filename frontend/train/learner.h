@@ -61,7 +61,7 @@ struct StepOutput {
 struct AutogradPolicy {
   template <class B>
   static Gradients backward(const Tensor<B, 0>& loss, const std::source_location& loc) {
-    return detail::Backward(loss.ref(), nullptr, loc);
+    return loss.backward(loc);
   }
   /// Alive during validation: nothing is taped.
   using NoGrad = NoGradGuard;

@@ -84,6 +84,33 @@ struct Sgd {
 
 using TestLearner = Learner<Regressor<B>, Sgd, decltype(&Step), ClosedFormPolicy>;
 
+// The same loss for the default policy (frontend/autograd.h), and SGD on kiln::Gradients.
+StepOutput<B> AutogradStep(Regressor<B>& model, const Batch& batch) {
+  const TF<2> pred = model.fc.forward(batch.x);
+  return StepOutput<B>{pred.sub(batch.y).square().mean(), pred, batch.labels};
+}
+
+struct AutogradSgd {
+  double lr;
+  int64_t steps = 0;
+  void step(Regressor<B>& model, const Gradients& grads) {
+    NoGradGuard no_grad;
+    model.visit([&](const std::string&, auto& t) {
+      if (auto g = t.grad(grads)) {
+        t = t.sub(g->mul(lr)).detach();
+        t.require_grad();
+      }
+    });
+    ++steps;
+  }
+  NamedState state() const {
+    NamedState s;
+    s.values["steps"] = std::to_string(steps);
+    return s;
+  }
+  void load_state(const NamedState& s) { steps = std::stoll(s.values.at("steps")); }
+};
+
 std::vector<Batch> MakeBatches(int count, uint32_t seed) {
   const B::Device device;
   const std::vector<float> a = {0.5f, -1.0f, 2.0f, 1.5f, 0.25f, -0.75f};  // the true [2, 3] map
@@ -216,6 +243,44 @@ TEST(Learner, ResumeMatchesAnUninterruptedRun) {
   EXPECT_EQ(ReadAll(dir + "/metrics.csv"), ReadAll(full_dir + "/metrics.csv"));
   EXPECT_EQ(ReadCheckpoint(dir + "/last.safetensors").rng_state,
             ReadCheckpoint(full_dir + "/last.safetensors").rng_state);
+}
+
+// The default policy (autograd) trains the same as the closed-form gradient, and resuming keeps
+// the parameters' require_grad mark.
+TEST(Learner, AutogradPolicyMatchesClosedFormGradients) {
+  const std::vector<Batch> train = MakeBatches(3, 900);
+  const std::vector<Batch> valid = MakeBatches(1, 901);
+  const auto config = LearnerConfig().with_progress(false);
+
+  Regressor<B> closed = MakeModel();
+  Sgd sgd{0.05};
+  TestLearner(closed, sgd, &Step, config).fit(train, valid, 3);
+
+  const std::string dir = TempDir("autograd");
+  Regressor<B> model = MakeModel();
+  model.visit([](const std::string&, auto& t) { t.require_grad(); });
+  AutogradSgd autograd_sgd{0.05};
+  {
+    Learner learner(model, autograd_sgd, &AutogradStep, config.with_checkpoint_dir(dir));
+    learner.fit(train, valid, 2);
+  }
+  Regressor<B> resumed = MakeModel();
+  resumed.visit([](const std::string&, auto& t) { t.require_grad(); });
+  AutogradSgd resumed_sgd{0.05};
+  Learner learner(resumed, resumed_sgd, &AutogradStep, config.with_checkpoint_dir(dir));
+  ASSERT_TRUE(learner.resume());
+  EXPECT_TRUE(resumed.fc.weight.requires_grad());
+  EXPECT_TRUE(resumed.fc.bias->requires_grad());
+  learner.fit(train, valid, 3);
+  EXPECT_EQ(resumed_sgd.steps, 9);
+
+  const std::vector<double> want_w = closed.fc.weight.into_data().ToDoubles();
+  const std::vector<double> got_w = resumed.fc.weight.into_data().ToDoubles();
+  ASSERT_EQ(got_w.size(), want_w.size());
+  for (size_t i = 0; i < want_w.size(); ++i) EXPECT_NEAR(got_w[i], want_w[i], 1e-5) << i;
+  const std::vector<double> want_b = closed.fc.bias->into_data().ToDoubles();
+  const std::vector<double> got_b = resumed.fc.bias->into_data().ToDoubles();
+  for (size_t i = 0; i < want_b.size(); ++i) EXPECT_NEAR(got_b[i], want_b[i], 1e-5) << i;
 }
 
 TEST(Learner, EarlyStoppingStopsAfterPatience) {
