@@ -117,8 +117,13 @@ absl::StatusOr<Entry> ParseEntry(const std::string& source, std::string_view hea
           absl::StrCat("shape entry ", dim.dump(), " is not a non-negative integer"));
     }
     entry.shape.push_back(static_cast<int64_t>(*d));
+    // Every running product must fit int64: ir::NumElements multiplies left to right in int64, so
+    // [2^62, 2, 0] (zero elements) would still overflow there.
     uint64_t product = 0;
-    if (__builtin_mul_overflow(elements, *d, &product)) overflow = true;
+    if (__builtin_mul_overflow(elements, *d, &product) ||
+        product > static_cast<uint64_t>(INT64_MAX)) {
+      overflow = true;
+    }
     elements = product;
   }
 
@@ -141,7 +146,8 @@ absl::StatusOr<Entry> ParseEntry(const std::string& source, std::string_view hea
   entry.end = *end;
   const uint64_t elem_size = static_cast<uint64_t>(ir::DTypeSize(entry.dtype));
   uint64_t expected = 0;
-  if (overflow || __builtin_mul_overflow(elements, elem_size, &expected)) {
+  if (overflow || __builtin_mul_overflow(elements, elem_size, &expected) ||
+      expected > static_cast<uint64_t>(INT64_MAX)) {
     return TensorError(source, header, name,
                        absl::StrCat("shape ", shape_it->dump(), " overflows 64 bits of bytes"));
   }
