@@ -4,7 +4,9 @@
 #include <cstring>
 #include <string_view>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "frontend/ops_internal.h"
 #include "frontend/tensor_ops.h"
@@ -157,50 +159,68 @@ void Optimizer::set(const std::string& param, const char* buffer, TensorRef valu
   state_[absl::StrCat(param, ".", buffer)] = std::move(value);
 }
 
-std::vector<StateEntry> Optimizer::state(Loc loc) const {
+NamedState Optimizer::state(Loc loc) const {
   const std::vector<TensorRef> refs = state_tensors();
   kd::Realize(refs, loc);
-  std::map<std::string, ir::TensorData> out;
-  for (const auto& [key, ref] : state_) out.emplace(key, kd::Data(ref, loc));
-  for (const auto& [key, data] : loaded_) out.emplace(key, data);
-  for (const auto& [param, step] : steps_) {
-    ir::TensorData data(ir::DType::kI64, {});
-    data.SetInt64(0, step);
-    out.emplace(absl::StrCat(param, ".step"), std::move(data));
-  }
-  return std::vector<StateEntry>(out.begin(), out.end());
+  NamedState out;
+  for (const auto& [key, ref] : state_) out.tensors.emplace(key, kd::Data(ref, loc));
+  for (const auto& [key, data] : loaded_) out.tensors.emplace(key, data);
+  out.values["optimizer"] = name_;
+  out.values["lr"] = absl::StrFormat("%.17g", lr_);
+  for (const auto& [param, step] : steps_)
+    out.values[absl::StrCat(param, ".step")] = absl::StrCat(step);
+  return out;
 }
 
-void Optimizer::load_state(const std::vector<StateEntry>& entries, Loc loc) {
-  std::map<std::string, ir::TensorData> loaded;
+void Optimizer::load_state(const NamedState& state, Loc loc) {
+  const std::string prefix = absl::StrCat("load_state: ");
+  double lr = lr_;
   std::map<std::string, int64_t> steps;
-  for (const auto& [key, data] : entries) {
+  for (const auto& [key, value] : state.values) {
+    if (key == "optimizer") {
+      if (value != name_) {
+        ThrowConfig(name_,
+                    absl::StrCat(prefix, "the state is of optimizer '", value, "', not ", name_),
+                    loc);
+      }
+    } else if (key == "lr") {
+      if (!absl::SimpleAtod(value, &lr) || !(lr >= 0.0) || std::isinf(lr)) {
+        ThrowConfig(name_, absl::StrCat(prefix, "lr '", value, "' is not a finite number >= 0"),
+                    loc);
+      }
+    } else if (key.size() > 5 && key.ends_with(".step")) {
+      int64_t step = 0;
+      if (!absl::SimpleAtoi(value, &step) || step < 0) {
+        ThrowConfig(name_,
+                    absl::StrCat(prefix, "'", key, "' = '", value, "' is not a step count >= 0"),
+                    loc);
+      }
+      steps[key.substr(0, key.size() - 5)] = step;
+    } else {
+      ThrowConfig(name_,
+                  absl::StrCat(prefix, "unknown value '", key,
+                               "' (expected optimizer, lr, <parameter>.step)"),
+                  loc);
+    }
+  }
+  std::map<std::string, ir::TensorData> loaded;
+  for (const auto& [key, data] : state.tensors) {
     const size_t dot = key.rfind('.');
     const std::string_view suffix =
         dot == std::string::npos ? std::string_view() : std::string_view(key).substr(dot + 1);
-    if (dot == std::string::npos || dot == 0) {
-      ThrowConfig(name_,
-                  absl::StrCat("load_state: entry '", key, "' is not '<parameter>.<buffer>'"), loc);
+    bool known = dot != std::string::npos && dot > 0;
+    if (known) {
+      known = false;
+      for (const std::string& b : buffers_) known = known || b == suffix;
     }
-    if (suffix == "step") {
-      if (data.rank() != 0 || !ir::IsInteger(data.dtype()) || data.GetInt64(0) < 0) {
-        kd::ThrowOpError(
-            name_, absl::StrCat("load_state: '", key, "' must be a non-negative integer scalar"),
-            {ir::TensorType{data.dtype(), data.shape()}}, loc);
-      }
-      steps[key.substr(0, dot)] = data.GetInt64(0);
-      continue;
-    }
-    bool known = false;
-    for (const std::string& b : buffers_) known = known || b == suffix;
     if (!known) {
       std::vector<std::string> expected;
       for (const std::string& b : buffers_) expected.push_back("<parameter>." + b);
-      expected.push_back("<parameter>.step");
-      ThrowConfig(name_,
-                  absl::StrCat("load_state: unknown entry '", key, "'; ", name_,
-                               " (as configured) keeps ", absl::StrJoin(expected, ", ")),
-                  loc);
+      ThrowConfig(
+          name_,
+          absl::StrCat(prefix, "unknown tensor '", key, "'; ", name_, " (as configured) keeps ",
+                       expected.empty() ? "no tensors" : absl::StrJoin(expected, ", ")),
+          loc);
     }
     loaded.emplace(key, data);
   }
@@ -208,6 +228,7 @@ void Optimizer::load_state(const std::vector<StateEntry>& entries, Loc loc) {
   scalars_.clear();
   loaded_ = std::move(loaded);
   steps_ = std::move(steps);
+  lr_ = lr;
 }
 
 std::vector<TensorRef> Optimizer::state_tensors() const {

@@ -30,12 +30,14 @@
 
 #include "frontend/autograd.h"
 #include "frontend/tensor.h"
+#include "frontend/train/checkpoint.h"
 
 namespace kiln::optim {
 
-/// One entry of an optimizer's checkpoint state: "<parameter>.<buffer>" (e.g.
-/// "fc.weight.exp_avg") or "<parameter>.step" (i64, rank 0).
-using StateEntry = std::pair<std::string, ir::TensorData>;
+/// An optimizer's checkpoint state (frontend/train/checkpoint.h), as train::Learner expects:
+///   tensors  "<parameter>.<buffer>", e.g. "fc.weight.exp_avg" (torch's buffer names);
+///   values   "optimizer" (its name, checked on load), "lr", "<parameter>.step" (decimal).
+using NamedState = train::NamedState;
 
 /// The base of every optimizer. Not copyable by accident: state is per instance.
 class Optimizer {
@@ -52,6 +54,8 @@ class Optimizer {
   const char* name() const { return name_; }
   /// The learning rate the next step uses.
   double lr() const { return lr_; }
+  /// The same (the name train::Learner's NaN guard asks for).
+  double learning_rate() const { return lr_; }
   /// Sets the learning rate (e.g. from a scheduler); it enters the next step as a rank-0 tensor,
   /// so changing it does not change the graph. Throws on a negative or non-finite value.
   void set_lr(double lr, Loc loc = Loc::current());
@@ -93,12 +97,13 @@ class Optimizer {
     return Tensor<B, R>(update(param_name, param.ref(), grad.ref(), loc), loc);
   }
 
-  /// The state as host values, sorted by name (realizes whatever is pending).
-  std::vector<StateEntry> state(Loc loc = Loc::current()) const;
-  /// Replaces the state with `entries` (as state() returned them). Names are checked now (an
-  /// unknown buffer or a malformed step count throws); shapes and dtypes are checked against
-  /// each parameter at its next update. Values move to the parameter's device then.
-  void load_state(const std::vector<StateEntry>& entries, Loc loc = Loc::current());
+  /// The state as host values (realizes whatever is pending).
+  NamedState state(Loc loc = Loc::current()) const;
+  /// Replaces the state (and the learning rate) with `state` as state() returned it. Names are
+  /// checked now: another optimizer's state, an unknown buffer or key, or a malformed number
+  /// throws kiln::Error; shapes and dtypes are checked against each parameter at its next
+  /// update, and values move to the parameter's device then.
+  void load_state(const NamedState& state, Loc loc = Loc::current());
   /// The state's tensors (pending after a step), to be realized together with the parameters
   /// and the loss so that one graph computes the whole training step.
   std::vector<kiln::detail::TensorRef> state_tensors() const;

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "frontend/error.h"
 
@@ -30,8 +31,27 @@ double LrScheduler::lr(int64_t t, Loc loc) const {
   return schedule_(t);
 }
 
-void LrScheduler::load_state(int64_t step, Loc loc) {
-  if (step < 0) Fail("lr_scheduler", absl::StrCat("load_state: step ", step, " is negative"), loc);
+void LrScheduler::set_last_step(int64_t step, Loc loc) {
+  if (step < 0) Fail("lr_scheduler", absl::StrCat("step ", step, " is negative"), loc);
+  step_ = step;
+}
+
+train::NamedState LrScheduler::state() const {
+  train::NamedState state;
+  state.values["last_step"] = absl::StrCat(step_);
+  return state;
+}
+
+void LrScheduler::load_state(const train::NamedState& state, Loc loc) {
+  auto it = state.values.find("last_step");
+  int64_t step = 0;
+  if (it == state.values.end() || !absl::SimpleAtoi(it->second, &step) || step < 0) {
+    Fail("lr_scheduler",
+         it == state.values.end()
+             ? std::string("load_state: no 'last_step' value")
+             : absl::StrCat("load_state: last_step '", it->second, "' is not a step count >= 0"),
+         loc);
+  }
   step_ = step;
 }
 

@@ -10,7 +10,8 @@
 //
 // Each scheduler is a pure function lr(t) of the step (or epoch) count t = 0, 1, ... plus a
 // counter: current() is lr(t), step() advances t and returns the new lr, state() / load_state()
-// save and restore t for checkpoints. Schedulers are values (copyable); composites hold copies.
+// save and restore t for checkpoints (as a train::NamedState, like optimizers). Schedulers are
+// values (copyable); composites hold copies.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,8 @@
 #include <memory>
 #include <source_location>
 #include <vector>
+
+#include "frontend/train/checkpoint.h"
 
 namespace kiln::optim {
 
@@ -40,10 +43,12 @@ class LrScheduler {
   /// The lr at step 0 before any schedule factor (for composition).
   double base_lr() const { return base_lr_; }
 
-  /// For checkpoints: the counter.
-  int64_t state() const { return step_; }
-  /// Restores the counter (>= 0).
-  void load_state(int64_t step, Loc loc = Loc::current());
+  /// Sets the counter (>= 0).
+  void set_last_step(int64_t step, Loc loc = Loc::current());
+  /// For checkpoints (train::Checkpoint::scheduler): values {"last_step": "<decimal>"}.
+  train::NamedState state() const;
+  /// Restores the counter from state(); a missing, malformed or negative entry throws.
+  void load_state(const train::NamedState& state, Loc loc = Loc::current());
 
  private:
   std::function<double(int64_t)> schedule_;

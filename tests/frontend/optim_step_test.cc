@@ -1,12 +1,14 @@
 // Optimizer::step and gradient clipping through kiln::Gradients and KILN_MODULE (against the
 // same PyTorch fixtures as optim_test.cc), and loss gradients from backward() against torch's
 // (tests/frontend/fixtures/loss.json's grad_input).
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "frontend/train/learner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -156,7 +158,9 @@ TEST(OptimizerStepTest, AnErrorLeavesParametersAndStateUntouched) {
   grads.set(model.fc.bias.ref(), TF<1>::ones({3}, device).ref());
   optim::Sgd sgd = optim::SgdConfig().with_momentum(0.9).init();
   // A checkpoint that does not fit the bias (visited after the weight).
-  sgd.load_state({{"fc.bias.momentum_buffer", ir::TensorData(ir::DType::kF32, {2})}});
+  optim::NamedState checkpoint;
+  checkpoint.tensors.emplace("fc.bias.momentum_buffer", ir::TensorData(ir::DType::kF32, {2}));
+  sgd.load_state(checkpoint);
   const kiln::detail::TensorRef weight = model.fc.weight.ref();
   try {
     sgd.step(model, grads);
@@ -168,9 +172,10 @@ TEST(OptimizerStepTest, AnErrorLeavesParametersAndStateUntouched) {
   }
   // Checked before anything changed: the weight and its state are untouched.
   EXPECT_EQ(model.fc.weight.ref(), weight);
-  const std::vector<optim::StateEntry> state = sgd.state();
-  ASSERT_EQ(state.size(), 1u);
-  EXPECT_EQ(state[0].first, "fc.bias.momentum_buffer");
+  const optim::NamedState state = sgd.state();
+  ASSERT_EQ(state.tensors.size(), 1u);
+  EXPECT_EQ(state.tensors.begin()->first, "fc.bias.momentum_buffer");
+  EXPECT_EQ(state.values.count("fc.weight.step"), 0u);
 }
 
 TEST(ClipStepTest, ClipGradNormOnGradientsMatchesPyTorch) {
@@ -286,6 +291,62 @@ TEST(TrainingTest, SgdReducesARegressionLoss) {
     (step == 0 ? first : last) = loss.item();
   }
   EXPECT_LT(last, 0.01 * first);
+}
+
+TEST(TrainingTest, LearnerSavesAndResumesOptimizerState) {
+  // train::Learner drives optim::Adam: step(), state() into last.safetensors, load_state() on
+  // resume, so a resumed run continues with the same moments and step counts.
+  B::Device device;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("kiln_optim_learner_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+       "_" + std::string(B::kTraits.name));
+  std::filesystem::remove_all(dir);
+  struct Batch {
+    TF<2> x, y;
+  };
+  manual_seed(3);
+  std::vector<Batch> batches;
+  for (int i = 0; i < 3; ++i) {
+    const TF<2> x = TF<2>::random_normal({8, 4}, 0, 1, device);
+    batches.push_back({x, x.matmul(TF<2>::ones({4, 3}, device))});
+  }
+  const auto step = [](Model<B>& m, const Batch& b) {
+    const TF<2> pred(nn::detail::LinearForward(b.x.ref(), m.fc.weight.ref(), m.fc.bias.ref(),
+                                               std::source_location::current()));
+    return train::StepOutput<B>{nn::mse_loss(pred, b.y), std::nullopt, std::nullopt};
+  };
+  const auto make_model = [&] {
+    Model<B> m{Fc<B>{TF<2>::zeros({3, 4}, device), TF<1>::zeros({3}, device)}};
+    m.fc.weight.require_grad();
+    m.fc.bias.require_grad();
+    return m;
+  };
+  const train::LearnerConfig config =
+      train::LearnerConfig().with_checkpoint_dir(dir.string()).with_progress(false);
+
+  Model<B> model = make_model();
+  optim::Adam adam = optim::AdamConfig().with_lr(0.05).init();
+  train::Learner learner(model, adam, step, config);
+  learner.fit(batches, batches, 2);
+  const optim::NamedState saved = adam.state();
+  EXPECT_EQ(saved.values.at("fc.weight.step"), "6");
+
+  Model<B> resumed_model = make_model();
+  optim::Adam resumed = optim::AdamConfig().with_lr(0.05).init();
+  train::Learner again(resumed_model, resumed, step, config);
+  ASSERT_TRUE(again.resume());
+  const optim::NamedState loaded = resumed.state();
+  EXPECT_EQ(loaded.values, saved.values);
+  ASSERT_EQ(loaded.tensors.size(), saved.tensors.size());
+  for (const auto& [name, data] : saved.tensors) {
+    EXPECT_EQ(loaded.tensors.at(name), data) << name;
+  }
+  // One more epoch on each: identical parameters.
+  learner.fit(batches, batches, 3);
+  again.fit(batches, batches, 3);
+  EXPECT_EQ(model.fc.weight.to_vector<float>(), resumed_model.fc.weight.to_vector<float>());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -158,14 +158,15 @@ TEST(OptimizerTest, StateRoundTripResumesExactly) {
     std::unique_ptr<optim::Optimizer> first = MakeOptimizer(c);
     Params params = InitialParams(c, device);
     RunSteps(c, *first, params, 0, 2, device);
-    const std::vector<optim::StateEntry> state = first->state();
+    const optim::NamedState state = first->state();
     // A fresh optimizer (as after a restart) continues where the first one stopped.
     std::unique_ptr<optim::Optimizer> second = MakeOptimizer(c);
     second->load_state(state);
     Params restored{TF<2>::from_tensor_data(params.weight.into_data(), device),
                     TF<1>::from_tensor_data(params.bias.into_data(), device)};
     RunSteps(c, *second, restored, 2, static_cast<int>(c["expected"].size()), device);
-    EXPECT_EQ(second->state().size(), state.size());
+    EXPECT_EQ(second->state().tensors.size(), state.tensors.size());
+    EXPECT_EQ(second->state().values.size(), state.values.size());
   }
 }
 
@@ -174,11 +175,14 @@ TEST(OptimizerTest, StateNamesFollowTorch) {
   optim::Adam adam = optim::AdamConfig().with_amsgrad(true).init();
   TF<1> p = TF<1>::ones({2}, device);
   p = adam.updated("layer.bias", p, TF<1>::ones({2}, device));
+  const optim::NamedState state = adam.state();
   std::vector<std::string> names;
-  for (const auto& [name, data] : adam.state()) names.push_back(name);
+  for (const auto& [name, data] : state.tensors) names.push_back(name);
   EXPECT_THAT(names, ::testing::ElementsAre("layer.bias.exp_avg", "layer.bias.exp_avg_sq",
-                                            "layer.bias.max_exp_avg_sq", "layer.bias.step"));
-  EXPECT_EQ(adam.state().back().second.GetInt64(0), 1);
+                                            "layer.bias.max_exp_avg_sq"));
+  EXPECT_THAT(state.values, ::testing::ElementsAre(::testing::Pair("layer.bias.step", "1"),
+                                                   ::testing::Pair("lr", "0.001"),
+                                                   ::testing::Pair("optimizer", "adam")));
 }
 
 TEST(OptimizerTest, UpdateIsLazyAndLrIsAParameter) {
@@ -222,16 +226,31 @@ TEST(OptimizerTest, GradientAndStateMismatchErrors) {
   EXPECT_THAT(ErrorOf([&] { (void)adam.updated("w", p, TF<1>::ones({2}, device)); }),
               AllOf(HasSubstr("adam: the gradient of parameter 'w' does not match its type"),
                     HasSubstr("f32[3], f32[2]")));
-  EXPECT_THAT(ErrorOf([&] {
-                adam.load_state({{"w.momentum_buffer", ir::TensorData(ir::DType::kF32, {3})}});
-              }),
-              AllOf(HasSubstr("unknown entry 'w.momentum_buffer'"),
-                    HasSubstr("<parameter>.exp_avg, <parameter>.exp_avg_sq")));
-  EXPECT_THAT(ErrorOf([&] {
-                adam.load_state({{"w.step", ir::TensorData(ir::DType::kF32, {})}});
-              }),
-              HasSubstr("'w.step' must be a non-negative integer scalar"));
-  adam.load_state({{"w.exp_avg", ir::TensorData(ir::DType::kF32, {2})}});
+  const auto with_tensor = [](const char* name, ir::TensorData data) {
+    optim::NamedState state;
+    state.tensors.emplace(name, std::move(data));
+    return state;
+  };
+  const auto with_value = [](const char* name, const char* value) {
+    optim::NamedState state;
+    state.values[name] = value;
+    return state;
+  };
+  EXPECT_THAT(
+      ErrorOf([&] {
+        adam.load_state(with_tensor("w.momentum_buffer", ir::TensorData(ir::DType::kF32, {3})));
+      }),
+      AllOf(HasSubstr("adam: load_state: unknown tensor 'w.momentum_buffer'"),
+            HasSubstr("<parameter>.exp_avg, <parameter>.exp_avg_sq")));
+  EXPECT_THAT(ErrorOf([&] { adam.load_state(with_value("w.step", "1.5")); }),
+              HasSubstr("'w.step' = '1.5' is not a step count >= 0"));
+  EXPECT_THAT(ErrorOf([&] { adam.load_state(with_value("optimizer", "sgd")); }),
+              HasSubstr("adam: load_state: the state is of optimizer 'sgd', not adam"));
+  EXPECT_THAT(ErrorOf([&] { adam.load_state(with_value("momentum", "0.9")); }),
+              HasSubstr("unknown value 'momentum'"));
+  adam.load_state(with_value("lr", "0.25"));
+  EXPECT_EQ(adam.lr(), 0.25);
+  adam.load_state(with_tensor("w.exp_avg", ir::TensorData(ir::DType::kF32, {2})));
   EXPECT_THAT(ErrorOf([&] { (void)adam.updated("w", p, p); }),
               AllOf(HasSubstr("loaded state 'w.exp_avg' does not match parameter 'w'"),
                     HasSubstr("f32[2], f32[3]")));
@@ -319,10 +338,13 @@ TEST(SchedulerTest, MatchesPyTorch) {
     ExpectAllClose(stateful, want, 1e-9, 1e-12);
     // A restored counter resumes the schedule.
     optim::LrScheduler restored = MakeScheduler(c);
-    restored.load_state(7);
+    optim::LrScheduler seven = MakeScheduler(c);
+    seven.set_last_step(7);
+    restored.load_state(seven.state());
     EXPECT_EQ(restored.current(), s.lr(7));
     EXPECT_EQ(restored.step(), s.lr(8));
-    EXPECT_EQ(restored.state(), 8);
+    EXPECT_EQ(restored.last_step(), 8);
+    EXPECT_EQ(restored.state().values.at("last_step"), "8");
   }
 }
 
@@ -339,7 +361,13 @@ TEST(SchedulerTest, Errors) {
   EXPECT_THAT(ErrorOf([] { (void)optim::ExponentialLr(0.1, 0.9).lr(-1); }),
               HasSubstr("step -1 must be >= 0"));
   optim::LrScheduler s = optim::ExponentialLr(0.1, 0.9);
-  EXPECT_THAT(ErrorOf([&] { s.load_state(-2); }), HasSubstr("load_state: step -2 is negative"));
+  EXPECT_THAT(ErrorOf([&] { s.set_last_step(-2); }), HasSubstr("step -2 is negative"));
+  EXPECT_THAT(ErrorOf([&] { s.load_state(optim::NamedState{}); }),
+              HasSubstr("load_state: no 'last_step' value"));
+  optim::NamedState bad;
+  bad.values["last_step"] = "x";
+  EXPECT_THAT(ErrorOf([&] { s.load_state(bad); }),
+              HasSubstr("load_state: last_step 'x' is not a step count >= 0"));
 }
 
 }  // namespace
