@@ -7,6 +7,8 @@
 #include "frontend/error.h"
 #include "frontend/kind.h"
 #include "frontend/module.h"
+#include "frontend/nn/conv.h"
+#include "frontend/nn/init.h"
 #include "frontend/nn/linear.h"
 #include "frontend/random.h"
 #include "frontend/tensor.h"
