@@ -54,5 +54,85 @@ TEST(NnModule, CloneIsDeep) {
   EXPECT_EQ(copy.conv1.options.padding, net.conv1.options.padding);
 }
 
+template <class Backend>
+struct Block {
+  nn::Linear<Backend> fc;
+  nn::BatchNorm1d<Backend> bn;
+  nn::Dropout drop;
+  KILN_MODULE(Block, fc, bn, drop);
+};
+
+template <class Backend>
+struct Tower {
+  std::vector<Block<Backend>> blocks;
+  std::optional<nn::Dropout> final_drop;
+  nn::ReLU act;
+  KILN_MODULE(Tower, blocks, final_drop, act);
+};
+
+Tower<B> MakeTower(const Device& device) {
+  Tower<B> t;
+  for (int i = 0; i < 2; ++i) {
+    t.blocks.push_back(Block<B>{nn::LinearConfig(4, 4).init<B>(device),
+                                nn::BatchNorm1dConfig(4).init<B>(device),
+                                nn::DropoutConfig(0.5).init()});
+  }
+  t.final_drop = nn::DropoutConfig(0.25).init();
+  return t;
+}
+
+TEST(NnModule, TrainAndEvalReachNestedDropoutAndBatchNorm) {
+  B::Device device;
+  Tower<B> t = MakeTower(device);
+  for (const auto& b : t.blocks) {
+    EXPECT_TRUE(b.drop.training);
+    EXPECT_TRUE(b.bn.training);
+  }
+  t.eval();
+  for (const auto& b : t.blocks) {
+    EXPECT_FALSE(b.drop.training);
+    EXPECT_FALSE(b.bn.training);
+  }
+  EXPECT_FALSE(t.final_drop->training);
+  // In eval mode dropout is the identity and batch norm uses its running stats (0 and 1 here).
+  const auto x = TF<2>::random_normal({3, 4}, 0, 1, device);
+  EXPECT_EQ(t.blocks[0].drop.forward(x).to_vector<float>(), x.to_vector<float>());
+  const std::vector<float> y = t.blocks[0].bn.forward(x).to_vector<float>();
+  const std::vector<float> xs = x.to_vector<float>();
+  for (size_t i = 0; i < xs.size(); ++i) EXPECT_NEAR(y[i], xs[i] / std::sqrt(1.0f + 1e-5f), 1e-6);
+  EXPECT_EQ(t.blocks[0].bn.running_mean.value.to_vector<float>(), std::vector<float>(4, 0.0f));
+  t.train();
+  EXPECT_TRUE(t.blocks[1].drop.training);
+  EXPECT_TRUE(t.final_drop->training);
+  // Training mode: some elements are dropped.
+  const std::vector<float> dropped = t.blocks[0].drop.forward(x).to_vector<float>();
+  EXPECT_NE(dropped, x.to_vector<float>());
+}
+
+TEST(NnModule, BuffersAreVisitedApartAndClonedDeeply) {
+  B::Device device;
+  Tower<B> t = MakeTower(device);
+  std::vector<std::string> buffers;
+  for (const ParameterInfo& b : t.named_buffers()) buffers.push_back(b.name);
+  EXPECT_EQ(buffers,
+            (std::vector<std::string>{"blocks.0.bn.running_mean", "blocks.0.bn.running_var",
+                                      "blocks.1.bn.running_mean", "blocks.1.bn.running_var"}));
+  // Parameters: 2 x (Linear 4x4 + 4, BatchNorm 4 + 4); torch counts the same for this tower.
+  EXPECT_EQ(t.num_params(), 2 * (16 + 4 + 4 + 4));
+  Tower<B> copy = t.clone();
+  EXPECT_NE(copy.blocks[0].bn.running_mean.value.ref(), t.blocks[0].bn.running_mean.value.ref());
+  // A training step of the copy's batch norm updates its running stats only.
+  copy.blocks[0].bn.forward(TF<2>::random_normal({5, 4}, 3, 1, device));
+  EXPECT_NE(copy.blocks[0].bn.running_mean.value.to_vector<float>(), std::vector<float>(4, 0.0f));
+  EXPECT_EQ(t.blocks[0].bn.running_mean.value.to_vector<float>(), std::vector<float>(4, 0.0f));
+}
+
+TEST(NnModule, ModuleWithoutParameters) {
+  const nn::Dropout d = nn::DropoutConfig(0.1).init();
+  EXPECT_EQ(d.num_params(), 0);
+  EXPECT_TRUE(d.named_parameters().empty());
+  EXPECT_DOUBLE_EQ(d.clone().p, 0.1);
+}
+
 }  // namespace
 }  // namespace kiln::testing
