@@ -8,6 +8,7 @@
 #include "frontend/kind.h"
 #include "frontend/module.h"
 #include "frontend/nn/activations.h"
+#include "frontend/nn/attention.h"
 #include "frontend/nn/conv.h"
 #include "frontend/nn/dropout.h"
 #include "frontend/nn/embedding.h"

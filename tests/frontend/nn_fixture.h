@@ -77,3 +77,38 @@ void ExpectMatches(const TF<R>& actual, const nlohmann::json& expected, double t
 }
 
 }  // namespace kiln::testing
+
+namespace kiln::testing {
+
+/// Assigns every parameter of `module` from the fixture's torch state (`params`, keyed by
+/// torch's names) through the module's own visit(), so the names must agree; each torch
+/// parameter must be used exactly once.
+template <class Module>
+void LoadTorchParams(Module& module, const nlohmann::json& params, const Device& device) {
+  size_t used = 0;
+  module.visit([&](const std::string& name, auto& t) {
+    constexpr int kRank = std::remove_cvref_t<decltype(t)>::rank();
+    if (!params.contains(name)) {
+      ADD_FAILURE() << "torch has no parameter named " << name;
+      return;
+    }
+    ++used;
+    auto loaded = FixtureTensor<kRank>(params.at(name), device);
+    EXPECT_EQ(loaded.shape(), t.shape()) << name;
+    t = loaded;
+  });
+  EXPECT_EQ(used, params.size()) << "torch parameters left unused";
+}
+
+/// A fixture mask {"shape", "bool"} as a Bool tensor of rank R.
+template <int R>
+TB<R> FixtureBoolTensor(const nlohmann::json& j, const Device& device) {
+  std::vector<int64_t> values;
+  for (bool b : j.at("bool")) values.push_back(b ? 1 : 0);
+  const std::vector<int64_t> shape = j.at("shape").get<std::vector<int64_t>>();
+  std::array<int64_t, R> dims{};
+  for (int i = 0; i < R && i < static_cast<int>(shape.size()); ++i) dims[i] = shape[i];
+  return TI<R>::from_vector(values, dims, device).to_bool();
+}
+
+}  // namespace kiln::testing
