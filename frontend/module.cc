@@ -2,7 +2,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
-#include "frontend/error.h"
+#include "frontend/autograd.h"
 
 namespace kiln::detail {
 
@@ -15,20 +15,16 @@ std::vector<std::string> SplitFieldNames(const char* names) {
 }
 
 TensorRef CloneTensor(const TensorRef& x, const Loc& loc) {
-  // A new node holding a copy of the value: the clone's parameters are independent leaves.
-  TensorRef copy = FromTensorData(Data(x, loc), DeviceOf(x));
-  // PENDING(lead, frontend/autograd.h): after `git merge main` also copy the mark:
-  //   if (RequiresGrad(x)) SetRequireGrad(copy, true, loc);
+  // A new node sharing the (immutable) value: the clone's parameters are independent leaves,
+  // and an update rebinds a field to a new node, so the copies never affect each other.
+  Data(x, loc);
+  TensorRef copy = FromSharedData(x->data, x->device);
+  if (RequiresGrad(x)) SetRequireGrad(copy, true, loc);
   return copy;
 }
 
 TensorRef SetParameterRequiresGrad(const TensorRef& x, bool require, const Loc& loc) {
-  // PENDING(lead, frontend/autograd.h): after `git merge main` this is
-  //   return SetRequireGrad(x, require, loc);
-  (void)x;
-  (void)require;
-  ThrowOpError(require ? "unfreeze" : "freeze",
-               "needs kiln's autograd (frontend/autograd.cc), which this build lacks", {}, loc);
+  return SetRequireGrad(x, require, loc);
 }
 
 }  // namespace kiln::detail

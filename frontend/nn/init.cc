@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "frontend/autograd.h"
 #include "frontend/error.h"
 #include "frontend/tensor_ops.h"
 
@@ -11,11 +12,8 @@ namespace kiln::nn::detail {
 using kiln::detail::TensorRef;
 
 TensorRef MarkParameter(TensorRef ref, const std::source_location& loc) {
-  // PENDING(lead, frontend/autograd.h): once kiln::detail::SetRequireGrad is on main this becomes
-  //   return kiln::detail::SetRequireGrad(ref, true, loc);
-  // It is the only call site every layer's init() goes through.
-  (void)loc;
-  return ref;
+  // The one place every layer's init() marks its new parameters as gradient leaves.
+  return kiln::detail::SetRequireGrad(ref, true, loc);
 }
 
 TensorRef InitParameter(const Initializer& init, ir::Shape shape, int64_t fan_in_override,

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "frontend/autograd.h"
 #include "frontend/error.h"
 #include "frontend/ops_internal.h"
 #include "frontend/tensor_ops.h"
@@ -72,13 +73,7 @@ std::vector<int64_t> LastDims(int64_t rank, int64_t count) {
 
 }  // namespace
 
-TensorRef StopGradient(const TensorRef& x, const Loc& loc) {
-  // PENDING(lead, frontend/autograd.h): after `git merge main` this is
-  //   return kiln::detail::Detach(x, loc);
-  // Until then nothing is taped, so the value is already free of gradient tracking.
-  (void)loc;
-  return x;
-}
+TensorRef StopGradient(const TensorRef& x, const Loc& loc) { return kiln::detail::Detach(x, loc); }
 
 TensorRef BatchNormForward(const TensorRef& x, const TensorRef& weight, const TensorRef& bias,
                            const TensorRef& running_mean, const TensorRef& running_var,

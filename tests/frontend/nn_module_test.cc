@@ -161,10 +161,10 @@ TEST(NnInit, InitialisersFollowTorchFormulas) {
   const double ks = std::sqrt(2.0 / (32 * 9));
   EXPECT_NEAR(StdDev(conv.weight.to_vector<float>()), ks, 0.05 * ks);  // 2304 draws
   // Kaiming uniform fan_in with tanh gain: bound 5/3 * sqrt(3 / (8 * 9)).
-  const auto conv2 = nn::Conv2dConfig(8, 4, {3, 3})
-                         .with_initializer(
-                             nn::Initializer::KaimingUniform(nn::FanMode::kFanIn, nn::Gain::Tanh()))
-                         .init<B>(device);
+  const auto conv2 =
+      nn::Conv2dConfig(8, 4, {3, 3})
+          .with_initializer(nn::Initializer::KaimingUniform(nn::FanMode::kFanIn, nn::Gain::Tanh()))
+          .init<B>(device);
   const double kb = 5.0 / 3.0 * std::sqrt(3.0 / 72.0);
   const std::vector<float> w2 = conv2.weight.to_vector<float>();
   EXPECT_LE(*std::max_element(w2.begin(), w2.end()), kb);
@@ -172,6 +172,60 @@ TEST(NnInit, InitialisersFollowTorchFormulas) {
   const auto ones = nn::init_tensor<B, 2>(nn::Initializer::Ones(), {2, 3}, device);
   EXPECT_EQ(ones.to_vector<float>(), std::vector<float>(6, 1.0f));
   EXPECT_DOUBLE_EQ(nn::Gain::LeakyRelu(std::sqrt(5.0)), std::sqrt(1.0 / 3.0));
+}
+
+TEST(NnModule, ParametersRequireGradAndFreezeClearsIt) {
+  B::Device device;
+  Tower<B> t = MakeTower(device);
+  int count = 0;
+  t.visit([&](const std::string& name, const auto& p) {
+    EXPECT_TRUE(p.requires_grad()) << name;
+    ++count;
+  });
+  EXPECT_EQ(count, 2 * 4);
+  t.visit_buffers(
+      [](const std::string& name, const auto& b) { EXPECT_FALSE(b.requires_grad()) << name; });
+  Tower<B> copy = t.clone();
+  copy.visit(
+      [](const std::string& name, const auto& p) { EXPECT_TRUE(p.requires_grad()) << name; });
+  t.blocks[0].freeze();
+  t.visit([](const std::string& name, const auto& p) {
+    EXPECT_EQ(p.requires_grad(), !name.starts_with("blocks.0.")) << name;
+  });
+  // The clone's parameters are separate leaves: freezing the original left them alone.
+  EXPECT_TRUE(copy.blocks[0].fc.weight.requires_grad());
+  t.unfreeze();
+  t.visit([](const std::string& name, const auto& p) { EXPECT_TRUE(p.requires_grad()) << name; });
+}
+
+TEST(NnModule, BackwardReachesUnfrozenConvParametersOnly) {
+  B::Device device;
+  manual_seed(2);
+  SmallCnn<B> net = MakeCnn(device);
+  net.conv2.freeze();
+  const auto x = TF<4>::random_normal({2, 1, 6, 6}, 0, 1, device);
+  auto h = net.pool.forward(activation::relu(net.conv1.forward(x)));  // [2, 4, 3, 3]
+  h = net.gap.forward(net.conv2.forward(h));                          // [2, 6, 1, 1]
+  const auto loss = net.head[0].forward(h.reshape<2>({2, 6})).square().mean();
+  const Gradients grads = loss.backward();
+  EXPECT_FALSE(net.conv2.weight.grad(grads).has_value());
+  const auto dw = net.conv1.weight.grad(grads);
+  ASSERT_TRUE(dw.has_value());
+  EXPECT_EQ(dw->shape(), net.conv1.weight.shape());
+  // Finite differences on one weight element: the oracle for the taped conv/pool graph.
+  const std::vector<float> w = net.conv1.weight.to_vector<float>();
+  auto loss_at = [&](float delta) {
+    std::vector<float> w2 = w;
+    w2[4] += delta;
+    nn::Conv2d<B> c1 = net.conv1;
+    c1.weight = TF<4>::from_vector(w2, net.conv1.weight.shape(), device);
+    auto h2 = net.pool.forward(activation::relu(c1.forward(x)));
+    h2 = net.gap.forward(net.conv2.forward(h2));
+    return static_cast<double>(net.head[0].forward(h2.reshape<2>({2, 6})).square().mean().item());
+  };
+  const double eps = 1e-2;
+  const double numeric = (loss_at(eps) - loss_at(-eps)) / (2 * eps);
+  EXPECT_NEAR(dw->to_vector<float>()[4], numeric, 2e-3 + 1e-2 * std::abs(numeric));
 }
 
 TEST(NnModule, ModuleWithoutParameters) {
