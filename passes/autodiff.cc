@@ -41,13 +41,11 @@ class Emitter {
 
   ir::Builder& builder() { return b_; }
   void set_loc(std::source_location loc) { loc_ = loc; }
-  // The type of a node; an empty f32 scalar type for kInvalidNode (after a builder error, which
-  // AppendGradients reports), so that a broken rule fails cleanly instead of crashing.
-  const TensorType& type(NodeId id) const {
-    static const TensorType kNone;
-    return id == ir::kInvalidNode ? kNone : b_.type(id);
-  }
-  const Shape& shape(NodeId id) const { return b_.type(id).shape; }
+  // The type of a node, by value: appending nodes reallocates the graph's node list, so a
+  // reference would dangle after the next emit. An f32 scalar type for kInvalidNode (after a
+  // builder error, which AppendGradients reports), so that a broken rule fails cleanly.
+  TensorType type(NodeId id) const { return id == ir::kInvalidNode ? TensorType{} : b_.type(id); }
+  Shape shape(NodeId id) const { return type(id).shape; }
 
   NodeId Fill(double value, const TensorType& type) { return b_.Fill(value, type, loc_); }
   NodeId Zeros(const TensorType& type) { return Fill(0.0, type); }
@@ -106,7 +104,7 @@ class Emitter {
   // pad the new axis to s, reshape to [m * s] and cut the s - 1 trailing zeros. Every axis of x
   // must be non-empty.
   NodeId Interleave(NodeId x, const std::vector<int64_t>& strides) {
-    const Shape& in = shape(x);
+    const Shape in = shape(x);
     bool any = false;
     for (int64_t s : strides) any |= s > 1;
     if (!any) return x;
@@ -136,7 +134,7 @@ class Emitter {
                  const std::vector<int64_t>& strides) {
     NodeId spread = Interleave(g, strides);
     if (spread == ir::kInvalidNode) return spread;
-    const Shape& spread_shape = shape(spread);
+    const Shape spread_shape = shape(spread);
     std::vector<int64_t> high(full.size());
     for (size_t i = 0; i < full.size(); ++i) high[i] = full[i] - starts[i] - spread_shape[i];
     return Pad(spread, starts, high);
@@ -167,7 +165,7 @@ class Emitter {
     }
     NodeId y = Conv(x, w, std::move(attrs));
     if (!sliced || y == ir::kInvalidNode) return y;
-    const Shape& full = shape(y);
+    const Shape full = shape(y);
     std::vector<int64_t> starts(full.size(), 0), limits = full;
     for (size_t i = 0; i < spatial; ++i) {
       starts[i + 2] = skip[i];
@@ -278,7 +276,7 @@ Contributions BinaryRule(Emitter& e, const ir::Node& node, NodeId out, NodeId g,
 // in the group it is prod / x; an element that is the group's only zero gets the product of the
 // non-zero elements; everything else gets 0.
 NodeId ReduceProdRule(Emitter& e, NodeId x, NodeId g, const std::vector<int64_t>& axes) {
-  const TensorType& type = e.type(x);
+  const TensorType type = e.type(x);
   const NodeId zero = e.Like(x, 0.0);
   const NodeId is_zero = e.Bin(Op::kEq, x, zero);
   const NodeId nonzero = e.Select(is_zero, e.Like(x, 1.0), x);
@@ -294,7 +292,7 @@ NodeId ReduceProdRule(Emitter& e, NodeId x, NodeId g, const std::vector<int64_t>
 // reduce_max / reduce_min: like torch.amax, g split evenly among the elements equal to the result.
 NodeId ReduceExtremumRule(Emitter& e, NodeId x, NodeId out, NodeId g,
                           const std::vector<int64_t>& axes) {
-  const Shape& shape = e.shape(x);
+  const Shape shape = e.shape(x);
   const NodeId hit = e.Bin(Op::kEq, x, e.Broadcast(out, shape));
   const NodeId count = e.Reduce(Op::kReduceSum, e.Cast(hit, e.type(x).dtype), axes);
   return e.Where(hit, e.Broadcast(e.Div(g, count), shape));
@@ -405,8 +403,8 @@ Contributions ConvRule(Emitter& e, const ir::Graph& graph, const ir::Node& node,
     }
     result[0] = e.ConvAnyPadding(g, wt, a, lo, hi, input_size);
   }
-  if (need[1]) {  // d weight: conv(x' [C/G, G*N, sp], g' [O, N, out], groups G) -> [C/G, O, k] ->
-                  // [O, C/G, k].
+  // d weight: conv(x' [C/G, G*N, sp], g' [O, N, out], groups G) -> [C/G, O, k] -> [O, C/G, k].
+  if (need[1]) {
     Shape split = {n, groups, cg};
     split.insert(split.end(), input_size.begin(), input_size.end());
     std::vector<int64_t> perm = {2, 1, 0};
@@ -450,7 +448,7 @@ NodeId WindowSumRule(Emitter& e, const ir::Graph& graph, const ir::Node& node, N
     return e.Interleave(g, strides);
   }();
   if (spread == ir::kInvalidNode) return spread;
-  const Shape& spread_shape = e.shape(spread);
+  const Shape spread_shape = e.shape(spread);
   for (size_t i = 0; i < r; ++i) {
     const int64_t dilated_window = (attrs.window[i] - 1) * At(attrs.dilation, i, 1) + 1;
     const int64_t low = At(attrs.low, i, 0);

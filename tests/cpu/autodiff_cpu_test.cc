@@ -160,6 +160,52 @@ TEST_P(AutodiffCpuTest, GradientGraphMatchesInterpreter) {
   }
 }
 
+// Gradients of gradients compile too: a Hessian-vector product of a conv + tanh + pooling net,
+// d/dθ <dL/dθ, v>, whose graph differentiates the transposed and weight convolutions again.
+TEST(AutodiffCpu, HessianVectorProductOfConvNet) {
+  std::mt19937_64 rng(17);
+  ir::Builder b;
+  const NodeId x = b.Parameter("x", {kF32, {2, 2, 6, 5}});
+  const NodeId w = b.Parameter("w", {kF32, {4, 1, 3, 2}});
+  const NodeId c = b.Conv(x, w, ConvAttrs({2, 1}, {1, 0}, {1, 1}, {1, 2}, {}, 2));
+  const NodeId pooled = b.WindowReduce(Op::kWindowSum, b.Unary(Op::kTanh, c),
+                                       WindowAttrs({1, 1, 2, 2}, {1, 1, 1, 2}, {}, {}));
+  const NodeId loss = WeightedSum(b, pooled, rng);
+  absl::StatusOr<ir::Graph> forward = std::move(b).Build();
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  const std::vector<NodeId> params = forward->Parameters();
+  absl::StatusOr<passes::GradientGraph> first = passes::AppendGradients(*forward, loss, params);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ir::Builder b2(first->graph);
+  const NodeId z = b2.Binary(Op::kAdd, WeightedSum(b2, first->gradients[0], rng),
+                             WeightedSum(b2, first->gradients[1], rng));
+  absl::StatusOr<ir::Graph> with_z = std::move(b2).Build();
+  ASSERT_TRUE(with_z.ok()) << with_z.status();
+  absl::StatusOr<passes::GradientGraph> second = passes::AppendGradients(*with_z, z, params);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ir::Graph graph = std::move(second->graph);
+  graph.mutable_outputs().clear();
+  graph.AddOutput(z, "z");
+  for (NodeId g : second->gradients) graph.AddOutput(g);
+
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  std::vector<TensorData> args;
+  std::vector<std::shared_ptr<const TensorData>> shared;
+  for (NodeId p : graph.Parameters()) {
+    TensorData t(graph.node(p).type.dtype, graph.node(p).type.shape);
+    for (int64_t i = 0; i < t.num_elements(); ++i) t.SetDouble(i, unit(rng));
+    args.push_back(t);
+    shared.push_back(std::make_shared<const TensorData>(std::move(t)));
+  }
+  absl::StatusOr<std::vector<TensorData>> expected = ir::Interpret(graph, args);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  absl::StatusOr<std::vector<TensorData>> actual = codegen::cpu::CompileAndRun(graph, shared);
+  ASSERT_TRUE(actual.ok()) << actual.status();
+  for (size_t i = 0; i < expected->size(); ++i) {
+    EXPECT_TRUE(test::TensorsClose((*expected)[i], (*actual)[i], {1e-4, 1e-5})) << "output " << i;
+  }
+}
+
 std::string Name(const ::testing::TestParamInfo<GradGraph>& info) {
   std::string name = info.param.name;
   for (char& ch : name) {

@@ -651,6 +651,17 @@ TEST(Gradient, NodesCarryTheForwardLocation) {
   EXPECT_TRUE(saw_cos);
 }
 
+// Zero-element values carry no gradient and build no rule nodes; the rest still flows.
+TEST(Gradient, EmptyValues) {
+  ir::Builder b;
+  const NodeId x = P(b, "x", {3});
+  const NodeId empty = b.Unary(Op::kExp, b.Slice(x, {1}, {1}));
+  const NodeId y = b.Reduce(Op::kReduceSum, b.Unary(Op::kSin, b.Concat({x, empty}, 0)), {0});
+  absl::StatusOr<ir::Graph> graph = std::move(b).Build();
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  CheckGradients(*graph, y, DrawArguments(*graph, {}, "empty"), 1e-5, 1e-6, "empty");
+}
+
 TEST(Gradient, RejectsNonFloatY) {
   ir::Builder b;
   const NodeId x = P(b, "x", {4});
