@@ -161,12 +161,16 @@ class Optimizer {
   std::vector<CachedScalar> scalars_;
 };
 
-/// Realizes one training step as one graph: every parameter of `module`, the optimizer's state
-/// and `extra` tensors (the loss, metrics).
+/// Realizes one training step as one graph: every parameter and buffer (BatchNorm's running
+/// statistics) of `module`, the optimizer's state and `extra` tensors (the loss, metrics).
 template <class Module, class... Ts>
 void realize_step(const Module& module, const Optimizer& optimizer, const Ts&... extra) {
   std::vector<kiln::detail::TensorRef> refs = optimizer.state_tensors();
-  module.visit([&refs](const std::string&, const auto& param) { refs.push_back(param.ref()); });
+  const auto add = [&refs](const std::string&, const auto& tensor) {
+    refs.push_back(tensor.ref());
+  };
+  module.visit(add);
+  if constexpr (requires { module.visit_buffers(add); }) module.visit_buffers(add);
   (refs.push_back(extra.ref()), ...);
   kiln::detail::Realize(refs, std::source_location::current());
 }

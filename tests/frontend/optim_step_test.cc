@@ -293,6 +293,30 @@ TEST(TrainingTest, SgdReducesARegressionLoss) {
   EXPECT_LT(last, 0.01 * first);
 }
 
+template <class Backend>
+struct WithBuffer {
+  Tensor<Backend, 1> weight;
+  Buffer<Tensor<Backend, 1>> running;
+  KILN_MODULE(WithBuffer, weight, running);
+};
+
+TEST(TrainingTest, RealizeStepIncludesBuffers) {
+  B::Device device;
+  WithBuffer<B> m{TF<1>::ones({2}, device), {TF<1>::zeros({2}, device)}};
+  m.weight.require_grad();
+  const TF<0> loss = (m.weight * m.weight).sum();
+  m.running.value = m.running.value * 0.9f + m.weight.detach() * 0.1f;  // as BatchNorm's update
+  optim::Sgd sgd = optim::SgdConfig().with_lr(0.5).init();
+  sgd.step(m, loss.backward());
+  const int64_t graphs = kiln::detail::GetEngineStats().graphs_executed;
+  optim::realize_step(m, sgd, loss);
+  EXPECT_EQ(kiln::detail::GetEngineStats().graphs_executed, graphs + 1);
+  EXPECT_TRUE(m.running.value.ref()->realized());
+  ExpectAllClose(m.running.value.to_vector<double>(), std::vector<double>{0.1, 0.1});
+  // d(sum w^2)/dw = 2w = 2; w - 0.5 * 2 = 0.
+  ExpectAllClose(m.weight.to_vector<double>(), std::vector<double>{0.0, 0.0});
+}
+
 TEST(TrainingTest, LearnerSavesAndResumesOptimizerState) {
   // train::Learner drives optim::Adam: step(), state() into last.safetensors, load_state() on
   // resume, so a resumed run continues with the same moments and step counts.
