@@ -1,5 +1,5 @@
 # kiln developer entry points. CMake + Ninja via CMakePresets.json; Bazel offline via .bazelrc.
-#   make demo       install deps, build, run the seed example
+#   make demo       install deps, build, train the Fashion-MNIST MLP (examples/fashion_mnist)
 #   make test       install deps, build, run every CTest test
 #   make test-asan  same under AddressSanitizer + UBSan (all tests but the package test)
 #   make bazel-test bazel test //... (offline, Debian's bazel-bootstrap)
@@ -23,10 +23,13 @@ build: configure
 configure: deps
 	cmake --preset default
 
-# Builds only what the seed example needs.
+# The main job: trains the MLP 784-512-256-10 on Fashion-MNIST with the CPU backend for
+# DEMO_EPOCHS epochs, printing progress and per-epoch test accuracy; checkpoint and metrics go to
+# runs/mlp/ (delete it to start over: a second run resumes from its last checkpoint).
+DEMO_EPOCHS ?= 5
 demo: configure
-	cmake --build --preset default --target seed
-	build/default/examples/seed/seed
+	cmake --build --preset default --target fashion_mnist_mlp
+	build/default/examples/fashion_mnist/fashion_mnist_mlp --epochs $(DEMO_EPOCHS) --dir runs/mlp
 
 test: build
 	ctest --preset default -j$(JOBS) $(CTEST_ARGS)

@@ -3,7 +3,9 @@
 #pragma once
 
 #include "frontend/activation.h"
+#include "frontend/autograd.h"
 #include "frontend/backend.h"
+#include "frontend/data/data.h"
 #include "frontend/error.h"
 #include "frontend/kind.h"
 #include "frontend/module.h"
@@ -21,3 +23,4 @@
 #include "frontend/optim/scheduler.h"
 #include "frontend/random.h"
 #include "frontend/tensor.h"
+#include "frontend/train/learner.h"

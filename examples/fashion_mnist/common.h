@@ -1,0 +1,121 @@
+// What the Fashion-MNIST examples share: command-line flags, the data pipeline and the training
+// loop around kiln::train::Learner. Each example (mlp.cc, cnn.cc, transformer.cc) defines only its
+// model and how a batch enters it.
+#pragma once
+
+#include <kiln/kiln.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <string_view>
+
+namespace fashion_mnist {
+
+struct Flags {
+  int64_t epochs = 5;
+  int64_t batch_size = 128;
+  double lr = 0.01;
+  int64_t workers = 1;
+  /// Seeds the initialisation (kiln::manual_seed) and the shuffle.
+  uint64_t seed = 0;
+  /// Where checkpoints and metrics go.
+  std::string dir;
+  /// Where the Fashion-MNIST IDX files are (Debian's dataset-fashion-mnist by default).
+  std::string data_dir = kiln::data::FashionMnist::kDebianDir;
+  /// Stop after this many training batches per epoch (0: all); for quick checks.
+  int64_t limit_batches = 0;
+};
+
+/// Parses --epochs N, --batch-size N, --lr X, --seed N, --workers N, --dir D, --data-dir D; exits
+/// with a usage message on anything else.
+inline Flags ParseFlags(int argc, char** argv, Flags defaults) {
+  Flags flags = defaults;
+  const auto usage = [&](const std::string& problem) {
+    std::cerr << argv[0] << ": " << problem << "\n"
+              << "usage: " << argv[0]
+              << " [--epochs N] [--batch-size N] [--lr X] [--seed N] [--workers N] [--dir DIR]"
+                 " [--data-dir DIR]\n";
+    std::exit(2);
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") usage("train on Fashion-MNIST with kiln's CPU backend");
+    if (i + 1 >= argc) usage("missing value after " + std::string(arg));
+    const std::string value = argv[++i];
+    try {
+      if (arg == "--epochs") {
+        flags.epochs = std::stoll(value);
+      } else if (arg == "--batch-size") {
+        flags.batch_size = std::stoll(value);
+      } else if (arg == "--lr") {
+        flags.lr = std::stod(value);
+      } else if (arg == "--seed") {
+        flags.seed = std::stoull(value);
+      } else if (arg == "--workers") {
+        flags.workers = std::stoll(value);
+      } else if (arg == "--dir") {
+        flags.dir = value;
+      } else if (arg == "--data-dir") {
+        flags.data_dir = value;
+      } else {
+        usage("unknown flag " + std::string(arg));
+      }
+    } catch (const std::logic_error&) {
+      usage("bad value '" + value + "' for " + std::string(arg));
+    }
+  }
+  return flags;
+}
+
+/// Pixels scaled to [0, 1] and normalised with the training set's mean and standard deviation.
+inline kiln::data::DatasetPtr Prepare(kiln::data::DatasetPtr images) {
+  // Fashion-MNIST's training-set pixel mean and standard deviation (after scaling to [0, 1]).
+  return kiln::data::normalize(kiln::data::scale_to_unit(std::move(images)), {0.2860f}, {0.3530f});
+}
+
+/// Trains `model` with SGD (momentum 0.9) on Fashion-MNIST, validating on the test set after each
+/// epoch (the summary line shows its accuracy) and checkpointing into flags.dir. `to_logits`
+/// maps (model, batch) to logits [N, 10]. Returns the final test accuracy.
+template <class B, class Model, class ToLogits>
+double Train(Model& model, const Flags& flags, ToLogits to_logits) {
+  using kiln::data::Batch;
+  typename B::Device device;
+  auto train = Prepare(kiln::data::FashionMnist::train(flags.data_dir));
+  auto test = Prepare(kiln::data::FashionMnist::test(flags.data_dir));
+  auto train_loader = kiln::data::DataLoaderConfig(flags.batch_size)
+                          .with_shuffle(flags.seed)
+                          .with_workers(flags.workers)
+                          .init(train);
+  auto test_loader = kiln::data::DataLoaderConfig(1000).with_workers(flags.workers).init(test);
+
+  std::cout << "model: " << Model::kModuleName << ", " << model.num_params() << " parameters; "
+            << train->size() << " training and " << test->size() << " test images; batch "
+            << flags.batch_size << "\n";
+  auto optimizer = kiln::optim::SgdConfig().with_lr(flags.lr).with_momentum(0.9).init();
+  auto step = [&](Model& m, const Batch& batch) {
+    auto logits = to_logits(m, batch.inputs_as<B, 3, kiln::Float>(device));
+    auto labels = batch.targets_as<B, 1, kiln::Int>(device);
+    return kiln::train::StepOutput<B>{kiln::nn::cross_entropy(logits, labels), logits, labels};
+  };
+  kiln::train::Learner learner(
+      model, optimizer, step,
+      kiln::train::LearnerConfig().with_epochs(flags.epochs).with_checkpoint_dir(flags.dir));
+  if (learner.resume()) {
+    std::cout << "resumed from " << flags.dir << "/last.safetensors at epoch " << learner.epoch()
+              << "\n";
+  }
+  learner.fit(train_loader, test_loader);
+  double accuracy = 0;
+  for (const auto& record : learner.records()) {
+    if (record.split == "valid" && record.metric == "accuracy") accuracy = record.value;
+  }
+  std::cout << "test accuracy: " << accuracy << "\n";
+  if (!flags.dir.empty()) {
+    std::cout << "checkpoint: " << flags.dir << "/last.safetensors; metrics: " << flags.dir
+              << "/metrics.csv, " << flags.dir << "/metrics.svg\n";
+  }
+  return accuracy;
+}
+
+}  // namespace fashion_mnist
