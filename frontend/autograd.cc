@@ -54,6 +54,11 @@ TensorRef SetRequireGrad(const TensorRef& x, bool require, const Loc& loc) {
                  loc);
   }
   x->requires_grad = require;
+  // A realized leaf needs no operands (backward stops at it); drop what it still holds.
+  if (require && x->realized() && !x->inputs.empty()) {
+    std::vector<TensorRef> inputs = std::move(x->inputs);
+    x->inputs.clear();
+  }
   // A leaf's tape ends here either way: backward() stops at a leaf, and a tensor that no longer
   // requires a gradient is cut off from the one it was computed from.
   x->tracks_grad = require;

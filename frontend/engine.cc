@@ -170,9 +170,11 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
     node->pending_estimate = 0;
   }
   // Drop operand lists only now: they keep every node of `order` alive until here. A tracked
-  // node keeps them: they are the tape backward() walks.
+  // interior node keeps them: they are the tape backward() walks. A leaf that requires a
+  // gradient (an updated parameter) does not: backward() stops there, and keeping them would
+  // chain every training step's tape to the next.
   for (LazyNode* node : outputs) {
-    if (!node->tracks_grad) ReleaseIteratively(node->inputs);
+    if (!node->tracks_grad || node->requires_grad) ReleaseIteratively(node->inputs);
   }
 }
 
