@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,6 +36,9 @@
 #include "codegen/cpu/gemm_internal.h"
 #include "runtime/thread_pool.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #include <xmmintrin.h>
@@ -541,6 +545,169 @@ absl::Status CheckBatchStrides(const char* name, const MatrixView& view, size_t 
                                                  batch_rank, " batch dimensions"));
 }
 
+// ---- Matrix-vector products (M == 1) ----------------------------------------------------------
+//
+// With one row, a GEMM is memory-bound on B: packing B into panels would read and write it once
+// more and a 14-row register tile would be 1/14 used. Batch-1 inference of a Linear layer
+// (x @ W^T with W [out, in] row-major) is this case, so it reads B where it lies instead: as dot
+// products along contiguous rows of W (B transposed) or as row updates (B dense), split over the
+// pool by columns of the output.
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) float DotAvx2(const float* x, const float* y, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(),
+         acc3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+    acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), acc2);
+    acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), acc3);
+  }
+  for (; i + 8 <= n; i += 8) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+  }
+  const __m256 acc = _mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3));
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+  float sum = _mm_cvtss_f32(lo);
+  for (; i < n; ++i) sum += x[i] * y[i];
+  return sum;
+}
+
+// y[0, n) += a * x[0, n)
+__attribute__((target("avx2,fma"))) void AxpyAvx2(float a, const float* x, float* y, int64_t n) {
+  const __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+bool HostHasAvx2Fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+#endif
+
+template <class T>
+T Dot(const T* x, const T* y, int64_t n) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (HostHasAvx2Fma()) return DotAvx2(x, y, n);
+  }
+#endif
+  T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += x[i] * y[i];
+    s1 += x[i + 1] * y[i + 1];
+    s2 += x[i + 2] * y[i + 2];
+    s3 += x[i + 3] * y[i + 3];
+  }
+  for (; i < n; ++i) s0 += x[i] * y[i];
+  return (s0 + s1) + (s2 + s3);
+}
+
+template <class T>
+void Axpy(T a, const T* x, T* y, int64_t n) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (HostHasAvx2Fma()) return AxpyAvx2(a, x, y, n);
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+template <class T>
+T Activate(GemmActivation activation, T v) {
+  switch (activation) {
+    case GemmActivation::kNone:
+      return v;
+    case GemmActivation::kRelu:
+      return v < T{0} ? T{0} : v;  // NaN stays NaN
+    case GemmActivation::kGeluTanh: {
+      constexpr T kSqrt2OverPi = static_cast<T>(0.7978845608028654);
+      return static_cast<T>(0.5) * v *
+             (T{1} + std::tanh(kSqrt2OverPi * (v + static_cast<T>(0.044715) * v * v * v)));
+    }
+    case GemmActivation::kSilu:
+      return v / (T{1} + std::exp(-v));
+    case GemmActivation::kSigmoid:
+      return T{1} / (T{1} + std::exp(-v));
+  }
+  return v;
+}
+
+// Columns [n0, n1) of one batch entry's single output row.
+template <class T>
+void GemvColumns(const CoreProblem<T>& p, const GemmParams& params, const BatchOffsets& batch,
+                 const T* x, int64_t n0, int64_t n1) {
+  const int64_t rs = params.b.row_stride, cs = params.b.col_stride;
+  const T* b = p.b + batch.b;
+  T* c = p.c + batch.c;
+  constexpr int64_t kBlock = 256;
+  T sums[kBlock];
+  for (int64_t j0 = n0; j0 < n1; j0 += kBlock) {
+    const int64_t count = std::min(kBlock, n1 - j0);
+    if (rs == 1) {
+      for (int64_t j = 0; j < count; ++j) sums[j] = Dot(x, b + (j0 + j) * cs, p.k);
+    } else if (cs == 1) {
+      std::fill(sums, sums + count, T{0});
+      for (int64_t k = 0; k < p.k; ++k) Axpy(x[k], b + k * rs + j0, sums, count);
+    } else {
+      for (int64_t j = 0; j < count; ++j) {
+        T sum = 0;
+        for (int64_t k = 0; k < p.k; ++k) sum += x[k] * b[k * rs + (j0 + j) * cs];
+        sums[j] = sum;
+      }
+    }
+    const GemmEpilogue& e = params.epilogue;
+    const T* residual = p.residual != nullptr ? p.residual + batch.residual : nullptr;
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t col = j0 + j;
+      T v = p.alpha * sums[j];
+      if (p.beta != T{0}) v += p.beta * c[col];
+      if (p.column_bias != nullptr) v += p.column_bias[col];
+      if (p.row_bias != nullptr) v += p.row_bias[0];
+      if (residual != nullptr && !e.residual_after_activation) v += residual[col];
+      v = Activate(e.activation, v);
+      if (residual != nullptr && e.residual_after_activation) v += residual[col];
+      c[col] = v;
+    }
+  }
+}
+
+template <class T>
+absl::Status RunGemv(const CoreProblem<T>& p, const GemmParams& params, runtime::ThreadPool* pool) {
+  if (p.n == 0) return absl::OkStatus();
+  std::vector<T> row(static_cast<size_t>(p.k));
+  constexpr int64_t kColumnsPerTask = 32;
+  const int64_t tasks = (p.n + kColumnsPerTask - 1) / kColumnsPerTask;
+  // About 64 Ki multiply-adds per task range before another thread is worth waking.
+  const int64_t grain =
+      std::max<int64_t>(1, (int64_t{1} << 16) / (kColumnsPerTask * std::max<int64_t>(p.k, 1)));
+  for (const BatchOffsets& batch : p.batches) {
+    const T* x = p.a + batch.a;
+    if (p.a_col_stride != 1) {
+      for (int64_t k = 0; k < p.k; ++k) row[static_cast<size_t>(k)] = x[k * p.a_col_stride];
+      x = row.data();
+    }
+    auto body = [&](int64_t begin, int64_t end) {
+      GemvColumns(p, params, batch, x, begin * kColumnsPerTask,
+                  std::min(p.n, end * kColumnsPerTask));
+    };
+    if (pool != nullptr && pool->num_threads() > 1 && tasks > grain) {
+      pool->ParallelFor(tasks, grain, body);
+    } else {
+      body(0, tasks);
+    }
+  }
+  return absl::OkStatus();
+}
+
 template <class T>
 absl::Status RunGemm(const GemmParams& params, runtime::ThreadPool* pool) {
   CoreProblem<T> problem;
@@ -584,6 +751,8 @@ absl::Status RunGemm(const GemmParams& params, runtime::ThreadPool* pool) {
       index[d] = 0;
     }
   }
+  // A single output row, unless a test asked for a particular kernel shape.
+  if (params.m == 1 && params.tuning.mr == 0) return RunGemv(problem, params, pool);
   return gemm_internal::RunCore(problem, EpilogueVariant::Of(epilogue), params.tuning, pool);
 }
 
