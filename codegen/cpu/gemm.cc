@@ -77,6 +77,46 @@ MatrixView DenseMatrix(const void* data, int64_t rows, int64_t cols,
   return view;
 }
 
+namespace {
+#if defined(__x86_64__)
+bool HostHasAvx2Fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+
+// dst[c * dst_stride + r] = src[r * src_stride + c] for r, c < 8.
+__attribute__((target("avx2"))) void Transpose8x8(const float* src, int64_t src_stride, float* dst,
+                                                  int64_t dst_stride) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
+  t[0] = _mm256_unpacklo_ps(r[0], r[1]);
+  t[1] = _mm256_unpackhi_ps(r[0], r[1]);
+  t[2] = _mm256_unpacklo_ps(r[2], r[3]);
+  t[3] = _mm256_unpackhi_ps(r[2], r[3]);
+  t[4] = _mm256_unpacklo_ps(r[4], r[5]);
+  t[5] = _mm256_unpackhi_ps(r[4], r[5]);
+  t[6] = _mm256_unpacklo_ps(r[6], r[7]);
+  t[7] = _mm256_unpackhi_ps(r[6], r[7]);
+  r[0] = _mm256_shuffle_ps(t[0], t[2], _MM_SHUFFLE(1, 0, 1, 0));
+  r[1] = _mm256_shuffle_ps(t[0], t[2], _MM_SHUFFLE(3, 2, 3, 2));
+  r[2] = _mm256_shuffle_ps(t[1], t[3], _MM_SHUFFLE(1, 0, 1, 0));
+  r[3] = _mm256_shuffle_ps(t[1], t[3], _MM_SHUFFLE(3, 2, 3, 2));
+  r[4] = _mm256_shuffle_ps(t[4], t[6], _MM_SHUFFLE(1, 0, 1, 0));
+  r[5] = _mm256_shuffle_ps(t[4], t[6], _MM_SHUFFLE(3, 2, 3, 2));
+  r[6] = _mm256_shuffle_ps(t[5], t[7], _MM_SHUFFLE(1, 0, 1, 0));
+  r[7] = _mm256_shuffle_ps(t[5], t[7], _MM_SHUFFLE(3, 2, 3, 2));
+  _mm256_storeu_ps(dst + 0 * dst_stride, _mm256_permute2f128_ps(r[0], r[4], 0x20));
+  _mm256_storeu_ps(dst + 1 * dst_stride, _mm256_permute2f128_ps(r[1], r[5], 0x20));
+  _mm256_storeu_ps(dst + 2 * dst_stride, _mm256_permute2f128_ps(r[2], r[6], 0x20));
+  _mm256_storeu_ps(dst + 3 * dst_stride, _mm256_permute2f128_ps(r[3], r[7], 0x20));
+  _mm256_storeu_ps(dst + 4 * dst_stride, _mm256_permute2f128_ps(r[0], r[4], 0x31));
+  _mm256_storeu_ps(dst + 5 * dst_stride, _mm256_permute2f128_ps(r[1], r[5], 0x31));
+  _mm256_storeu_ps(dst + 6 * dst_stride, _mm256_permute2f128_ps(r[2], r[6], 0x31));
+  _mm256_storeu_ps(dst + 7 * dst_stride, _mm256_permute2f128_ps(r[3], r[7], 0x31));
+}
+#endif
+}  // namespace
+
 namespace gemm_internal {
 namespace {
 
@@ -444,6 +484,23 @@ void StridedBPacker<T>::Pack(const T* base, int64_t k0, int64_t kc, int64_t n0, 
     }
     if (rs == 1) {
       // Transposed B: each column is contiguous along k.
+#if defined(__x86_64__)
+      if constexpr (std::is_same_v<T, float>) {
+        if (valid == nr && nr % 8 == 0 && kc >= 8 && HostHasAvx2Fma()) {
+          // 8 x 8 blocks through registers instead of nr-strided scalar stores.
+          const int64_t k8 = kc - kc % 8;
+          for (int j = 0; j < nr; j += 8) {
+            for (int64_t k = 0; k < k8; k += 8) {
+              Transpose8x8(src + j * cs + k, cs, panel + k * nr + j, nr);
+            }
+            for (int jj = j; jj < j + 8; ++jj) {
+              for (int64_t k = k8; k < kc; ++k) panel[k * nr + jj] = src[jj * cs + k];
+            }
+          }
+          continue;
+        }
+      }
+#endif
       for (int j = 0; j < valid; ++j) {
         const T* column = src + j * cs;
         for (int64_t k = 0; k < kc; ++k) panel[k * nr + j] = column[k];
@@ -584,11 +641,6 @@ __attribute__((target("avx2,fma"))) void AxpyAvx2(float a, const float* x, float
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
   }
   for (; i < n; ++i) y[i] += a * x[i];
-}
-
-bool HostHasAvx2Fma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
 }
 #endif
 
