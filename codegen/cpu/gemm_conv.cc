@@ -75,25 +75,40 @@ class ConvBPacker final : public BPacker<T> {
     }
   }
 
+  static constexpr int64_t kShortRun = 16;
+
   void Pack(const T* base, int64_t k0, int64_t kc, int64_t n0, int64_t nc, int nr,
             T* dst) const override {
     const size_t spatial = tables_.size();
     const size_t last = spatial - 1;
     const int64_t last_size = output_sizes_[last];
     const int64_t panel_stride = static_cast<int64_t>(nr) * kc;
-    std::vector<int64_t> kpos(spatial), p(spatial);
+    // Depth kk = (channel, kernel position) and column n0 = output position are decoded once;
+    // kk then advances as an odometer (divisions per depth step dominated packing when the
+    // output has few positions, as in a weight gradient).
+    std::vector<int64_t> kpos(spatial), p(spatial), p0(spatial);
+    int64_t channel_index = k0 / kernel_volume_;
+    int64_t rest = k0 % kernel_volume_;
+    for (size_t t = spatial; t-- > 0;) {
+      kpos[t] = rest % kernel_sizes_[t];
+      rest /= kernel_sizes_[t];
+    }
+    rest = n0;
+    for (size_t t = spatial; t-- > 0;) {
+      p0[t] = rest % output_sizes_[t];
+      rest /= output_sizes_[t];
+    }
     for (int64_t kk = k0; kk < k0 + kc; ++kk) {
-      const T* channel = base + (kk / kernel_volume_) * channel_stride_;
-      int64_t rest = kk % kernel_volume_;
-      for (size_t t = spatial; t-- > 0;) {
-        kpos[t] = rest % kernel_sizes_[t];
-        rest /= kernel_sizes_[t];
+      if (kk != k0) {
+        size_t t = spatial;
+        while (t-- > 0) {
+          if (++kpos[t] < kernel_sizes_[t]) break;
+          kpos[t] = 0;
+        }
+        if (t == static_cast<size_t>(-1)) ++channel_index;  // every axis wrapped
       }
-      rest = n0;
-      for (size_t t = spatial; t-- > 0;) {
-        p[t] = rest % output_sizes_[t];
-        rest /= output_sizes_[t];
-      }
+      const T* channel = base + channel_index * channel_stride_;
+      std::copy(p0.begin(), p0.end(), p.begin());
       const int64_t* last_table = tables_[last].data() + kpos[last] * last_size;
       // Without input dilation along the last axis, output position p reads input position
       // p * stride + shift: a run is a strided copy between zero borders.
@@ -128,13 +143,21 @@ class ConvBPacker final : public BPacker<T> {
                 std::clamp<int64_t>(q >= 0 ? 0 : (stride - 1 - q) / stride, 0, piece);
             const int64_t end = std::clamp<int64_t>(
                 size - q <= 0 ? 0 : (size - q + stride - 1) / stride, begin, piece);
-            std::fill(out, out + begin, T{0});
-            if (stride == 1) {
-              std::copy(src + q + begin, src + q + end, out + begin);
-            } else {
+            if (piece <= kShortRun) {
+              // Short runs (small images, weight gradients with a few output positions): plain
+              // loops, as the library calls' fixed cost would exceed the copy itself.
+              for (int64_t r = 0; r < begin; ++r) out[r] = T{0};
               for (int64_t r = begin; r < end; ++r) out[r] = src[q + r * stride];
+              for (int64_t r = end; r < piece; ++r) out[r] = T{0};
+            } else {
+              std::fill(out, out + begin, T{0});
+              if (stride == 1) {
+                std::copy(src + q + begin, src + q + end, out + begin);
+              } else {
+                for (int64_t r = begin; r < end; ++r) out[r] = src[q + r * stride];
+              }
+              std::fill(out + end, out + piece, T{0});
             }
-            std::fill(out + end, out + piece, T{0});
           } else {
             for (int64_t r = 0; r < piece; ++r) {
               const int64_t offset = last_table[first + r];
@@ -152,7 +175,7 @@ class ConvBPacker final : public BPacker<T> {
       }
       if (nc % nr != 0) {
         T* out = row + (nc / nr) * panel_stride;
-        std::fill(out + nc % nr, out + nr, T{0});
+        for (int64_t r = nc % nr; r < nr; ++r) out[r] = T{0};
       }
     }
   }
