@@ -139,10 +139,15 @@ class ConvBPacker final : public BPacker<T> {
             const int64_t stride = last_stride_;
             const int64_t q = first * stride + shift;  // input position of out[0]
             const int64_t size = last_input_size_;
-            const int64_t begin =
-                std::clamp<int64_t>(q >= 0 ? 0 : (stride - 1 - q) / stride, 0, piece);
-            const int64_t end = std::clamp<int64_t>(
-                size - q <= 0 ? 0 : (size - q + stride - 1) / stride, begin, piece);
+            int64_t begin, end;
+            if (stride == 1) {  // no divisions on the common path
+              begin = std::clamp<int64_t>(-q, 0, piece);
+              end = std::clamp<int64_t>(size - q, begin, piece);
+            } else {
+              begin = std::clamp<int64_t>(q >= 0 ? 0 : (stride - 1 - q) / stride, 0, piece);
+              end = std::clamp<int64_t>(size - q <= 0 ? 0 : (size - q + stride - 1) / stride, begin,
+                                        piece);
+            }
             if (piece <= kShortRun) {
               // Short runs (small images, weight gradients with a few output positions): plain
               // loops, as the library calls' fixed cost would exceed the copy itself.
