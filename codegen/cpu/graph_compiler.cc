@@ -186,32 +186,65 @@ class Compiler {
     for (const ir::Output& out : graph_.outputs()) is_output[static_cast<size_t>(out.node)] = true;
     for (size_t g = 0; g < plan_.groups.size(); ++g) {
       const FusionGroup& group = plan_.groups[g];
-      if (group.kind != FusionKind::kCopy || group.nodes.size() != 1) continue;
-      const ir::NodeId p = group.nodes[0];
-      const ir::Node& node = graph_.node(p);
-      if (node.op != ir::Op::kPermute || is_output[static_cast<size_t>(p)]) continue;
-      const size_t rank = node.attrs.axes.size();
-      if (rank < 2) continue;
-      bool swap_last_two = node.attrs.axes[rank - 2] == static_cast<int64_t>(rank - 1) &&
-                           node.attrs.axes[rank - 1] == static_cast<int64_t>(rank - 2);
-      for (size_t i = 0; i + 2 < rank; ++i) {
-        swap_last_two &= node.attrs.axes[i] == static_cast<int64_t>(i);
+      if (group.kind == FusionKind::kContraction) continue;
+      std::vector<ir::NodeId> elided;
+      for (const ir::NodeId p : group.outputs) {
+        const ir::Node& node = graph_.node(p);
+        if (node.op != ir::Op::kPermute || is_output[static_cast<size_t>(p)]) continue;
+        const size_t rank = node.attrs.axes.size();
+        if (rank < 2) continue;
+        bool swap_last_two = node.attrs.axes[rank - 2] == static_cast<int64_t>(rank - 1) &&
+                             node.attrs.axes[rank - 1] == static_cast<int64_t>(rank - 2);
+        for (size_t i = 0; i + 2 < rank; ++i) {
+          swap_last_two &= node.attrs.axes[i] == static_cast<int64_t>(i);
+        }
+        const ir::NodeId source = node.inputs[0];
+        // The source may be another output of this same group (g = -1: any group).
+        if (!swap_last_two || !IsMaterialized(source, -1)) continue;
+        bool only_gemm_operands = !users[static_cast<size_t>(p)].empty();
+        for (ir::NodeId user : users[static_cast<size_t>(p)]) {
+          const int32_t ug = plan_.group_of[static_cast<size_t>(user)];
+          only_gemm_operands &=
+              graph_.node(user).op == ir::Op::kMatMul && ug >= 0 &&
+              plan_.groups[static_cast<size_t>(ug)].kind == FusionKind::kContraction &&
+              plan_.groups[static_cast<size_t>(ug)].root == user && GemmSupports(graph_, user);
+        }
+        if (!only_gemm_operands) continue;
+        transposed_source_[p] = source;
+        elided.push_back(p);
+        absl::StrAppend(&contraction_notes_, "gemm: %", p,
+                        " permute read as a transposed view of %", source, " (dropped from group ",
+                        g, ")\n");
       }
-      const ir::NodeId source = node.inputs[0];
-      if (!swap_last_two || !IsMaterialized(source, static_cast<int>(g))) continue;
-      bool only_gemm_operands = !users[static_cast<size_t>(p)].empty();
-      for (ir::NodeId user : users[static_cast<size_t>(p)]) {
-        const int32_t ug = plan_.group_of[static_cast<size_t>(user)];
-        only_gemm_operands &=
-            graph_.node(user).op == ir::Op::kMatMul && ug >= 0 &&
-            plan_.groups[static_cast<size_t>(ug)].kind == FusionKind::kContraction &&
-            plan_.groups[static_cast<size_t>(ug)].root == user && GemmSupports(graph_, user);
+      if (elided.empty()) continue;
+      FusionGroup reduced = group;
+      auto drop = [&](std::vector<ir::NodeId>& ids) {
+        ids.erase(std::remove_if(ids.begin(), ids.end(),
+                                 [&](ir::NodeId id) {
+                                   return std::find(elided.begin(), elided.end(), id) !=
+                                          elided.end();
+                                 }),
+                  ids.end());
+      };
+      drop(reduced.nodes);
+      drop(reduced.outputs);
+      if (reduced.outputs.empty()) {
+        skipped_groups_.insert(static_cast<int>(g));
+        continue;
       }
-      if (!only_gemm_operands) continue;
-      transposed_source_[p] = source;
-      skipped_groups_.insert(static_cast<int>(g));
-      absl::StrAppend(&contraction_notes_, "gemm: %", p, " permute read as a transposed view of %",
-                      source, " (group ", g, " skipped)\n");
+      // The permute's input may now be read by nothing else in the group.
+      std::set<ir::NodeId> needed;
+      for (ir::NodeId id : reduced.nodes) {
+        for (ir::NodeId in : graph_.node(id).inputs) needed.insert(in);
+      }
+      reduced.inputs.erase(std::remove_if(reduced.inputs.begin(), reduced.inputs.end(),
+                                          [&](ir::NodeId id) { return needed.count(id) == 0; }),
+                           reduced.inputs.end());
+      if (std::find(reduced.nodes.begin(), reduced.nodes.end(), reduced.root) ==
+          reduced.nodes.end()) {
+        reduced.root = reduced.nodes.empty() ? reduced.outputs.back() : reduced.nodes.back();
+      }
+      reduced_groups_[static_cast<int>(g)] = std::move(reduced);
     }
   }
 
@@ -407,7 +440,9 @@ class Compiler {
     if (group.kind == FusionKind::kContraction && GemmSupports(graph_, group.root)) {
       return CompileContraction(g);
     }
-    absl::StatusOr<Kernel> kernel = LowerGroup(graph_, group, absl::StrCat("k", g));
+    auto reduced = reduced_groups_.find(g);
+    absl::StatusOr<Kernel> kernel = LowerGroup(
+        graph_, reduced == reduced_groups_.end() ? group : reduced->second, absl::StrCat("k", g));
     if (!kernel.ok()) return GroupError(g, kernel.status());
     return EmitKernel(g, *kernel);
   }
@@ -629,6 +664,8 @@ class Compiler {
   // Elided permutes (read by the GEMM as strided views) and their sources; their groups.
   std::unordered_map<ir::NodeId, ir::NodeId> transposed_source_;
   std::set<int> skipped_groups_;
+  // Groups that lost elided permute outputs: compiled in this reduced form.
+  std::map<int, FusionGroup> reduced_groups_;
   // Lines appended to fusion.txt: what the GEMM took over.
   std::string contraction_notes_;
   std::vector<std::pair<ir::NodeId, int>> extra_output_slots_;

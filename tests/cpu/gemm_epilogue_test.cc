@@ -139,6 +139,23 @@ TEST(CpuGemmEpilogueTest, TransposedOperandsOfBackwardMatmuls) {
   }
 }
 
+TEST(CpuGemmEpilogueTest, TransposedOperandBesideABiasGradient) {
+  // The bias gradient (a column sum) and the permute feeding dW read the same buffer, so fusion
+  // puts them in one kernel; the permute is dropped from it and the GEMM reads the buffer.
+  ir::Builder b;
+  const NodeId x = b.Parameter("x", {ir::DType::kF32, {32, 24}});
+  const NodeId g = b.Parameter("g", {ir::DType::kF32, {32, 10}});
+  const NodeId w = b.Parameter("w", {ir::DType::kF32, {10, 24}});
+  const NodeId dy = b.Unary(Op::kTanh, g);
+  b.Output(b.MatMul(b.Permute(dy, {1, 0}), x));
+  b.Output(b.Binary(Op::kMul, b.Reduce(Op::kReduceSum, dy, {0}),
+                    b.Fill(0.5, {ir::DType::kF32, {1, 10}})));
+  b.Output(b.MatMul(dy, w));
+  const auto compiled = CompileAndCompare(Build(b));
+  ASSERT_NE(compiled, nullptr);
+  EXPECT_EQ(compiled->num_gemm_steps, 2);
+}
+
 TEST(CpuGemmEpilogueTest, BatchedTransposedOperand) {
   ir::Builder b;
   const NodeId a = b.Parameter("a", {ir::DType::kF32, {3, 5, 7}});
