@@ -738,9 +738,14 @@ absl::Status RunGemv(const CoreProblem<T>& p, const GemmParams& params, runtime:
   std::vector<T> row(static_cast<size_t>(p.k));
   constexpr int64_t kColumnsPerTask = 32;
   const int64_t tasks = (p.n + kColumnsPerTask - 1) / kColumnsPerTask;
-  // About 64 Ki multiply-adds per task range before another thread is worth waking.
+  // Another thread only pays off above ~1M multiply-adds (a few MiB of B): a batch-1 layer of a
+  // small MLP runs in tens of microseconds on one core, about what waking a second thread and
+  // waiting for it costs, and on a loaded machine that wait can take much longer.
+  constexpr int64_t kMinParallelMacs = int64_t{1} << 20;
+  const bool parallel =
+      pool != nullptr && pool->num_threads() > 1 && p.n * p.k >= kMinParallelMacs && tasks > 1;
   const int64_t grain =
-      std::max<int64_t>(1, (int64_t{1} << 16) / (kColumnsPerTask * std::max<int64_t>(p.k, 1)));
+      std::max<int64_t>(1, (kMinParallelMacs / 4) / (kColumnsPerTask * std::max<int64_t>(p.k, 1)));
   for (const BatchOffsets& batch : p.batches) {
     const T* x = p.a + batch.a;
     if (p.a_col_stride != 1) {
@@ -751,7 +756,7 @@ absl::Status RunGemv(const CoreProblem<T>& p, const GemmParams& params, runtime:
       GemvColumns(p, params, batch, x, begin * kColumnsPerTask,
                   std::min(p.n, end * kColumnsPerTask));
     };
-    if (pool != nullptr && pool->num_threads() > 1 && tasks > grain) {
+    if (parallel) {
       pool->ParallelFor(tasks, grain, body);
     } else {
       body(0, tasks);

@@ -476,8 +476,8 @@ TEST(GemmTest, SingleRowMatrixVector) {
       for (int threads : {1, 2}) {
         Case tc;
         tc.m = 1;
-        tc.n = 700;
-        tc.k = 300;
+        tc.n = 1100;
+        tc.k = 1000;  // over the 1M multiply-adds from which the columns are split
         tc.a_layout = a;
         tc.b_layout = b;
         tc.threads = threads;
