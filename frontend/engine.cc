@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/cpu/graph_compiler.h"
+#include "frontend/autograd.h"
 #include "frontend/error.h"
 #include "ir/builder.h"
 #include "ir/infer.h"
@@ -168,8 +169,11 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
     node->pending_depth = 0;
     node->pending_estimate = 0;
   }
-  // Drop operand lists only now: they keep every node of `order` alive until here.
-  for (LazyNode* node : outputs) ReleaseIteratively(node->inputs);
+  // Drop operand lists only now: they keep every node of `order` alive until here. A tracked
+  // node keeps them: they are the tape backward() walks.
+  for (LazyNode* node : outputs) {
+    if (!node->tracks_grad) ReleaseIteratively(node->inputs);
+  }
 }
 
 TensorRef RecordOn(const char* name, ir::Op op, std::vector<TensorRef> inputs, ir::Attrs attrs,
@@ -211,6 +215,9 @@ TensorRef RecordOn(const char* name, ir::Op op, std::vector<TensorRef> inputs, i
   }
   node->pending_depth = depth + 1;
   node->pending_estimate = estimate;
+  if (GradEnabled()) {
+    for (const TensorRef& in : inputs) node->tracks_grad |= in->tracks_grad;
+  }
   node->inputs = std::move(inputs);
   if (node->pending_depth > kMaxPendingDepth || node->pending_estimate > kMaxPendingNodes) {
     const TensorRef roots[] = {node};
@@ -247,6 +254,36 @@ TensorRef FromTensorData(ir::TensorData data, const Device& device) {
   node->type = ir::TensorType{data.dtype(), data.shape()};
   node->device = device.id();
   node->data = std::make_shared<const ir::TensorData>(std::move(data));
+  return node;
+}
+
+TensorRef FromSharedData(std::shared_ptr<const ir::TensorData> data, runtime::DeviceId device) {
+  auto node = std::make_shared<LazyNode>();
+  node->type = ir::TensorType{data->dtype(), data->shape()};
+  node->device = device;
+  node->data = std::move(data);
+  return node;
+}
+
+TensorRef Import(const ir::Graph& graph, ir::NodeId id, std::vector<TensorRef> inputs,
+                 runtime::DeviceId device, int64_t pending_bound) {
+  const ir::Node& source = graph.node(id);
+  auto node = std::make_shared<LazyNode>();
+  node->op = source.op;
+  node->attrs = source.attrs;
+  node->type = source.type;
+  node->loc = source.loc;
+  node->device = device;
+  int32_t depth = 0;
+  int64_t estimate = 1;
+  for (const TensorRef& in : inputs) {
+    depth = std::max(depth, in->pending_depth);
+    estimate = std::min(estimate + in->pending_estimate, 2 * kMaxPendingNodes);
+    if (GradEnabled()) node->tracks_grad |= in->tracks_grad;
+  }
+  node->pending_depth = depth + 1;
+  node->pending_estimate = std::min(estimate, pending_bound);
+  node->inputs = std::move(inputs);
   return node;
 }
 

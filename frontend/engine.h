@@ -57,6 +57,12 @@ struct LazyNode {
   /// Upper estimate of the pending nodes behind this one (shared nodes counted per path,
   /// saturating), so that a wide DAG is bounded as well as a deep one.
   int64_t pending_estimate = 0;
+  /// Gradients flow to this node: it requires one, or it was recorded from a node that does
+  /// while the tape was on. A tracked node keeps its operands after it is realized (the tape),
+  /// so backward() can reach the leaves (frontend/autograd.h).
+  bool tracks_grad = false;
+  /// A leaf that requires a gradient (a parameter): backward() stops here and reports it.
+  bool requires_grad = false;
 };
 
 /// Auto-realization thresholds (see the file comment).
@@ -73,6 +79,14 @@ TensorRef RecordLeaf(const char* name, ir::Op op, ir::Attrs attrs, const Device&
                      const Loc& loc);
 /// A realized node holding `data` on `device`.
 TensorRef FromTensorData(ir::TensorData data, const Device& device);
+/// A realized node sharing `data` (no copy) on `device`.
+TensorRef FromSharedData(std::shared_ptr<const ir::TensorData> data, runtime::DeviceId device);
+/// A pending node computing graph node `id` of `graph` from `inputs` (the nodes for its operands),
+/// with the graph's type and attributes: how nodes a pass appended become lazy nodes again.
+/// `pending_bound` caps the pending-node estimate (the exact size of the graph it came from), and
+/// no auto-realization happens here.
+TensorRef Import(const ir::Graph& graph, ir::NodeId id, std::vector<TensorRef> inputs,
+                 runtime::DeviceId device, int64_t pending_bound);
 
 const ir::TensorType& TypeOf(const TensorRef& ref);
 Device DeviceOf(const TensorRef& ref);

@@ -38,5 +38,11 @@ uint64_t NextSeed() {
   return z ^ (z >> 31);
 }
 
+uint64_t RandomStreamState() {
+  Stream& stream = GlobalStream();
+  std::lock_guard<std::mutex> lock(stream.mutex);
+  return stream.state;
+}
+
 }  // namespace detail
 }  // namespace kiln

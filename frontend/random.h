@@ -14,6 +14,9 @@ void manual_seed(uint64_t seed);
 namespace detail {
 /// The next seed of the global stream (thread-safe).
 uint64_t NextSeed();
+/// The stream's current state; manual_seed(state) resumes the stream exactly there (checkpoints
+/// save it so a resumed run draws the same random numbers).
+uint64_t RandomStreamState();
 }  // namespace detail
 
 }  // namespace kiln

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "frontend/autograd.h"
 #include "frontend/backend.h"
 #include "frontend/engine.h"
 #include "frontend/error.h"
@@ -338,6 +339,39 @@ class Tensor {
   /// This tensor's value on another device (of this backend).
   Tensor to(const Device& device, Loc loc = Loc::current()) const {
     return Tensor(detail::ToDevice(ref_, B::kTraits, device, loc));
+  }
+
+  // ---- Gradients (frontend/autograd.h) ----------------------------------------------------------
+
+  /// Marks this tensor as a leaf that requires a gradient (a parameter) and returns it; copies
+  /// share the mark. require_grad(false) clears it. Float tensors only.
+  const Tensor& require_grad(bool require = true, Loc loc = Loc::current()) const {
+    static_assert(kFloat, "kiln: only Float tensors can require gradients");
+    detail::SetRequireGrad(ref_, require, loc);
+    return *this;
+  }
+  /// True for a leaf marked with require_grad().
+  bool requires_grad() const { return detail::RequiresGrad(ref_); }
+  /// True when gradients flow to this tensor (it requires one, or was computed from one).
+  bool tracks_grad() const { return detail::TracksGrad(ref_); }
+  /// The same value, cut off from the gradient tape (torch.Tensor.detach).
+  Tensor detach(Loc loc = Loc::current()) const { return Tensor(detail::Detach(ref_, loc)); }
+  /// Reverse-mode gradients of this one-element tensor with respect to every tensor that requires
+  /// a gradient and that it depends on. Lazy: the gradients are pending tensors.
+  Gradients backward(Loc loc = Loc::current()) const {
+    static_assert(kFloat, "kiln: backward needs a Float tensor");
+    return detail::Backward(ref_, nullptr, loc);
+  }
+  /// The same for a tensor of any size, given the gradient of the output (`seed`, same shape).
+  Gradients backward(const Tensor& seed, Loc loc = Loc::current()) const {
+    static_assert(kFloat, "kiln: backward needs a Float tensor");
+    return detail::Backward(ref_, seed.ref(), loc);
+  }
+  /// This tensor's gradient in `grads`, if backward() reached it.
+  std::optional<Tensor> grad(const Gradients& grads) const {
+    detail::TensorRef g = grads.get(ref_);
+    if (g == nullptr) return std::nullopt;
+    return Tensor(std::move(g));
   }
 
   // ---- Kind and dtype ---------------------------------------------------------------------------

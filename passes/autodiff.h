@@ -44,9 +44,11 @@ struct GradientGraph {
 /// nodes of `graph`, any op, parameters included). `seed` is the cotangent of `y` (a node of y's
 /// type); kInvalidNode means "ones", which needs `y` to have one element (a loss).
 ///
-/// The new nodes carry the source location of the forward node whose rule made them, so an error
-/// in a gradient names the user's line. Errors (InvalidArgument): a non-float `y` or `wrt`, a
-/// missing seed for a non-scalar `y`, an id out of range.
+/// Only nodes on a path from some wrt to `y` are differentiated (in reverse id order; a node's
+/// cotangent is the sum of its users' contributions), and integer/bool values carry none. The new
+/// nodes carry the source location of the forward node whose rule made them, so an error in a
+/// gradient names the user's line. Errors (InvalidArgument): a non-float `y` or `wrt`, a missing
+/// seed for a non-scalar `y`, a seed whose type is not y's, an id out of range.
 absl::StatusOr<GradientGraph> AppendGradients(const ir::Graph& graph, ir::NodeId y,
                                               std::span<const ir::NodeId> wrt,
                                               ir::NodeId seed = ir::kInvalidNode);

@@ -12,6 +12,8 @@ BASE_PACKAGES=(
   libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev
+  zlib1g-dev
+  dataset-fashion-mnist
   llvm-16-dev
   nlohmann-json3-dev
   graphviz

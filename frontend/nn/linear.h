@@ -10,6 +10,7 @@
 #include <source_location>
 
 #include "frontend/module.h"
+#include "frontend/nn/init.h"
 #include "frontend/tensor.h"
 
 namespace kiln::nn {
@@ -55,21 +56,48 @@ struct LinearConfig {
     return config;
   }
 
+  /// The weight's initialiser instead of torch's default (frontend/nn/init.h).
+  LinearConfig with_initializer(Initializer init) const {
+    LinearConfig config = *this;
+    config.initializer = init;
+    return config;
+  }
+  /// The bias's initialiser instead of torch's default.
+  LinearConfig with_bias_initializer(Initializer init) const {
+    LinearConfig config = *this;
+    config.bias_initializer = init;
+    return config;
+  }
+
   /// A layer initialised like torch.nn.Linear: weight then bias drawn from kiln's seeded stream
-  /// (see manual_seed), each U(-1/sqrt(d_input), 1/sqrt(d_input)).
+  /// (see manual_seed), each U(-1/sqrt(d_input), 1/sqrt(d_input)), unless initialisers are set.
+  /// The parameters require gradients.
   template <class B>
   Linear<B> init(const Device& device,
                  std::source_location loc = std::source_location::current()) const {
     Tensor<B, 2> weight(
-        detail::LinearInitUniform({d_output, d_input}, d_input, B::kTraits, device, loc));
+        initializer ? detail::InitParameter(*initializer, {d_output, d_input}, 0, B::kTraits,
+                                            device, "LinearConfig", loc)
+                    : detail::MarkParameter(detail::LinearInitUniform({d_output, d_input}, d_input,
+                                                                      B::kTraits, device, loc),
+                                            loc));
     std::optional<Tensor<B, 1>> b;
-    if (bias) b.emplace(detail::LinearInitUniform({d_output}, d_input, B::kTraits, device, loc));
+    if (bias) {
+      b.emplace(
+          bias_initializer
+              ? detail::InitParameter(*bias_initializer, {d_output}, d_input, B::kTraits, device,
+                                      "LinearConfig", loc)
+              : detail::MarkParameter(
+                    detail::LinearInitUniform({d_output}, d_input, B::kTraits, device, loc), loc));
+    }
     return Linear<B>{std::move(weight), std::move(b)};
   }
 
   int64_t d_input;
   int64_t d_output;
   bool bias = true;
+  std::optional<Initializer> initializer;
+  std::optional<Initializer> bias_initializer;
 };
 
 }  // namespace kiln::nn
