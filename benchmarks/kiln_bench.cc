@@ -33,11 +33,13 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/train_graphs.h"
 #include "codegen/cpu/graph_compiler.h"
 #include "frontend/activation.h"
 #include "frontend/backend.h"
 #include "frontend/engine.h"
 #include "frontend/tensor.h"
+#include "ir/interpreter.h"
 #include "runtime/thread_pool.h"
 
 namespace {
@@ -312,6 +314,122 @@ void BM_DispatchCacheHit(benchmark::State& state) {
   });
 }
 
+// ---- Training (issue #4): hand-built step graphs on codegen::cpu::CompileAndRun ----------------
+
+// Arguments for a TrainGraph: x uniform in [0, 1), one-hot targets of random classes, weights
+// uniform in +-1/sqrt(fan_in) (torch's default init), biases and velocities small, lr = 0.01.
+std::vector<std::shared_ptr<const ir::TensorData>> TrainArguments(const kiln::bench::TrainGraph& g,
+                                                                  uint32_t seed) {
+  std::vector<std::shared_ptr<const ir::TensorData>> args;
+  std::mt19937 engine(seed);
+  const std::vector<ir::NodeId> params = g.graph.Parameters();
+  for (size_t k = 0; k < params.size(); ++k) {
+    const ir::TensorType& type = g.graph.node(params[k]).type;
+    const std::string& name = g.parameter_names[k];
+    const int64_t n = type.num_elements();
+    std::vector<float> values(static_cast<size_t>(n));
+    if (name == "lr") {
+      values[0] = 0.01f;
+    } else if (name == "onehot") {
+      const int64_t classes = type.shape.back();
+      std::uniform_int_distribution<int64_t> label(0, classes - 1);
+      for (int64_t r = 0; r < n / classes; ++r) {
+        values[static_cast<size_t>(r * classes + label(engine))] = 1.f;
+      }
+    } else {
+      float bound = 1.f;
+      if (name == "x") {
+        std::uniform_real_distribution<float> d(0.f, 1.f);
+        for (float& v : values) v = d(engine);
+        args.push_back(std::make_shared<const ir::TensorData>(
+            ir::TensorData::FromVector(ir::DType::kF32, type.shape, values)));
+        continue;
+      }
+      if (name[0] == 'W' || name[0] == 'b') {
+        // Fan-in of the layer: the weight's elements per output.
+        const ir::TensorType& w = g.graph.node(params[name[0] == 'W' ? k : k - 1]).type;
+        bound = 1.f / std::sqrt(static_cast<float>(w.num_elements() / w.shape[0]));
+      } else {
+        bound = 1e-3f;  // velocities
+      }
+      std::uniform_real_distribution<float> d(-bound, bound);
+      for (float& v : values) v = d(engine);
+    }
+    args.push_back(std::make_shared<const ir::TensorData>(
+        ir::TensorData::FromVector(ir::DType::kF32, type.shape, values)));
+  }
+  return args;
+}
+
+// Every output of the compiled graph against the reference interpreter (f64 math), elementwise,
+// relative to the output's largest magnitude. Returns "" or the first mismatch.
+std::string CheckAgainstInterpreter(const kiln::bench::TrainGraph& g,
+                                    const std::vector<std::shared_ptr<const ir::TensorData>>& args,
+                                    const std::vector<ir::TensorData>& got) {
+  std::vector<ir::TensorData> plain;
+  for (const auto& a : args) plain.push_back(*a);
+  absl::StatusOr<std::vector<ir::TensorData>> want = ir::Interpret(g.graph, plain);
+  if (!want.ok()) return "interpreter: " + std::string(want.status().message());
+  if (want->size() != got.size()) return "output count differs";
+  for (size_t k = 0; k < got.size(); ++k) {
+    double scale = 0;
+    for (int64_t i = 0; i < (*want)[k].num_elements(); ++i) {
+      scale = std::max(scale, std::abs((*want)[k].GetDouble(i)));
+    }
+    for (int64_t i = 0; i < got[k].num_elements(); ++i) {
+      const double w = (*want)[k].GetDouble(i), v = got[k].GetDouble(i);
+      if (!(std::abs(v - w) <= 1e-4 * (scale + 1e-6) + 1e-5 * std::abs(w))) {
+        return g.graph.outputs()[k].name + " element " + std::to_string(i) + ": got " +
+               std::to_string(v) + ", expected " + std::to_string(w);
+      }
+    }
+  }
+  return "";
+}
+
+// Checks one run against the interpreter, then times CompileAndRun on the cache-hit path. A
+// training step feeds its updated parameters and velocities back as the next step's arguments.
+void RunTrainGraph(benchmark::State& state, const kiln::bench::TrainGraph& g) {
+  std::vector<std::shared_ptr<const ir::TensorData>> args = TrainArguments(g, 42);
+  absl::StatusOr<std::vector<ir::TensorData>> first =
+      kiln::codegen::cpu::CompileAndRun(g.graph, args);
+  if (!first.ok()) {
+    state.SkipWithError(std::string(first.status().message()).c_str());
+    return;
+  }
+  if (const std::string problem = CheckAgainstInterpreter(g, args, *first); !problem.empty()) {
+    state.SkipWithError(("wrong result: " + problem).c_str());
+    return;
+  }
+  state.counters["graph_nodes"] = static_cast<double>(g.graph.num_nodes());
+  for (auto _ : state) {
+    absl::StatusOr<std::vector<ir::TensorData>> out =
+        kiln::codegen::cpu::CompileAndRun(g.graph, args);
+    if (!out.ok()) {
+      state.SkipWithError(std::string(out.status().message()).c_str());
+      break;
+    }
+    for (size_t k = 0; k < g.update_of_output.size(); ++k) {
+      args[static_cast<size_t>(g.update_of_output[k])] =
+          std::make_shared<const ir::TensorData>(std::move((*out)[k + 1]));
+    }
+    benchmark::DoNotOptimize(out);
+  }
+}
+
+void BM_MlpTrainStep(benchmark::State& state) {
+  static const kiln::bench::TrainGraph g = kiln::bench::MlpTrainStep(128, {784, 512, 256, 10});
+  RunTrainGraph(state, g);
+}
+void BM_MlpInference(benchmark::State& state) {
+  static const kiln::bench::TrainGraph g = kiln::bench::MlpInference(1, {784, 512, 256, 10});
+  RunTrainGraph(state, g);
+}
+void BM_CnnTrainStep(benchmark::State& state) {
+  static const kiln::bench::TrainGraph g = kiln::bench::CnnTrainStep(64);
+  RunTrainGraph(state, g);
+}
+
 // ---- Diagnostics: kernel time alone -------------------------------------------------------------
 
 // The graph and arguments of the next realization on kiln::Cpu, caught by a wrapping executor
@@ -434,6 +552,19 @@ BENCHMARK(BM_DispatchCacheHit)
     ->Name("dispatch/cache_hit")
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+
+BENCHMARK(BM_MlpTrainStep)
+    ->Name("train/mlp_step/784-512-256-10/b128")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MlpInference)
+    ->Name("infer/mlp/784-512-256-10/b1")
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CnnTrainStep)
+    ->Name("train/cnn_step/mnist/b64")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_KernelOnlyGeluAffine)
     ->Name("diag/kernel_only/eltwise/gelu_affine/16777216")

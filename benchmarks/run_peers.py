@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs kiln_bench and its peers in one run and prints the ratio table of issue #3.
+"""Runs kiln_bench and its peers in one run and prints the ratio table of issues #3 and #4.
 
 Builds nothing: build the programs first, e.g.
   cmake --build build/default --target kiln_bench openblas_bench stream_triad -j2
@@ -8,7 +8,8 @@ then
 
 Runs, in this order and with 2 threads each: stream_triad (STREAM triad bandwidth), kiln_bench
 (KILN_NUM_THREADS=2, KILN_CACHE_DIR unset so compile/mlp_step is cold), PyTorch eager
-(peers/torch_bench.py under /usr/bin/python3, torch.set_num_threads(2)) and openblas_bench
+(peers/torch_bench.py and peers/torch_train_bench.py under /usr/bin/python3,
+torch.set_num_threads(2)) and openblas_bench
 (cblas_sgemm, 2 threads). Every time is the best of --repetitions batches, each batch the mean per
 call over --min-time seconds. The raw JSON of every program goes to --out.
 """
@@ -47,6 +48,11 @@ ROWS = [
     ("reduce/sum_rows/4096x4096", "torch", "info", None),
     ("dispatch/cache_hit", "torch", "max_s", 20e-6),
     ("compile/mlp_step", None, "max_s", 0.5),
+    # Issue #4 (peers/torch_train_bench.py): kiln <= 0.7x PyTorch's step time, i.e. a speedup of
+    # >= 1/0.7; batch-1 inference <= 50 us; the CNN step no slower than PyTorch's.
+    ("train/mlp_step/784-512-256-10/b128", "torch", "speedup", 1.0 / 0.7),
+    ("infer/mlp/784-512-256-10/b1", "torch", "max_s", 50e-6),
+    ("train/cnn_step/mnist/b64", "torch", "speedup", 1.0),
 ]
 
 DIAG_PREFIX = "diag/kernel_only/"
@@ -127,6 +133,9 @@ def main():
     if options.table_only:
         data = {n: json.loads((out / f"{n}.json").read_text())
                 for n in ("stream", "kiln", "torch", "openblas")}
+        train_json = out / "torch_train.json"
+        if train_json.exists():
+            data["torch"]["results"].update(json.loads(train_json.read_text())["results"])
         print_table(data["stream"], data["kiln"], data["torch"], data["openblas"], out,
                     "(from saved JSON)")
         return 0
@@ -148,13 +157,17 @@ def main():
     torch = run_json([options.python, HERE / "peers" / "torch_bench.py",
                       f"--threads={THREADS}", f"--repetitions={options.repetitions}",
                       f"--min-time={options.min_time}"])
+    torch_train = run_json([options.python, HERE / "peers" / "torch_train_bench.py",
+                            f"--threads={THREADS}", f"--repetitions={options.repetitions}",
+                            f"--min-time={options.min_time}"])
     openblas = run_json([bench_dir / "openblas_bench", f"--threads={THREADS}",
                          f"--repetitions={options.repetitions}",
                          f"--min_time={options.min_time}"])
     load_after = load()
     for name, data in (("stream", stream), ("kiln", kiln), ("torch", torch),
-                       ("openblas", openblas)):
+                       ("torch_train", torch_train), ("openblas", openblas)):
         (out / f"{name}.json").write_text(json.dumps(data, indent=1))
+    torch["results"].update(torch_train["results"])
     print_table(stream, kiln, torch, openblas, out,
                 f"load average before: {load_before}, after: {load_after}")
     return 0

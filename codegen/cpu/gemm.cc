@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,6 +36,9 @@
 #include "codegen/cpu/gemm_internal.h"
 #include "runtime/thread_pool.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #include <xmmintrin.h>
@@ -72,6 +76,46 @@ MatrixView DenseMatrix(const void* data, int64_t rows, int64_t cols,
   }
   return view;
 }
+
+namespace {
+#if defined(__x86_64__)
+bool HostHasAvx2Fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+
+// dst[c * dst_stride + r] = src[r * src_stride + c] for r, c < 8.
+__attribute__((target("avx2"))) void Transpose8x8(const float* src, int64_t src_stride, float* dst,
+                                                  int64_t dst_stride) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
+  t[0] = _mm256_unpacklo_ps(r[0], r[1]);
+  t[1] = _mm256_unpackhi_ps(r[0], r[1]);
+  t[2] = _mm256_unpacklo_ps(r[2], r[3]);
+  t[3] = _mm256_unpackhi_ps(r[2], r[3]);
+  t[4] = _mm256_unpacklo_ps(r[4], r[5]);
+  t[5] = _mm256_unpackhi_ps(r[4], r[5]);
+  t[6] = _mm256_unpacklo_ps(r[6], r[7]);
+  t[7] = _mm256_unpackhi_ps(r[6], r[7]);
+  r[0] = _mm256_shuffle_ps(t[0], t[2], _MM_SHUFFLE(1, 0, 1, 0));
+  r[1] = _mm256_shuffle_ps(t[0], t[2], _MM_SHUFFLE(3, 2, 3, 2));
+  r[2] = _mm256_shuffle_ps(t[1], t[3], _MM_SHUFFLE(1, 0, 1, 0));
+  r[3] = _mm256_shuffle_ps(t[1], t[3], _MM_SHUFFLE(3, 2, 3, 2));
+  r[4] = _mm256_shuffle_ps(t[4], t[6], _MM_SHUFFLE(1, 0, 1, 0));
+  r[5] = _mm256_shuffle_ps(t[4], t[6], _MM_SHUFFLE(3, 2, 3, 2));
+  r[6] = _mm256_shuffle_ps(t[5], t[7], _MM_SHUFFLE(1, 0, 1, 0));
+  r[7] = _mm256_shuffle_ps(t[5], t[7], _MM_SHUFFLE(3, 2, 3, 2));
+  _mm256_storeu_ps(dst + 0 * dst_stride, _mm256_permute2f128_ps(r[0], r[4], 0x20));
+  _mm256_storeu_ps(dst + 1 * dst_stride, _mm256_permute2f128_ps(r[1], r[5], 0x20));
+  _mm256_storeu_ps(dst + 2 * dst_stride, _mm256_permute2f128_ps(r[2], r[6], 0x20));
+  _mm256_storeu_ps(dst + 3 * dst_stride, _mm256_permute2f128_ps(r[3], r[7], 0x20));
+  _mm256_storeu_ps(dst + 4 * dst_stride, _mm256_permute2f128_ps(r[0], r[4], 0x31));
+  _mm256_storeu_ps(dst + 5 * dst_stride, _mm256_permute2f128_ps(r[1], r[5], 0x31));
+  _mm256_storeu_ps(dst + 6 * dst_stride, _mm256_permute2f128_ps(r[2], r[6], 0x31));
+  _mm256_storeu_ps(dst + 7 * dst_stride, _mm256_permute2f128_ps(r[3], r[7], 0x31));
+}
+#endif
+}  // namespace
 
 namespace gemm_internal {
 namespace {
@@ -440,6 +484,23 @@ void StridedBPacker<T>::Pack(const T* base, int64_t k0, int64_t kc, int64_t n0, 
     }
     if (rs == 1) {
       // Transposed B: each column is contiguous along k.
+#if defined(__x86_64__)
+      if constexpr (std::is_same_v<T, float>) {
+        if (valid == nr && nr % 8 == 0 && kc >= 8 && HostHasAvx2Fma()) {
+          // 8 x 8 blocks through registers instead of nr-strided scalar stores.
+          const int64_t k8 = kc - kc % 8;
+          for (int j = 0; j < nr; j += 8) {
+            for (int64_t k = 0; k < k8; k += 8) {
+              Transpose8x8(src + j * cs + k, cs, panel + k * nr + j, nr);
+            }
+            for (int jj = j; jj < j + 8; ++jj) {
+              for (int64_t k = k8; k < kc; ++k) panel[k * nr + jj] = src[jj * cs + k];
+            }
+          }
+          continue;
+        }
+      }
+#endif
       for (int j = 0; j < valid; ++j) {
         const T* column = src + j * cs;
         for (int64_t k = 0; k < kc; ++k) panel[k * nr + j] = column[k];
@@ -541,6 +602,169 @@ absl::Status CheckBatchStrides(const char* name, const MatrixView& view, size_t 
                                                  batch_rank, " batch dimensions"));
 }
 
+// ---- Matrix-vector products (M == 1) ----------------------------------------------------------
+//
+// With one row, a GEMM is memory-bound on B: packing B into panels would read and write it once
+// more and a 14-row register tile would be 1/14 used. Batch-1 inference of a Linear layer
+// (x @ W^T with W [out, in] row-major) is this case, so it reads B where it lies instead: as dot
+// products along contiguous rows of W (B transposed) or as row updates (B dense), split over the
+// pool by columns of the output.
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) float DotAvx2(const float* x, const float* y, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(),
+         acc3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+    acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), acc2);
+    acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), acc3);
+  }
+  for (; i + 8 <= n; i += 8) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+  }
+  const __m256 acc = _mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3));
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+  float sum = _mm_cvtss_f32(lo);
+  for (; i < n; ++i) sum += x[i] * y[i];
+  return sum;
+}
+
+// y[0, n) += a * x[0, n)
+__attribute__((target("avx2,fma"))) void AxpyAvx2(float a, const float* x, float* y, int64_t n) {
+  const __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+#endif
+
+template <class T>
+T Dot(const T* x, const T* y, int64_t n) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (HostHasAvx2Fma()) return DotAvx2(x, y, n);
+  }
+#endif
+  T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += x[i] * y[i];
+    s1 += x[i + 1] * y[i + 1];
+    s2 += x[i + 2] * y[i + 2];
+    s3 += x[i + 3] * y[i + 3];
+  }
+  for (; i < n; ++i) s0 += x[i] * y[i];
+  return (s0 + s1) + (s2 + s3);
+}
+
+template <class T>
+void Axpy(T a, const T* x, T* y, int64_t n) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (HostHasAvx2Fma()) return AxpyAvx2(a, x, y, n);
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+template <class T>
+T Activate(GemmActivation activation, T v) {
+  switch (activation) {
+    case GemmActivation::kNone:
+      return v;
+    case GemmActivation::kRelu:
+      return v < T{0} ? T{0} : v;  // NaN stays NaN
+    case GemmActivation::kGeluTanh: {
+      constexpr T kSqrt2OverPi = static_cast<T>(0.7978845608028654);
+      return static_cast<T>(0.5) * v *
+             (T{1} + std::tanh(kSqrt2OverPi * (v + static_cast<T>(0.044715) * v * v * v)));
+    }
+    case GemmActivation::kSilu:
+      return v / (T{1} + std::exp(-v));
+    case GemmActivation::kSigmoid:
+      return T{1} / (T{1} + std::exp(-v));
+  }
+  return v;
+}
+
+// Columns [n0, n1) of one batch entry's single output row.
+template <class T>
+void GemvColumns(const CoreProblem<T>& p, const GemmParams& params, const BatchOffsets& batch,
+                 const T* x, int64_t n0, int64_t n1) {
+  const int64_t rs = params.b.row_stride, cs = params.b.col_stride;
+  const T* b = p.b + batch.b;
+  T* c = p.c + batch.c;
+  constexpr int64_t kBlock = 256;
+  T sums[kBlock];
+  for (int64_t j0 = n0; j0 < n1; j0 += kBlock) {
+    const int64_t count = std::min(kBlock, n1 - j0);
+    if (rs == 1) {
+      for (int64_t j = 0; j < count; ++j) sums[j] = Dot(x, b + (j0 + j) * cs, p.k);
+    } else if (cs == 1) {
+      std::fill(sums, sums + count, T{0});
+      for (int64_t k = 0; k < p.k; ++k) Axpy(x[k], b + k * rs + j0, sums, count);
+    } else {
+      for (int64_t j = 0; j < count; ++j) {
+        T sum = 0;
+        for (int64_t k = 0; k < p.k; ++k) sum += x[k] * b[k * rs + (j0 + j) * cs];
+        sums[j] = sum;
+      }
+    }
+    const GemmEpilogue& e = params.epilogue;
+    const T* residual = p.residual != nullptr ? p.residual + batch.residual : nullptr;
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t col = j0 + j;
+      T v = p.alpha * sums[j];
+      if (p.beta != T{0}) v += p.beta * c[col];
+      if (p.column_bias != nullptr) v += p.column_bias[col];
+      if (p.row_bias != nullptr) v += p.row_bias[0];
+      if (residual != nullptr && !e.residual_after_activation) v += residual[col];
+      v = Activate(e.activation, v);
+      if (residual != nullptr && e.residual_after_activation) v += residual[col];
+      c[col] = v;
+    }
+  }
+}
+
+template <class T>
+absl::Status RunGemv(const CoreProblem<T>& p, const GemmParams& params, runtime::ThreadPool* pool) {
+  if (p.n == 0) return absl::OkStatus();
+  std::vector<T> row(static_cast<size_t>(p.k));
+  constexpr int64_t kColumnsPerTask = 32;
+  const int64_t tasks = (p.n + kColumnsPerTask - 1) / kColumnsPerTask;
+  // Another thread only pays off above ~1M multiply-adds (a few MiB of B): a batch-1 layer of a
+  // small MLP runs in tens of microseconds on one core, about what waking a second thread and
+  // waiting for it costs, and on a loaded machine that wait can take much longer.
+  constexpr int64_t kMinParallelMacs = int64_t{1} << 20;
+  const bool parallel =
+      pool != nullptr && pool->num_threads() > 1 && p.n * p.k >= kMinParallelMacs && tasks > 1;
+  const int64_t grain =
+      std::max<int64_t>(1, (kMinParallelMacs / 4) / (kColumnsPerTask * std::max<int64_t>(p.k, 1)));
+  for (const BatchOffsets& batch : p.batches) {
+    const T* x = p.a + batch.a;
+    if (p.a_col_stride != 1) {
+      for (int64_t k = 0; k < p.k; ++k) row[static_cast<size_t>(k)] = x[k * p.a_col_stride];
+      x = row.data();
+    }
+    auto body = [&](int64_t begin, int64_t end) {
+      GemvColumns(p, params, batch, x, begin * kColumnsPerTask,
+                  std::min(p.n, end * kColumnsPerTask));
+    };
+    if (parallel) {
+      pool->ParallelFor(tasks, grain, body);
+    } else {
+      body(0, tasks);
+    }
+  }
+  return absl::OkStatus();
+}
+
 template <class T>
 absl::Status RunGemm(const GemmParams& params, runtime::ThreadPool* pool) {
   CoreProblem<T> problem;
@@ -584,6 +808,8 @@ absl::Status RunGemm(const GemmParams& params, runtime::ThreadPool* pool) {
       index[d] = 0;
     }
   }
+  // A single output row, unless a test asked for a particular kernel shape.
+  if (params.m == 1 && params.tuning.mr == 0) return RunGemv(problem, params, pool);
   return gemm_internal::RunCore(problem, EpilogueVariant::Of(epilogue), params.tuning, pool);
 }
 

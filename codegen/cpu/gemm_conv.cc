@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -16,8 +17,29 @@
 #include "ir/graph.h"
 #include "ir/infer.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace kiln::codegen::cpu {
 namespace {
+
+#if defined(__x86_64__)
+bool HostHasAvx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
+// out[0, piece) = src[r] for r in [begin, end), zeros elsewhere, piece <= 16: one masked load
+// (lanes outside [begin, end) are not read, so src may point before the input) and one masked
+// store.
+__attribute__((target("avx512f"))) void CopyShortRunAvx512(const float* src, int64_t begin,
+                                                           int64_t end, int64_t piece, float* out) {
+  const uint32_t load = ((1u << end) - 1u) & ~((1u << begin) - 1u);
+  const __m512 v = _mm512_maskz_loadu_ps(static_cast<__mmask16>(load), src);
+  _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << piece) - 1u), v);
+}
+#endif
 
 using gemm_internal::BatchOffsets;
 using gemm_internal::BPacker;
@@ -75,47 +97,70 @@ class ConvBPacker final : public BPacker<T> {
     }
   }
 
+  static constexpr int64_t kShortRun = 16;
+
   void Pack(const T* base, int64_t k0, int64_t kc, int64_t n0, int64_t nc, int nr,
             T* dst) const override {
     const size_t spatial = tables_.size();
     const size_t last = spatial - 1;
     const int64_t last_size = output_sizes_[last];
     const int64_t panel_stride = static_cast<int64_t>(nr) * kc;
-    std::vector<int64_t> kpos(spatial), p(spatial);
+    // Depth kk = (channel, kernel position) and column n0 = output position are decoded once;
+    // kk then advances as an odometer (divisions per depth step dominated packing when the
+    // output has few positions, as in a weight gradient).
+    std::vector<int64_t> kpos(spatial), p(spatial), p0(spatial);
+    int64_t channel_index = k0 / kernel_volume_;
+    int64_t rest = k0 % kernel_volume_;
+    for (size_t t = spatial; t-- > 0;) {
+      kpos[t] = rest % kernel_sizes_[t];
+      rest /= kernel_sizes_[t];
+    }
+    rest = n0;
+    for (size_t t = spatial; t-- > 0;) {
+      p0[t] = rest % output_sizes_[t];
+      rest /= output_sizes_[t];
+    }
     for (int64_t kk = k0; kk < k0 + kc; ++kk) {
-      const T* channel = base + (kk / kernel_volume_) * channel_stride_;
-      int64_t rest = kk % kernel_volume_;
-      for (size_t t = spatial; t-- > 0;) {
-        kpos[t] = rest % kernel_sizes_[t];
-        rest /= kernel_sizes_[t];
+      if (kk != k0) {
+        size_t t = spatial;
+        while (t-- > 0) {
+          if (++kpos[t] < kernel_sizes_[t]) break;
+          kpos[t] = 0;
+        }
+        if (t == static_cast<size_t>(-1)) ++channel_index;  // every axis wrapped
       }
-      rest = n0;
-      for (size_t t = spatial; t-- > 0;) {
-        p[t] = rest % output_sizes_[t];
-        rest /= output_sizes_[t];
-      }
+      const T* channel = base + channel_index * channel_stride_;
+      std::copy(p0.begin(), p0.end(), p.begin());
       const int64_t* last_table = tables_[last].data() + kpos[last] * last_size;
       // Without input dilation along the last axis, output position p reads input position
       // p * stride + shift: a run is a strided copy between zero borders.
       const int64_t shift = kpos[last] * last_dilation_ - last_low_;
       T* row = dst + (kk - k0) * nr;  // this depth step in panel 0
       int64_t column = 0;             // position within [n0, n0 + nc)
+      // `column` as (panel, lane within it), advanced with it (no divisions per run).
+      int64_t panel = 0, lane = 0;
+      int64_t outer = 0;
+      bool outer_valid = true, outer_stale = true;
       while (column < nc) {
-        // A run along the last output axis shares the outer axes' offset.
-        int64_t outer = 0;
-        bool outer_valid = true;
-        for (size_t t = 0; t < last; ++t) {
-          const int64_t offset = tables_[t][static_cast<size_t>(kpos[t] * output_sizes_[t] + p[t])];
-          outer_valid = outer_valid && offset >= 0;
-          outer += offset;
+        // A run along the last output axis shares the outer axes' offset, which changes only
+        // when the run wraps to the next row.
+        if (outer_stale) {
+          outer = 0;
+          outer_valid = true;
+          for (size_t t = 0; t < last; ++t) {
+            const int64_t offset =
+                tables_[t][static_cast<size_t>(kpos[t] * output_sizes_[t] + p[t])];
+            outer_valid = outer_valid && offset >= 0;
+            outer += offset;
+          }
+          outer_stale = false;
         }
         const int64_t run = std::min(last_size - p[last], nc - column);
         const T* src = channel + outer;
         // The run in pieces that stay inside one NR panel.
         for (int64_t done = 0; done < run;) {
-          const int64_t j = column + done;
-          const int64_t piece = std::min<int64_t>(run - done, nr - j % nr);
-          T* out = row + (j / nr) * panel_stride + j % nr;
+          const int64_t piece = std::min<int64_t>(run - done, nr - lane);
+          T* out = row + panel * panel_stride + lane;
           const int64_t first = p[last] + done;  // output position of out[0]
           if (!outer_valid) {
             std::fill(out, out + piece, T{0});
@@ -124,17 +169,39 @@ class ConvBPacker final : public BPacker<T> {
             const int64_t stride = last_stride_;
             const int64_t q = first * stride + shift;  // input position of out[0]
             const int64_t size = last_input_size_;
-            const int64_t begin =
-                std::clamp<int64_t>(q >= 0 ? 0 : (stride - 1 - q) / stride, 0, piece);
-            const int64_t end = std::clamp<int64_t>(
-                size - q <= 0 ? 0 : (size - q + stride - 1) / stride, begin, piece);
-            std::fill(out, out + begin, T{0});
-            if (stride == 1) {
-              std::copy(src + q + begin, src + q + end, out + begin);
+            int64_t begin, end;
+            if (stride == 1) {  // no divisions on the common path
+              begin = std::clamp<int64_t>(-q, 0, piece);
+              end = std::clamp<int64_t>(size - q, begin, piece);
             } else {
-              for (int64_t r = begin; r < end; ++r) out[r] = src[q + r * stride];
+              begin = std::clamp<int64_t>(q >= 0 ? 0 : (stride - 1 - q) / stride, 0, piece);
+              end = std::clamp<int64_t>(size - q <= 0 ? 0 : (size - q + stride - 1) / stride, begin,
+                                        piece);
             }
-            std::fill(out + end, out + piece, T{0});
+            bool copied = false;
+#if defined(__x86_64__)
+            if constexpr (std::is_same_v<T, float>) {
+              if (stride == 1 && piece <= kShortRun && HostHasAvx512()) {
+                CopyShortRunAvx512(src + q, begin, end, piece, out);
+                copied = true;
+              }
+            }
+#endif
+            if (!copied && piece <= kShortRun) {
+              // Short runs (small images, weight gradients with a few output positions): plain
+              // loops, as the library calls' fixed cost would exceed the copy itself.
+              for (int64_t r = 0; r < begin; ++r) out[r] = T{0};
+              for (int64_t r = begin; r < end; ++r) out[r] = src[q + r * stride];
+              for (int64_t r = end; r < piece; ++r) out[r] = T{0};
+            } else if (!copied) {
+              std::fill(out, out + begin, T{0});
+              if (stride == 1) {
+                std::copy(src + q + begin, src + q + end, out + begin);
+              } else {
+                for (int64_t r = begin; r < end; ++r) out[r] = src[q + r * stride];
+              }
+              std::fill(out + end, out + piece, T{0});
+            }
           } else {
             for (int64_t r = 0; r < piece; ++r) {
               const int64_t offset = last_table[first + r];
@@ -142,17 +209,23 @@ class ConvBPacker final : public BPacker<T> {
             }
           }
           done += piece;
+          lane += piece;
+          if (lane == nr) {
+            lane = 0;
+            ++panel;
+          }
         }
         column += run;
         p[last] += run;
         for (size_t t = last; t > 0 && p[t] == output_sizes_[t]; --t) {
           p[t] = 0;
           ++p[t - 1];
+          outer_stale = true;
         }
       }
       if (nc % nr != 0) {
         T* out = row + (nc / nr) * panel_stride;
-        std::fill(out + nc % nr, out + nr, T{0});
+        for (int64_t r = nc % nr; r < nr; ++r) out[r] = T{0};
       }
     }
   }

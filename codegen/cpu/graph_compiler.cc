@@ -6,6 +6,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <unordered_map>
 #include <utility>
 
@@ -53,12 +55,14 @@ int64_t GrainFor(const Kernel& kernel) {
 // graph (through the executable's keep-alive); a constant slot holds its address.
 struct ContractionStep {
   bool is_conv = false;
+  // The epilogue's bias vector is args[4] (matmul: a column bias, conv: a per-channel bias).
+  bool has_bias = false;
   GemmParams gemm;  // data pointers filled per run
   ConvParams conv;  // data pointers filled per run
   runtime::ThreadPool* pool = nullptr;
 };
 
-// runtime::KernelFn for a contraction: args = [lhs, rhs, out, &descriptor]. It runs on the
+// runtime::KernelFn for a contraction: args = [lhs, rhs, out, &descriptor, bias?]. It runs on the
 // calling thread (extent 1) and parallelises inside the GEMM.
 void ContractionKernel(void* const* args, int64_t begin, int64_t end) {
   if (begin >= end) return;
@@ -69,12 +73,14 @@ void ContractionKernel(void* const* args, int64_t begin, int64_t end) {
     params.input = args[0];
     params.weight = args[1];
     params.output = args[2];
+    if (step->has_bias) params.bias = args[4];
     status = Conv(params, step->pool);
   } else {
     GemmParams params = step->gemm;
     params.a.data = args[0];
     params.b.data = args[1];
     params.c.data = args[2];
+    if (step->has_bias) params.epilogue.column_bias = args[4];
     status = Gemm(params, step->pool);
   }
   // The parameters were validated when the graph was compiled; a failure here is a bug (e.g.
@@ -103,7 +109,8 @@ class Compiler {
     graph_ = *std::move(simplified);
 
     plan_ = passes::Fuse(graph_);
-    Dump("fusion.txt", passes::PrintFusionPlan(graph_, plan_));
+    CountUses();
+    FindTransposedOperands();
 
     std::vector<ir::TensorType> parameter_types, output_types;
     for (ir::NodeId p : graph_.Parameters()) parameter_types.push_back(graph_.node(p).type);
@@ -118,6 +125,7 @@ class Compiler {
     for (size_t g = 0; g < plan_.groups.size(); ++g) {
       if (absl::Status s = CompileGroup(static_cast<int>(g)); !s.ok()) return s;
     }
+    Dump("fusion.txt", passes::PrintFusionPlan(graph_, plan_) + contraction_notes_);
     if (absl::Status s = CopyRepeatedOutputs(); !s.ok()) return s;
     if (absl::Status s = PlaceArenaBuffers(); !s.ok()) return s;
 
@@ -144,6 +152,184 @@ class Compiler {
     if (absl::Status s = dump_.Write(name, contents); !s.ok()) {
       std::fprintf(stderr, "kiln: KILN_DUMP: %s\n", std::string(s.message()).c_str());
     }
+  }
+
+  // Number of uses of each node (operands of computed nodes, plus graph outputs).
+  void CountUses() {
+    uses_.assign(static_cast<size_t>(graph_.num_nodes()), 0);
+    for (ir::NodeId id = 0; id < graph_.num_nodes(); ++id) {
+      for (ir::NodeId in : graph_.node(id).inputs) ++uses_[static_cast<size_t>(in)];
+    }
+    for (const ir::Output& out : graph_.outputs()) ++uses_[static_cast<size_t>(out.node)];
+  }
+
+  // A value with a buffer of its own at run time: a parameter, a constant (constant slot) or an
+  // output of a group other than `g` that is really computed.
+  bool IsMaterialized(ir::NodeId id, int g) const {
+    const ir::Node& node = graph_.node(id);
+    if (node.op == ir::Op::kParameter || node.op == ir::Op::kConstant) return true;
+    const int32_t owner = plan_.group_of[static_cast<size_t>(id)];
+    if (owner < 0 || owner == g || skipped_groups_.count(owner) != 0) return false;
+    const std::vector<ir::NodeId>& outs = plan_.groups[static_cast<size_t>(owner)].outputs;
+    return std::find(outs.begin(), outs.end(), id) != outs.end();
+  }
+
+  // A permute that only swaps the last two axes of a materialized value and is read only as a
+  // matmul operand by the GEMM is never copied: the GEMM reads the value with swapped strides
+  // (its packing routines take any strides). Its copy group is skipped.
+  void FindTransposedOperands() {
+    std::vector<std::vector<ir::NodeId>> users(static_cast<size_t>(graph_.num_nodes()));
+    for (ir::NodeId id = 0; id < graph_.num_nodes(); ++id) {
+      for (ir::NodeId in : graph_.node(id).inputs) users[static_cast<size_t>(in)].push_back(id);
+    }
+    std::vector<bool> is_output(static_cast<size_t>(graph_.num_nodes()), false);
+    for (const ir::Output& out : graph_.outputs()) is_output[static_cast<size_t>(out.node)] = true;
+    for (size_t g = 0; g < plan_.groups.size(); ++g) {
+      const FusionGroup& group = plan_.groups[g];
+      if (group.kind == FusionKind::kContraction) continue;
+      std::vector<ir::NodeId> elided;
+      for (const ir::NodeId p : group.outputs) {
+        const ir::Node& node = graph_.node(p);
+        if (node.op != ir::Op::kPermute || is_output[static_cast<size_t>(p)]) continue;
+        const size_t rank = node.attrs.axes.size();
+        if (rank < 2) continue;
+        bool swap_last_two = node.attrs.axes[rank - 2] == static_cast<int64_t>(rank - 1) &&
+                             node.attrs.axes[rank - 1] == static_cast<int64_t>(rank - 2);
+        for (size_t i = 0; i + 2 < rank; ++i) {
+          swap_last_two &= node.attrs.axes[i] == static_cast<int64_t>(i);
+        }
+        const ir::NodeId source = node.inputs[0];
+        // The source may be another output of this same group (g = -1: any group).
+        if (!swap_last_two || !IsMaterialized(source, -1)) continue;
+        bool only_gemm_operands = !users[static_cast<size_t>(p)].empty();
+        for (ir::NodeId user : users[static_cast<size_t>(p)]) {
+          const int32_t ug = plan_.group_of[static_cast<size_t>(user)];
+          only_gemm_operands &=
+              graph_.node(user).op == ir::Op::kMatMul && ug >= 0 &&
+              plan_.groups[static_cast<size_t>(ug)].kind == FusionKind::kContraction &&
+              plan_.groups[static_cast<size_t>(ug)].root == user && GemmSupports(graph_, user);
+        }
+        if (!only_gemm_operands) continue;
+        transposed_source_[p] = source;
+        elided.push_back(p);
+        absl::StrAppend(&contraction_notes_, "gemm: %", p,
+                        " permute read as a transposed view of %", source, " (dropped from group ",
+                        g, ")\n");
+      }
+      if (elided.empty()) continue;
+      FusionGroup reduced = group;
+      auto drop = [&](std::vector<ir::NodeId>& ids) {
+        ids.erase(std::remove_if(ids.begin(), ids.end(),
+                                 [&](ir::NodeId id) {
+                                   return std::find(elided.begin(), elided.end(), id) !=
+                                          elided.end();
+                                 }),
+                  ids.end());
+      };
+      drop(reduced.nodes);
+      drop(reduced.outputs);
+      if (reduced.outputs.empty()) {
+        skipped_groups_.insert(static_cast<int>(g));
+        continue;
+      }
+      // The permute's input may now be read by nothing else in the group.
+      std::set<ir::NodeId> needed;
+      for (ir::NodeId id : reduced.nodes) {
+        for (ir::NodeId in : graph_.node(id).inputs) needed.insert(in);
+      }
+      reduced.inputs.erase(std::remove_if(reduced.inputs.begin(), reduced.inputs.end(),
+                                          [&](ir::NodeId id) { return needed.count(id) == 0; }),
+                           reduced.inputs.end());
+      if (std::find(reduced.nodes.begin(), reduced.nodes.end(), reduced.root) ==
+          reduced.nodes.end()) {
+        reduced.root = reduced.nodes.empty() ? reduced.outputs.back() : reduced.nodes.back();
+      }
+      reduced_groups_[static_cast<int>(g)] = std::move(reduced);
+    }
+  }
+
+  // The part of a contraction group the GEMM's in-register epilogue computes: an optional bias
+  // add (matmul: broadcast of a [N] vector along the rows; conv: of a [O] vector per output
+  // channel) followed by an optional relu (max with fill 0). `final` is the value the group
+  // writes.
+  struct EpilogueMatch {
+    ir::NodeId bias = ir::kInvalidNode;
+    GemmActivation activation = GemmActivation::kNone;
+    ir::NodeId final = ir::kInvalidNode;
+  };
+
+  // The source of a bias operand `operand` (shaped like the output): broadcast?(reshape?(source))
+  // where the value before broadcasting has every dimension 1 except `axis`, of `size`, and
+  // `source` (materialized) has `size` elements. The movement nodes of group `g` it passes are
+  // appended to `chain`.
+  ir::NodeId BiasSource(ir::NodeId operand, int g, size_t axis, int64_t size,
+                        std::vector<ir::NodeId>* chain) const {
+    ir::NodeId id = operand;
+    auto fused_here = [&](ir::NodeId n, ir::Op op) {
+      return graph_.node(n).op == op && plan_.group_of[static_cast<size_t>(n)] == g &&
+             uses_[static_cast<size_t>(n)] == 1;
+    };
+    if (fused_here(id, ir::Op::kBroadcast)) {
+      chain->push_back(id);
+      id = graph_.node(id).inputs[0];
+    }
+    const ir::Shape& shape = graph_.node(id).type.shape;
+    if (shape.size() <= axis) return ir::kInvalidNode;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] != (d == axis ? size : 1)) return ir::kInvalidNode;
+    }
+    if (fused_here(id, ir::Op::kReshape)) {
+      chain->push_back(id);
+      id = graph_.node(id).inputs[0];
+    }
+    if (!IsMaterialized(id, g) || graph_.node(id).type.num_elements() != size) {
+      return ir::kInvalidNode;
+    }
+    return id;
+  }
+
+  std::optional<EpilogueMatch> MatchEpilogue(int g) const {
+    const FusionGroup& group = plan_.groups[g];
+    const ir::Node& root = graph_.node(group.root);
+    const bool is_conv = root.op == ir::Op::kConv;
+    const ir::Shape& out = root.type.shape;
+    const size_t axis = is_conv ? 1 : out.size() - 1;
+    EpilogueMatch match;
+    std::vector<ir::NodeId> chain;
+    ir::NodeId current = group.root;
+    for (const ir::NodeId id : group.nodes) {
+      const ir::Node& node = graph_.node(id);
+      if (id == group.root || passes::IsRecomputedLeaf(node)) continue;
+      if (node.op == ir::Op::kReshape || node.op == ir::Op::kBroadcast) continue;  // checked below
+      if (node.inputs.size() != 2 || node.type.shape != out) return std::nullopt;
+      const int side = node.inputs[0] == current ? 0 : node.inputs[1] == current ? 1 : -1;
+      if (side < 0 || node.inputs[0] == node.inputs[1]) return std::nullopt;
+      // An intermediate value read elsewhere would have to be stored too.
+      if (uses_[static_cast<size_t>(current)] != 1) return std::nullopt;
+      const ir::NodeId other = node.inputs[1 - side];
+      if (node.op == ir::Op::kAdd && match.bias == ir::kInvalidNode &&
+          match.activation == GemmActivation::kNone) {
+        match.bias = BiasSource(other, g, axis, out[axis], &chain);
+        if (match.bias == ir::kInvalidNode) return std::nullopt;
+      } else if (node.op == ir::Op::kMax && match.activation == GemmActivation::kNone &&
+                 graph_.node(other).op == ir::Op::kFill && graph_.node(other).attrs.value == 0.0) {
+        match.activation = GemmActivation::kRelu;
+      } else {
+        return std::nullopt;
+      }
+      current = id;
+    }
+    // Every movement node of the group must be part of the bias chain.
+    for (const ir::NodeId id : group.nodes) {
+      const ir::Op op = graph_.node(id).op;
+      if (id != group.root && (op == ir::Op::kReshape || op == ir::Op::kBroadcast) &&
+          std::find(chain.begin(), chain.end(), id) == chain.end()) {
+        return std::nullopt;
+      }
+    }
+    if (group.outputs.size() != 1 || group.outputs[0] != current) return std::nullopt;
+    match.final = current;
+    return match;
   }
 
   // Slots for parameters, graph outputs and non-splat constants; every other value a group
@@ -250,10 +436,13 @@ class Compiler {
     const FusionGroup& group = plan_.groups[g];
     // A parameter or constant that is a graph output: CopyRepeatedOutputs copies it.
     if (group.kind == FusionKind::kCopy && group.nodes.empty()) return absl::OkStatus();
+    if (skipped_groups_.count(g) != 0) return absl::OkStatus();  // a transposed GEMM operand
     if (group.kind == FusionKind::kContraction && GemmSupports(graph_, group.root)) {
       return CompileContraction(g);
     }
-    absl::StatusOr<Kernel> kernel = LowerGroup(graph_, group, absl::StrCat("k", g));
+    auto reduced = reduced_groups_.find(g);
+    absl::StatusOr<Kernel> kernel = LowerGroup(
+        graph_, reduced == reduced_groups_.end() ? group : reduced->second, absl::StrCat("k", g));
     if (!kernel.ok()) return GroupError(g, kernel.status());
     return EmitKernel(g, *kernel);
   }
@@ -305,6 +494,11 @@ class Compiler {
     step_desc->pool = &runtime::DefaultThreadPool();
     const ir::Shape& a = graph_.node(lhs).type.shape;
     const ir::Shape& b = graph_.node(rhs).type.shape;
+    // An operand that is an elided permute (FindTransposedOperands) is read from its source.
+    auto operand_source = [&](ir::NodeId operand) {
+      auto it = transposed_source_.find(operand);
+      return it == transposed_source_.end() ? operand : it->second;
+    };
     if (root.op == ir::Op::kMatMul) {
       const size_t r = a.size();
       std::vector<int64_t> batch(a.begin(), a.end() - 2);
@@ -317,6 +511,15 @@ class Compiler {
       p.a = DenseMatrix(nullptr, p.m, p.k, batch);
       p.b = DenseMatrix(nullptr, p.k, p.n, batch);
       p.c = DenseMatrix(nullptr, p.m, p.n, batch);
+      // A transposed view of a dense [cols, rows] matrix: element (i, j) at j * rows + i.
+      if (operand_source(lhs) != lhs) {
+        p.a.row_stride = 1;
+        p.a.col_stride = p.m;
+      }
+      if (operand_source(rhs) != rhs) {
+        p.b.row_stride = 1;
+        p.b.col_stride = p.k;
+      }
     } else {
       ConvParams& p = step_desc->conv;
       step_desc->is_conv = true;
@@ -334,17 +537,38 @@ class Compiler {
       }
     }
 
-    // Where the contraction's result goes: its own slot when something outside reads it,
-    // otherwise a temporary the epilogue consumes.
     // The group's nodes include the leaves it recomputes (an operand computed just below, or a
     // fill an epilogue op reads); only other nodes make an epilogue.
     bool has_epilogue = false;
     for (const ir::NodeId id : group.nodes) {
       has_epilogue |= id != group.root && !passes::IsRecomputedLeaf(graph_.node(id));
     }
+    // A bias add and/or relu runs in the GEMM's registers on each finished tile; anything else
+    // runs as an elementwise kernel over the GEMM's result.
     int result_slot;
-    if (!has_epilogue ||
-        std::find(group.outputs.begin(), group.outputs.end(), group.root) != group.outputs.end()) {
+    int bias_slot = -1;
+    std::optional<EpilogueMatch> in_register;
+    if (has_epilogue) in_register = MatchEpilogue(g);
+    if (in_register.has_value()) {
+      if (in_register->bias != ir::kInvalidNode) {
+        bias_slot = SlotFor(in_register->bias);
+        step_desc->has_bias = true;
+      }
+      if (step_desc->is_conv) {
+        step_desc->conv.activation = in_register->activation;
+      } else {
+        step_desc->gemm.epilogue.activation = in_register->activation;
+      }
+      result_slot = SlotFor(in_register->final);
+      has_epilogue = false;
+      absl::StrAppend(&contraction_notes_, "gemm: group ", g, " epilogue in registers (bias ",
+                      in_register->bias == ir::kInvalidNode ? std::string("none")
+                                                            : absl::StrCat("%", in_register->bias),
+                      ", activation ", GemmActivationName(in_register->activation), ")\n");
+    } else if (!has_epilogue || std::find(group.outputs.begin(), group.outputs.end(), group.root) !=
+                                    group.outputs.end()) {
+      // Where the contraction's result goes: its own slot when something outside reads it,
+      // otherwise a temporary the epilogue consumes.
       result_slot = SlotFor(group.root);
     } else {
       result_slot = NewArenaSlot(root, absl::StrCat("%", group.root, " (gemm result)"));
@@ -360,7 +584,7 @@ class Compiler {
     // Fuse recomputes leaves (fill, iota, random_*) inside each group that reads them, so an
     // operand of the contraction may be such a leaf with no buffer of its own; the GEMM needs
     // one, so it is computed by a kernel of its own first (constants have constant slots).
-    for (const ir::NodeId operand : {lhs, rhs}) {
+    for (const ir::NodeId operand : {operand_source(lhs), operand_source(rhs)}) {
       const ir::Node& node = graph_.node(operand);
       if (slot_of_.count(operand) != 0 || node.op == ir::Op::kConstant ||
           !passes::IsRecomputedLeaf(node)) {
@@ -382,10 +606,15 @@ class Compiler {
     step.parallel_extent = 1;
     step.grain = 1;
     step.name = absl::StrCat(root.op == ir::Op::kMatMul ? "gemm_" : "conv_", group.root);
-    const int lhs_slot = SlotFor(lhs), rhs_slot = SlotFor(rhs);
+    const int lhs_slot = SlotFor(operand_source(lhs)), rhs_slot = SlotFor(operand_source(rhs));
     step.slot_args = {lhs_slot, rhs_slot, result_slot, desc_slot};
+    std::vector<int> reads = {lhs_slot, rhs_slot};
+    if (bias_slot >= 0) {
+      step.slot_args.push_back(bias_slot);
+      reads.push_back(bias_slot);
+    }
     ++num_gemm_steps_;
-    AddStep(std::move(step), {lhs_slot, rhs_slot}, {result_slot});
+    AddStep(std::move(step), reads, {result_slot});
 
     if (!has_epilogue) return absl::OkStatus();
     absl::StatusOr<Epilogue> epilogue = LowerEpilogue(graph_, group);
@@ -431,6 +660,14 @@ class Compiler {
   runtime::ExecutableSpec spec_;
   KeepAlive keep_alive_;
   std::unordered_map<ir::NodeId, int> slot_of_;
+  std::vector<int32_t> uses_;
+  // Elided permutes (read by the GEMM as strided views) and their sources; their groups.
+  std::unordered_map<ir::NodeId, ir::NodeId> transposed_source_;
+  std::set<int> skipped_groups_;
+  // Groups that lost elided permute outputs: compiled in this reduced form.
+  std::map<int, FusionGroup> reduced_groups_;
+  // Lines appended to fusion.txt: what the GEMM took over.
+  std::string contraction_notes_;
   std::vector<std::pair<ir::NodeId, int>> extra_output_slots_;
   std::map<int, passes::BufferId> arena_buffer_of_slot_;
   std::vector<passes::PlanBuffer> arena_buffers_;

@@ -2,8 +2,10 @@
 //
 //   simplify passes (passes/simplify.h) → Fuse (passes/fusion.h) → per group:
 //     elementwise / reduction / scatter / copy → LowerGroup → CpuCompiler (ExpandMath, LLVM, JIT)
-//     contraction (f32/f64 matmul, conv) → the packed GEMM (gemm.h), then the group's elementwise
-//       epilogue (LowerEpilogue) as its own kernel over the result
+//     contraction (f32/f64 matmul, conv) → the packed GEMM (gemm.h). A bias add and/or relu
+//       epilogue runs in the GEMM's registers (GemmEpilogue); any other epilogue runs as its own
+//       kernel over the result (LowerEpilogue). A permute of the last two axes read only by
+//       such matmuls is never copied: the GEMM reads its source with swapped strides.
 //   → PlanMemory (liveness, arena offsets) → runtime::Executable (slots + steps).
 //
 // KILN_DUMP=<dir> writes each compile's stages into a fresh subfolder: the graph before and after

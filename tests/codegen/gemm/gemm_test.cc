@@ -466,6 +466,57 @@ TEST(GemmTest, PermutedViewNeedsNoCopy) {
   }
 }
 
+// One output row takes the matrix-vector path (no packing): every layout of A and B, every
+// epilogue, batches, and a size large enough to be split over two threads.
+TEST(GemmTest, SingleRowMatrixVector) {
+  const Layout all[] = {Layout::kRowMajor, Layout::kPadded, Layout::kTransposed,
+                        Layout::kTransposedPadded, Layout::kStrided};
+  for (Layout a : all) {
+    for (Layout b : all) {
+      for (int threads : {1, 2}) {
+        Case tc;
+        tc.m = 1;
+        tc.n = 1100;
+        tc.k = 1000;  // over the 1M multiply-adds from which the columns are split
+        tc.a_layout = a;
+        tc.b_layout = b;
+        tc.threads = threads;
+        RunBoth(tc);
+      }
+    }
+  }
+  const GemmActivation activations[] = {GemmActivation::kNone, GemmActivation::kRelu,
+                                        GemmActivation::kGeluTanh, GemmActivation::kSilu,
+                                        GemmActivation::kSigmoid};
+  for (GemmActivation activation : activations) {
+    for (int residual = 0; residual < 3; ++residual) {
+      Case tc;
+      tc.m = 1;
+      tc.n = 37;
+      tc.k = 45;
+      tc.b_layout = Layout::kTransposed;
+      tc.activation = activation;
+      tc.column_bias = true;
+      tc.row_bias = true;
+      tc.residual = residual > 0;
+      tc.residual_after_activation = residual == 1;
+      tc.alpha = 0.75;
+      tc.beta = residual == 2 ? -0.5 : 0.0;
+      RunBoth(tc);
+    }
+  }
+  for (int threads : {1, 2}) {
+    Case tc;
+    tc.batch = {3, 2};
+    tc.m = 1;
+    tc.n = 513;
+    tc.k = 129;
+    tc.b_layout = Layout::kTransposed;
+    tc.threads = threads;
+    RunBoth(tc);
+  }
+}
+
 TEST(GemmTest, Epilogues) {
   const GemmActivation activations[] = {GemmActivation::kNone, GemmActivation::kRelu,
                                         GemmActivation::kGeluTanh, GemmActivation::kSilu,
