@@ -268,6 +268,8 @@ class Learner {
   std::optional<double> learning_rate() const {
     if constexpr (requires { optimizer_.lr(); }) {
       return static_cast<double>(optimizer_.lr());
+    } else if constexpr (requires { optimizer_.learning_rate(); }) {
+      return static_cast<double>(optimizer_.learning_rate());
     } else {
       return std::nullopt;
     }
