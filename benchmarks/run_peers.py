@@ -12,6 +12,11 @@ Runs, in this order and with 2 threads each: stream_triad (STREAM triad bandwidt
 torch.set_num_threads(2)) and openblas_bench
 (cblas_sgemm, 2 threads). Every time is the best of --repetitions batches, each batch the mean per
 call over --min-time seconds. The raw JSON of every program goes to --out.
+
+Then (--memory on, the default; --memory only runs just this) the peak-memory comparison: one
+epoch of examples/fashion_mnist/mlp (target fashion_mnist_mlp) against
+peers/torch_fashion_mnist_mlp.py, each under /usr/bin/time -v, and the ratio of their maximum
+resident set sizes.
 """
 
 import argparse
@@ -21,6 +26,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -53,7 +59,24 @@ ROWS = [
     ("train/mlp_step/784-512-256-10/b128", "torch", "speedup", 1.0 / 0.7),
     ("infer/mlp/784-512-256-10/b1", "torch", "max_s", 50e-6),
     ("train/cnn_step/mnist/b64", "torch", "speedup", 1.0),
+    # The same targets on the user's path (kiln_bench's real/ rows: nn modules, autodiff's
+    # gradient graph, optim::Sgd, one realize per step), against the same PyTorch steps.
+    ("real/train/mlp_step/784-512-256-10/b128", "torch", "speedup", 1.0 / 0.7),
+    ("real/infer/mlp/784-512-256-10/b1", "torch", "max_s", 50e-6),
+    ("real/train/cnn_step/mnist/b64", "torch", "speedup", 1.0),
 ]
+
+# kiln rows whose PyTorch peer is timed under another name (PyTorch has one path for both).
+PEER_NAME = {
+    "real/train/mlp_step/784-512-256-10/b128": "train/mlp_step/784-512-256-10/b128",
+    "real/infer/mlp/784-512-256-10/b1": "infer/mlp/784-512-256-10/b1",
+    "real/train/cnn_step/mnist/b64": "train/cnn_step/mnist/b64",
+}
+
+# Peak memory (issue #4): one epoch of examples/fashion_mnist/mlp against
+# peers/torch_fashion_mnist_mlp.py, each under /usr/bin/time -v; kiln's maximum resident set size
+# must be at most this multiple of PyTorch's.
+MEMORY_TARGET = 1.5
 
 DIAG_PREFIX = "diag/kernel_only/"
 # Bytes an ideal kernel reads and writes once (f32).
@@ -126,8 +149,13 @@ def main():
                         help="run nothing: print the table from the JSON already in --out")
     parser.add_argument("--python", default="/usr/bin/python3",
                         help="an interpreter with torch (Debian's python3-torch)")
+    parser.add_argument("--memory", choices=("on", "off", "only"), default="on",
+                        help="peak-memory comparison of one Fashion-MNIST MLP epoch (needs the "
+                        "fashion_mnist_mlp target and Debian's dataset-fashion-mnist)")
     options = parser.parse_args()
 
+    if options.memory == "only":
+        return 0 if print_memory(options) else 1
     bench_dir = pathlib.Path(options.build_dir) / "benchmarks"
     out = pathlib.Path(options.out) if options.out else bench_dir / "peer_results"
     if options.table_only:
@@ -170,7 +198,47 @@ def main():
     torch["results"].update(torch_train["results"])
     print_table(stream, kiln, torch, openblas, out,
                 f"load average before: {load_before}, after: {load_after}")
+    if options.memory == "on":
+        print()
+        print_memory(options)
     return 0
+
+
+def max_rss_bytes(command, cwd):
+    """Runs `command` under /usr/bin/time -v; its "Maximum resident set size" in bytes."""
+    env = dict(os.environ, KILN_NUM_THREADS=str(THREADS))
+    env.pop("KILN_DUMP", None)
+    print("+ /usr/bin/time -v " + " ".join(str(c) for c in command), file=sys.stderr, flush=True)
+    done = subprocess.run(["/usr/bin/time", "-v"] + [str(c) for c in command], cwd=cwd, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          check=False)
+    if done.returncode != 0:
+        sys.exit(f"run_peers: {command[0]} exited with {done.returncode}:\n{done.stderr[-2000:]}")
+    match = re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)
+    if not match:
+        sys.exit("run_peers: no 'Maximum resident set size' in /usr/bin/time -v's output")
+    return int(match.group(1)) * 1024
+
+
+def print_memory(options):
+    """Peak RSS of one training epoch (plus validation) of the MLP, kiln against PyTorch."""
+    example = pathlib.Path(options.build_dir) / "examples" / "fashion_mnist" / "fashion_mnist_mlp"
+    if not example.exists():
+        sys.exit(f"run_peers: not built: {example} (cmake --build {options.build_dir} "
+                 "--target fashion_mnist_mlp)")
+    with tempfile.TemporaryDirectory(prefix="run_peers_mem_") as scratch:
+        kiln_rss = max_rss_bytes([example.resolve(), "--epochs", "1", "--dir", "ckpt"], scratch)
+        torch_rss = max_rss_bytes([options.python, HERE / "peers" / "torch_fashion_mnist_mlp.py",
+                                   "--epochs", "1", f"--threads={THREADS}"], scratch)
+    ratio = kiln_rss / torch_rss
+    print("| peak memory (max RSS, /usr/bin/time -v) | kiln | torch | kiln / torch | target | "
+          "result |")
+    print("|---|---|---|---|---|---|")
+    ok = ratio <= MEMORY_TARGET
+    print(f"| fashion_mnist_mlp, 1 epoch, batch 128 | {kiln_rss / 2**20:.0f} MiB | "
+          f"{torch_rss / 2**20:.0f} MiB | {ratio:.2f} | <= {MEMORY_TARGET:g} | "
+          f"{'PASS' if ok else 'MISS'} |")
+    return ok
 
 
 def print_table(stream, kiln, torch, openblas, out, load_text):
@@ -199,13 +267,13 @@ def print_table(stream, kiln, torch, openblas, out, load_text):
             target_text = f">= {target:.2f}"
             ok = ratio_value >= target
         elif kind == "max_s":
-            p = peers.get(peer, {}).get(name) if peer else None
+            p = peers.get(peer, {}).get(PEER_NAME.get(name, name)) if peer else None
             peer_value = human(p) if p is not None else "-"
             ratio = f"{p / k:.2f}x" if p is not None else ""
             target_text = f"<= {human(target)}"
             ok = k <= target
         else:
-            p = peers[peer].get(name)
+            p = peers[peer].get(PEER_NAME.get(name, name))
             if p is None:
                 lines.append((name, human(k), peer, "missing", "", "", "ERROR"))
                 misses += 1

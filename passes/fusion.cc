@@ -477,6 +477,28 @@ class Fuser {
     wb.alive = false;
   }
 
+  // Whether merging elementwise group p into reduction group c would evaluate p's values twice
+  // per element: the reduction kernel computes them in its reduction loop and again in the loop
+  // that stores them for their users outside c (the CNN's bias gradient sums the relu and
+  // max-pool gradient that the weight-gradient conv also reads). A separate kernel computes them
+  // once, over every element in parallel; the reduction then reads one buffer. Short chains are
+  // cheaper to recompute than to store and reload.
+  bool DuplicatesLongChain(int p, int c) const {
+    constexpr int64_t kMaxRecomputedOps = 8;
+    const Work& wp = work_[static_cast<size_t>(p)];
+    if (wp.has_reduction || !work_[static_cast<size_t>(c)].has_reduction) return false;
+    int64_t ops = 0;
+    bool used_elsewhere = false;
+    for (NodeId m : wp.members) {
+      if (ir::IsElementwise(graph_.node(m).op)) ++ops;
+      used_elsewhere = used_elsewhere || is_output_[m];
+      for (NodeId u : users_[m]) {
+        used_elsewhere = used_elsewhere || (in_group_[u] != p && in_group_[u] != c);
+      }
+    }
+    return used_elsewhere && ops > kMaxRecomputedOps;
+  }
+
   // Merges compatible groups: a producer group into its consumer group when no third group sits
   // between them (log-softmax's row statistics and their users), and siblings that read a
   // common buffer and do not depend on each other (a multi-output kernel).
@@ -489,6 +511,7 @@ class Fuser {
         const std::set<int> deps = Dependencies(static_cast<int>(c));
         for (int p : deps) {
           if (!Compatible(work_[static_cast<size_t>(p)], work_[c])) continue;
+          if (DuplicatesLongChain(p, static_cast<int>(c))) continue;
           bool through_other = false;
           for (int d : deps) through_other = through_other || (d != p && Reaches(d, p));
           if (through_other) continue;

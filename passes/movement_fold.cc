@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <iterator>
 #include <optional>
+#include <source_location>
+#include <utility>
+#include <vector>
 
 #include "passes/patterns.h"
 #include "passes/rewriter.h"
@@ -107,6 +110,48 @@ ir::NodeId Compose(GraphRewriter& rw, ir::NodeId id, ir::NodeId input) {
   }
 }
 
+// Whether `axes` swaps the last two axes and keeps the others in place.
+bool SwapsLastTwo(const std::vector<int64_t>& axes) {
+  const size_t r = axes.size();
+  if (r < 2) return false;
+  for (size_t i = 0; i + 2 < r; ++i) {
+    if (axes[i] != static_cast<int64_t>(i)) return false;
+  }
+  return axes[r - 2] == static_cast<int64_t>(r - 1) && axes[r - 1] == static_cast<int64_t>(r - 2);
+}
+
+// x with its last two axes swapped: the operand of x when x is itself such a permute.
+ir::NodeId SwapLastTwo(GraphRewriter& rw, ir::NodeId x, std::source_location loc) {
+  const ir::Node& node = rw.node(x);
+  if (node.op == ir::Op::kPermute && SwapsLastTwo(node.attrs.axes)) return node.inputs[0];
+  ir::Attrs attrs;
+  const int64_t r = node.type.rank();
+  for (int64_t i = 0; i < r; ++i) attrs.axes.push_back(i);
+  std::swap(attrs.axes[static_cast<size_t>(r - 2)], attrs.axes[static_cast<size_t>(r - 1)]);
+  return rw.Emit(ir::Op::kPermute, {x}, std::move(attrs), loc);
+}
+
+// permute(matmul(a, b)) swapping the last two axes -> matmul(b^T, a^T), when that matmul is used
+// only there. Reverse-mode autodiff produces this for every linear layer's weight gradient:
+// y = x W^T gives dW^T = x^T dy, then the permute's gradient transposes it back, so the update
+// W - lr dW would read the GEMM's [in, out] result column by column. The swapped product writes
+// dW [out, in] directly; the operands' permutes cancel (movement folding) or are read in place
+// by the GEMM.
+ir::NodeId TransposeProduct(GraphRewriter& rw, ir::NodeId id, const std::vector<int>& uses) {
+  const ir::Node& node = rw.source().node(id);
+  if (node.op != ir::Op::kPermute || !SwapsLastTwo(node.attrs.axes)) return ir::kInvalidNode;
+  const ir::NodeId product = node.inputs[0];
+  if (rw.source().node(product).op != ir::Op::kMatMul) return ir::kInvalidNode;
+  if (uses[static_cast<size_t>(product)] != 1) return ir::kInvalidNode;
+  const ir::Node& matmul = rw.node(rw.Input(id, 0));
+  if (matmul.op != ir::Op::kMatMul) return ir::kInvalidNode;
+  const ir::NodeId a = matmul.inputs[0], b = matmul.inputs[1];
+  const ir::NodeId bt = SwapLastTwo(rw, b, node.loc);
+  const ir::NodeId at = SwapLastTwo(rw, a, node.loc);
+  if (bt == ir::kInvalidNode || at == ir::kInvalidNode) return ir::kInvalidNode;
+  return rw.Emit(ir::Op::kMatMul, {bt, at}, {}, node.loc);
+}
+
 ir::NodeId Fold(GraphRewriter& rw, ir::NodeId id) {
   const ir::Node& node = rw.source().node(id);
   if (ir::GetOpClass(node.op) != ir::OpClass::kMovement) return ir::kInvalidNode;
@@ -128,7 +173,16 @@ ir::NodeId Fold(GraphRewriter& rw, ir::NodeId id) {
 }  // namespace
 
 absl::StatusOr<ir::Graph> MovementFolding::Run(ir::Graph graph) {
-  return RewriteEachNode(graph, Fold);
+  // Uses of each source node (operands and graph outputs), for TransposeProduct.
+  std::vector<int> uses(static_cast<size_t>(graph.num_nodes()), 0);
+  for (ir::NodeId id = 0; id < graph.num_nodes(); ++id) {
+    for (ir::NodeId input : graph.node(id).inputs) ++uses[static_cast<size_t>(input)];
+  }
+  for (const ir::Output& output : graph.outputs()) ++uses[static_cast<size_t>(output.node)];
+  return RewriteEachNode(graph, [&uses](GraphRewriter& rw, ir::NodeId id) {
+    const ir::NodeId folded = Fold(rw, id);
+    return folded != ir::kInvalidNode ? folded : TransposeProduct(rw, id, uses);
+  });
 }
 
 }  // namespace kiln::passes

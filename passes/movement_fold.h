@@ -15,7 +15,10 @@ namespace kiln::passes {
 ///  - reshape, broadcast, permute, slice or flip of a fill (or of a constant whose elements are
 ///    all equal, such as a broadcast scalar) -> a fill of the new shape; pad of such a value
 ///    with a padding value stored equal to it, and concat of such values that are all equal,
-///    likewise.
+///    likewise;
+///  - permute(matmul(a, b)) swapping the last two axes, the matmul used only there ->
+///    matmul(b^T, a^T) (autodiff's weight gradients: the GEMM then writes dW in the parameter's
+///    layout instead of the update reading it transposed).
 class MovementFolding : public Pass {
  public:
   const char* name() const override { return "movement_fold"; }

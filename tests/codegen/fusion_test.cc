@@ -292,6 +292,35 @@ TEST(FusionTest, SiblingsShareAKernel) {
   ExpectMatchesInterpreter(graph);
 }
 
+// A column sum (a bias gradient) of values that another kernel also reads: a long chain gets its
+// own kernel (computed once, all elements in parallel) rather than being evaluated twice in the
+// reduction's kernel; a short one is still recomputed there.
+TEST(FusionTest, LongChainWithOtherUsersIsNotDuplicatedIntoAReduction) {
+  for (const int ops : {2, 12}) {
+    ir::Builder b;
+    const NodeId x = b.Parameter("x", {DType::kF32, {6, 8}});
+    NodeId g = x;
+    for (int i = 0; i < ops; ++i) g = b.Unary(i % 2 == 0 ? Op::kTanh : Op::kExp, g);
+    const NodeId sum = b.Reduce(Op::kReduceSum, g, {0});
+    b.Output(sum, "column_sum");
+    b.Output(b.Permute(g, {1, 0}), "transposed");
+    const ir::Graph graph = Build(b);
+    const passes::FusionPlan plan = passes::Fuse(graph);
+    const std::string text = passes::PrintFusionPlan(graph, plan);
+    const int32_t chain_group = plan.group_of[static_cast<size_t>(g)];
+    const int32_t sum_group = plan.group_of[static_cast<size_t>(sum)];
+    if (ops > 8) {
+      EXPECT_NE(chain_group, sum_group) << text;
+      EXPECT_EQ(plan.groups[static_cast<size_t>(chain_group)].kind,
+                passes::FusionKind::kElementwise)
+          << text;
+    } else {
+      EXPECT_EQ(chain_group, sum_group) << text;
+    }
+    ExpectMatchesInterpreter(graph);
+  }
+}
+
 TEST(FusionTest, ParameterOutputGetsACopyGroup) {
   ir::Builder b;
   const NodeId x = b.Parameter("x", {DType::kF32, {3}});

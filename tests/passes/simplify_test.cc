@@ -743,6 +743,81 @@ TEST(MovementFold, DifferentMovementOpsDoNotCompose) {
   ExpectRewrite("movement_fold,dce", kGraph, kGraph);
 }
 
+TEST(MovementFold, TransposedProductOfAutodiffsWeightGradient) {
+  // y = x W^T: autodiff's dW is permute(matmul(permute(x), dy)); it becomes matmul(permute(dy),
+  // x) (the operand permutes cancel or are new), so dW comes out in W's layout.
+  ExpectRewrite("movement_fold,dce", R"(
+    graph {
+      %0 = parameter() {name="x"} : f32[4,3]
+      %1 = parameter() {name="dy"} : f32[4,2]
+      %2 = permute(%0) {axes=[1,0]} : f32[3,4]
+      %3 = matmul(%2, %1) : f32[3,2]
+      %4 = permute(%3) {axes=[1,0]} : f32[2,3]
+      return %4
+    })",
+                R"(
+    graph {
+      %0 = parameter() {name="x"} : f32[4,3]
+      %1 = parameter() {name="dy"} : f32[4,2]
+      %2 = permute(%1) {axes=[1,0]} : f32[2,4]
+      %3 = matmul(%2, %0) : f32[2,3]
+      return %3
+    })");
+}
+
+TEST(MovementFold, TransposedBatchedProduct) {
+  ExpectRewrite("movement_fold,dce", R"(
+    graph {
+      %0 = parameter() {name="a"} : f32[5,2,3]
+      %1 = parameter() {name="b"} : f32[5,3,4]
+      %2 = matmul(%0, %1) : f32[5,2,4]
+      %3 = permute(%2) {axes=[0,2,1]} : f32[5,4,2]
+      return %3
+    })",
+                R"(
+    graph {
+      %0 = parameter() {name="a"} : f32[5,2,3]
+      %1 = parameter() {name="b"} : f32[5,3,4]
+      %2 = permute(%1) {axes=[0,2,1]} : f32[5,4,3]
+      %3 = permute(%0) {axes=[0,2,1]} : f32[5,3,2]
+      %4 = matmul(%2, %3) : f32[5,4,2]
+      return %4
+    })");
+}
+
+TEST(MovementFold, TransposedProductStaysWhenTheProductIsUsedElsewhere) {
+  // Swapping would compute the product twice (or, for an output, keep both).
+  const char* kUsedTwice = R"(
+    graph {
+      %0 = parameter() {name="a"} : f32[2,3]
+      %1 = parameter() {name="b"} : f32[3,4]
+      %2 = matmul(%0, %1) : f32[2,4]
+      %3 = permute(%2) {axes=[1,0]} : f32[4,2]
+      %4 = exp(%2) : f32[2,4]
+      return %3, %4
+    })";
+  ExpectRewrite("movement_fold,dce", kUsedTwice, kUsedTwice);
+  const char* kOutput = R"(
+    graph {
+      %0 = parameter() {name="a"} : f32[2,3]
+      %1 = parameter() {name="b"} : f32[3,4]
+      %2 = matmul(%0, %1) : f32[2,4]
+      %3 = permute(%2) {axes=[1,0]} : f32[4,2]
+      return %3, %2
+    })";
+  ExpectRewrite("movement_fold,dce", kOutput, kOutput);
+  // A permute that moves a batch axis is not a transpose of the product.
+  const char* kBatchAxis = R"(
+    graph {
+      %0 = parameter() {name="a"} : f32[5,2,3]
+      %1 = parameter() {name="b"} : f32[5,3,4]
+      %2 = matmul(%0, %1) : f32[5,2,4]
+      %3 = permute(%2) {axes=[2,1,0]} : f32[4,2,5]
+      return %3
+    })";
+  ExpectRewrite("movement_fold,dce", kBatchAxis, kBatchAxis);
+}
+
 // ---- The pipeline -------------------------------------------------------------------------------
 
 TEST(Simplify, PipelineReachesAFixedPoint) {
