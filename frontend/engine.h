@@ -102,12 +102,23 @@ const ir::TensorData& Data(const TensorRef& ref, const Loc& loc);
 using Executor = std::function<absl::StatusOr<std::vector<ir::TensorData>>(
     const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
     runtime::DeviceId device)>;
+/// An executor that may take over donated arguments (buffer donation, like JAX's donate_argnums,
+/// decided by the engine): `donated[j]` (one flag per argument) says nothing outside this
+/// realization can observe arguments[j] afterwards, so the executor may overwrite its buffer
+/// (write an output of the same type into it) and move it out into a result. An executor may
+/// ignore the flags. On an error, donated arguments hold unspecified values (the engine then
+/// marks their nodes lost).
+using DonatingExecutor = std::function<absl::StatusOr<std::vector<ir::TensorData>>(
+    const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
+    std::span<const bool> donated, runtime::DeviceId device)>;
 /// The reference executor: ir::Interpret on the arguments' values.
 absl::StatusOr<std::vector<ir::TensorData>> InterpretOnHost(
     const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
     runtime::DeviceId device);
 /// Installs (or replaces) the executor of a device kind. The reference executor is built in.
+/// A plain Executor never sees donation flags.
 void RegisterExecutor(runtime::DeviceKind kind, Executor executor);
+void RegisterDonatingExecutor(runtime::DeviceKind kind, DonatingExecutor executor);
 
 /// Counters for tests and debugging.
 struct EngineStats {
@@ -117,6 +128,9 @@ struct EngineStats {
   int64_t graphs_executed = 0;
   /// Nodes executed in those graphs, parameters included.
   int64_t nodes_executed = 0;
+  /// Arguments the engine handed over to an executor (buffer donation; the executor may not
+  /// have used them all).
+  int64_t arguments_donated = 0;
 };
 EngineStats GetEngineStats();
 
