@@ -28,25 +28,28 @@ std::atomic<int64_t> g_arguments_donated{0};
 
 struct ExecutorRegistry {
   std::mutex mutex;
-  std::map<runtime::DeviceKind, DonatingExecutor> executors;
+  struct Entry {
+    DonatingExecutor run;
+    bool takes_donation = false;  // false: a plain Executor, which never sees the flags
+  };
+  std::map<runtime::DeviceKind, Entry> executors;
 
   ExecutorRegistry() {
-    executors[runtime::DeviceKind::kReference] = Ignoring(InterpretOnHost);
-    executors[runtime::DeviceKind::kCpu] =
+    executors[runtime::DeviceKind::kReference] = {Ignoring(InterpretOnHost), false};
+    executors[runtime::DeviceKind::kCpu] = {
         [](const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
-           std::span<const bool> donated, runtime::DeviceId) {
-          return codegen::cpu::CompileAndRun(graph, arguments, donated);
-        };
+           std::span<const bool> donated,
+           runtime::DeviceId) { return codegen::cpu::CompileAndRun(graph, arguments, donated); },
+        true};
   }
 
   // A plain executor, which never sees the donation flags.
   static DonatingExecutor Ignoring(Executor executor) {
-    return [executor = std::move(executor)](
-               const ir::Graph& graph,
-               std::span<const std::shared_ptr<const ir::TensorData>> arguments,
-               std::span<const bool>, runtime::DeviceId device) {
-      return executor(graph, arguments, device);
-    };
+    return
+        [executor = std::move(executor)](
+            const ir::Graph& graph,
+            std::span<const std::shared_ptr<const ir::TensorData>> arguments, std::span<const bool>,
+            runtime::DeviceId device) { return executor(graph, arguments, device); };
   }
 };
 
@@ -205,11 +208,19 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
   if (!graph.ok()) ThrowStatus(graph.status(), loc);
 
   DonatingExecutor executor;
+  bool takes_donation = false;
   {
     ExecutorRegistry& registry = Registry();
     std::lock_guard<std::mutex> lock(registry.mutex);
     auto it = registry.executors.find(device.kind);
-    if (it != registry.executors.end()) executor = it->second;
+    if (it != registry.executors.end()) {
+      executor = it->second.run;
+      takes_donation = it->second.takes_donation;
+    }
+  }
+  if (!takes_donation) {
+    std::fill(donated.get(), donated.get() + arguments.size(), false);
+    any_donated = false;
   }
   if (!executor) {
     ThrowStatus(absl::UnavailableError(absl::StrCat("realize: no executor for device ",
@@ -403,13 +414,15 @@ absl::StatusOr<std::vector<ir::TensorData>> InterpretOnHost(
 }
 
 void RegisterExecutor(runtime::DeviceKind kind, Executor executor) {
-  RegisterDonatingExecutor(kind, ExecutorRegistry::Ignoring(std::move(executor)));
+  ExecutorRegistry& registry = Registry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  registry.executors[kind] = {ExecutorRegistry::Ignoring(std::move(executor)), false};
 }
 
 void RegisterDonatingExecutor(runtime::DeviceKind kind, DonatingExecutor executor) {
   ExecutorRegistry& registry = Registry();
   std::lock_guard<std::mutex> lock(registry.mutex);
-  registry.executors[kind] = std::move(executor);
+  registry.executors[kind] = {std::move(executor), true};
 }
 
 EngineStats GetEngineStats() {

@@ -13,6 +13,11 @@
 // estimated larger than kMaxPendingNodes) is realized as soon as it is recorded, and long chains
 // are released iteratively, so a loop of `x = x + 1` runs in constant memory.
 //
+// Buffer donation: a realized value entering a realization as a parameter that nothing can observe
+// afterwards (only edges inside the DAG hold its node, no output's surviving tape reaches it, its
+// data is not shared) is handed over to the device's executor (DonatingExecutor), which may write
+// an output into its buffer: a training step updates parameters in place (docs/architecture.md).
+//
 // Not thread-safe: one thread at a time may record on and realize a given DAG.
 #pragma once
 

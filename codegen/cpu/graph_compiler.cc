@@ -939,7 +939,7 @@ GraphCache& Cache() {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(const ir::Graph& graph,
-                                                                   std::vector<bool> donatable) {
+                                                                  std::vector<bool> donatable) {
   if (std::find(donatable.begin(), donatable.end(), true) == donatable.end()) donatable.clear();
   return Compiler(graph, std::move(donatable)).Run();
 }
@@ -964,9 +964,8 @@ absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
     inputs[k] = arguments[k]->data();
   }
   if (!donated.empty() && donated.size() != arguments.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("cpu backend: ", donated.size(),
-                                                   " donation flags for ", arguments.size(),
-                                                   " arguments"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cpu backend: ", donated.size(), " donation flags for ", arguments.size(), " arguments"));
   }
   std::vector<ir::TensorData> results;
   results.reserve(compiled.output_types.size());

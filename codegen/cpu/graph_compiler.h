@@ -61,8 +61,8 @@ struct CompiledGraph {
 /// elementwise kernel that reads the parameter only at the element it writes, before writing it
 /// (that kernel is rebuilt to load and store one buffer, so its noalias arguments stay true).
 /// CompiledGraph::donor_of_output records the pairs.
-absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(
-    const ir::Graph& graph, std::vector<bool> donatable = {});
+absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(const ir::Graph& graph,
+                                                                  std::vector<bool> donatable = {});
 
 /// Runs a compiled graph: `arguments` are the values of the graph's parameters in order (types
 /// checked; data used in place when 64-byte aligned, which ir::TensorData always is).
@@ -74,8 +74,7 @@ absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(
 /// buffer of its own, first filled with a copy of argument j (the kernel reads it from there).
 /// On an error, donated arguments hold unspecified values.
 absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
-    const CompiledGraph& compiled,
-    std::span<const std::shared_ptr<const ir::TensorData>> arguments,
+    const CompiledGraph& compiled, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
     std::span<const bool> donated = {});
 
 /// Counters of the process-wide compiled-graph cache.

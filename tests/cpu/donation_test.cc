@@ -16,8 +16,8 @@ namespace {
 
 template <class B>
 struct Model {
-  Tensor<B, 2> w;  // [3, 2], requires a gradient
-  Tensor<B, 1> b;  // [2], requires a gradient
+  Tensor<B, 2> w;   // [3, 2], requires a gradient
+  Tensor<B, 1> b;   // [2], requires a gradient
   Tensor<B, 2> vw;  // momentum buffers
   Tensor<B, 1> vb;
 };
@@ -25,9 +25,10 @@ struct Model {
 template <class B>
 Model<B> Init() {
   const typename B::Device device;
-  Model<B> m{Tensor<B, 2>::from_data({{0.1, -0.2}, {0.3, 0.05}, {-0.4, 0.2}}, device).require_grad(),
-             Tensor<B, 1>::from_data({0.01, -0.02}, device).require_grad(),
-             Tensor<B, 2>::zeros({3, 2}, device), Tensor<B, 1>::zeros({2}, device)};
+  Model<B> m{
+      Tensor<B, 2>::from_data({{0.1, -0.2}, {0.3, 0.05}, {-0.4, 0.2}}, device).require_grad(),
+      Tensor<B, 1>::from_data({0.01, -0.02}, device).require_grad(),
+      Tensor<B, 2>::zeros({3, 2}, device), Tensor<B, 1>::zeros({2}, device)};
   realize(m.w, m.b, m.vw, m.vb);
   return m;
 }
