@@ -253,7 +253,9 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
 
   for (size_t i = 0; i < outputs.size(); ++i) {
     LazyNode* node = outputs[i];
-    node->data = std::make_shared<const ir::TensorData>(std::move((*results)[i]));
+    // A mutable object behind the const view: a later realization may donate it (move its
+    // buffer out), which must not modify an object created const.
+    node->data = std::make_shared<ir::TensorData>(std::move((*results)[i]));
     node->pending_depth = 0;
     node->pending_estimate = 0;
   }
@@ -343,7 +345,7 @@ TensorRef FromTensorData(ir::TensorData data, const Device& device) {
   auto node = std::make_shared<LazyNode>();
   node->type = ir::TensorType{data.dtype(), data.shape()};
   node->device = device.id();
-  node->data = std::make_shared<const ir::TensorData>(std::move(data));
+  node->data = std::make_shared<ir::TensorData>(std::move(data));  // donatable (see above)
   return node;
 }
 

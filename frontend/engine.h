@@ -84,7 +84,9 @@ TensorRef RecordLeaf(const char* name, ir::Op op, ir::Attrs attrs, const Device&
                      const Loc& loc);
 /// A realized node holding `data` on `device`.
 TensorRef FromTensorData(ir::TensorData data, const Device& device);
-/// A realized node sharing `data` (no copy) on `device`.
+/// A realized node sharing `data` (no copy) on `device`. Once nothing else holds `data`, a
+/// realization may donate it (overwrite its buffer and move it out), so it must not be an object
+/// created const (share another node's data, or make_shared<ir::TensorData>).
 TensorRef FromSharedData(std::shared_ptr<const ir::TensorData> data, runtime::DeviceId device);
 /// A pending node computing graph node `id` of `graph` from `inputs` (the nodes for its operands),
 /// with the graph's type and attributes: how nodes a pass appended become lazy nodes again.

@@ -72,6 +72,7 @@ absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(const ir::Grap
 /// (donor_of_output) is then computed in that buffer, which is moved into the result: no
 /// allocation, no copy, and arguments[j] is left empty. Without the flag, the paired output gets a
 /// buffer of its own, first filled with a copy of argument j (the kernel reads it from there).
+/// A donated argument must point to a TensorData object not created const (it is moved from).
 /// On an error, donated arguments hold unspecified values.
 absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
     const CompiledGraph& compiled, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
