@@ -179,5 +179,32 @@ TEST(Donation, ALossThatKeepsItsTapeKeepsTheOldParameters) {
   EXPECT_GE(found, 1);
 }
 
+// Updates whose kernel reads the old value at other elements than it writes (a transpose, a
+// flip, a row sum broadcast back) must not be written over it: each element would read values
+// its neighbours already overwrote. The dropped old value is still donated; the values are
+// checked against the Reference backend over several steps.
+template <class B>
+Tensor<B, 2> Shuffled(const Tensor<B, 2>& w) {
+  return w.transpose() * 0.5 + w.flip({1}) * 0.25 - w.sum(1, keepdim) * 0.125;
+}
+
+TEST(Donation, KernelsReadingOtherElementsAreNotInPlace) {
+  const Cpu::Device cpu_device;
+  const Reference::Device ref_device;
+  auto cpu = Tensor<Cpu, 2>::random_normal({64, 64}, 0, 1, cpu_device);
+  cpu.realize();
+  auto ref = Tensor<Reference, 2>::from_tensor_data(cpu.into_data(), ref_device);
+  for (int step = 0; step < 3; ++step) {
+    const void* before = Address(cpu);
+    const int64_t donated_before = detail::GetEngineStats().arguments_donated;
+    cpu = Shuffled(cpu);
+    cpu.realize();
+    ref = Shuffled(ref);
+    ExpectSameValues(cpu, ref);
+    EXPECT_EQ(detail::GetEngineStats().arguments_donated - donated_before, 1) << "step " << step;
+    EXPECT_NE(Address(cpu), before) << "step " << step;
+  }
+}
+
 }  // namespace
 }  // namespace kiln
