@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -23,16 +24,32 @@ namespace {
 std::atomic<int64_t> g_live_nodes{0};
 std::atomic<int64_t> g_graphs_executed{0};
 std::atomic<int64_t> g_nodes_executed{0};
+std::atomic<int64_t> g_arguments_donated{0};
 
 struct ExecutorRegistry {
   std::mutex mutex;
-  std::map<runtime::DeviceKind, Executor> executors;
+  struct Entry {
+    DonatingExecutor run;
+    bool takes_donation = false;  // false: a plain Executor, which never sees the flags
+  };
+  std::map<runtime::DeviceKind, Entry> executors;
 
   ExecutorRegistry() {
-    executors[runtime::DeviceKind::kReference] = InterpretOnHost;
-    executors[runtime::DeviceKind::kCpu] =
+    executors[runtime::DeviceKind::kReference] = {Ignoring(InterpretOnHost), false};
+    executors[runtime::DeviceKind::kCpu] = {
         [](const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
-           runtime::DeviceId) { return codegen::cpu::CompileAndRun(graph, arguments); };
+           std::span<const bool> donated,
+           runtime::DeviceId) { return codegen::cpu::CompileAndRun(graph, arguments, donated); },
+        true};
+  }
+
+  // A plain executor, which never sees the donation flags.
+  static DonatingExecutor Ignoring(Executor executor) {
+    return
+        [executor = std::move(executor)](
+            const ir::Graph& graph,
+            std::span<const std::shared_ptr<const ir::TensorData>> arguments, std::span<const bool>,
+            runtime::DeviceId device) { return executor(graph, arguments, device); };
   }
 };
 
@@ -104,6 +121,12 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
     if (node->realized()) {
       id = builder.Parameter(absl::StrCat("p", arguments.size()), node->type, node->loc);
       arguments.push_back(node->data);
+    } else if (node->op == ir::Op::kParameter) {
+      ThrowStatus(absl::FailedPreconditionError(absl::StrCat(
+                      "realize: a ", ir::TypeToString(node->type), " value recorded at ",
+                      node->loc.file_name(), ":", node->loc.line(),
+                      " was lost: its buffer was donated to a graph run that failed")),
+                  loc);
     } else {
       std::vector<ir::NodeId> inputs;
       inputs.reserve(node->inputs.size());
@@ -137,23 +160,86 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
   if (outputs.empty()) return;
   for (LazyNode* out : outputs) builder.Output(ids.at(out));
 
+  // Buffer donation: a realized value that enters as a parameter is handed over to the executor
+  // (which may write an output into its buffer) when nothing can observe it once this
+  // realization is done: (1) only operand edges inside this DAG hold its node (no user tensor,
+  // no pending node elsewhere, no Gradients entry); (2) no output that keeps its tape after
+  // realization (tracked, not a leaf requiring a gradient) reaches it through pending nodes,
+  // which such a tape keeps alive; (3) its data is not shared with another node (detach()).
+  // Then the node dies with the DAG below. Typical case: the old parameter and the old momentum
+  // after optimizer.step() replaced them in the module.
+  const auto keeps_tape = [](const LazyNode* node) {
+    return node->tracks_grad && !node->requires_grad;
+  };
+  std::unordered_set<LazyNode*> observable;
+  {
+    std::unordered_set<LazyNode*> is_output(outputs.begin(), outputs.end());
+    std::vector<LazyNode*> stack;
+    for (LazyNode* out : outputs) {
+      if (keeps_tape(out)) stack.push_back(out);
+    }
+    while (!stack.empty()) {
+      LazyNode* node = stack.back();
+      stack.pop_back();
+      if (!observable.insert(node).second || node->realized()) continue;
+      // An output that drops its operands keeps nothing behind it.
+      if (is_output.count(node) != 0 && !keeps_tape(node)) continue;
+      for (const TensorRef& in : node->inputs) stack.push_back(in.get());
+    }
+  }
+  // (A plain array: std::vector<bool> cannot be viewed as a span.)
+  std::unique_ptr<bool[]> donated(new bool[arguments.size()]());
+  std::vector<LazyNode*> argument_nodes;
+  for (LazyNode* node : order) {
+    if (node->realized()) argument_nodes.push_back(node);
+  }
+  bool any_donated = false;
+  for (size_t j = 0; j < argument_nodes.size(); ++j) {
+    LazyNode* node = argument_nodes[j];
+    auto owned = owners.find(node);
+    // `arguments` holds one more reference to the data.
+    donated[j] = owned != owners.end() && owned->second == internal_uses[node] &&
+                 observable.count(node) == 0 && node->data.use_count() == 2 &&
+                 node->data->size_bytes() > 0;
+    any_donated |= donated[j];
+  }
+
   absl::StatusOr<ir::Graph> graph = std::move(builder).Build();
   if (!graph.ok()) ThrowStatus(graph.status(), loc);
 
-  Executor executor;
+  DonatingExecutor executor;
+  bool takes_donation = false;
   {
     ExecutorRegistry& registry = Registry();
     std::lock_guard<std::mutex> lock(registry.mutex);
     auto it = registry.executors.find(device.kind);
-    if (it != registry.executors.end()) executor = it->second;
+    if (it != registry.executors.end()) {
+      executor = it->second.run;
+      takes_donation = it->second.takes_donation;
+    }
+  }
+  if (!takes_donation) {
+    std::fill(donated.get(), donated.get() + arguments.size(), false);
+    any_donated = false;
   }
   if (!executor) {
     ThrowStatus(absl::UnavailableError(absl::StrCat("realize: no executor for device ",
                                                     device.ToString(), " in this build")),
                 loc);
   }
-  absl::StatusOr<std::vector<ir::TensorData>> results = executor(*graph, arguments, device);
-  if (!results.ok()) ThrowStatus(results.status(), loc);
+  absl::StatusOr<std::vector<ir::TensorData>> results =
+      executor(*graph, arguments,
+               any_donated ? std::span<const bool>(donated.get(), arguments.size())
+                           : std::span<const bool>(),
+               device);
+  if (!results.ok()) {
+    // A donated buffer may have been partly overwritten: its node is lost, and realizing anything
+    // that still reads it fails with a clear error instead of a wrong value.
+    for (size_t j = 0; j < argument_nodes.size(); ++j) {
+      if (donated[j]) argument_nodes[j]->data.reset();
+    }
+    ThrowStatus(results.status(), loc);
+  }
   if (results->size() != outputs.size()) {
     ThrowStatus(absl::InternalError(absl::StrCat("realize: the executor for ", device.ToString(),
                                                  " returned ", results->size(), " values for ",
@@ -162,10 +248,14 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
   }
   g_graphs_executed.fetch_add(1, std::memory_order_relaxed);
   g_nodes_executed.fetch_add(graph->num_nodes(), std::memory_order_relaxed);
+  g_arguments_donated.fetch_add(std::count(donated.get(), donated.get() + arguments.size(), true),
+                                std::memory_order_relaxed);
 
   for (size_t i = 0; i < outputs.size(); ++i) {
     LazyNode* node = outputs[i];
-    node->data = std::make_shared<const ir::TensorData>(std::move((*results)[i]));
+    // A mutable object behind the const view: a later realization may donate it (move its
+    // buffer out), which must not modify an object created const.
+    node->data = std::make_shared<ir::TensorData>(std::move((*results)[i]));
     node->pending_depth = 0;
     node->pending_estimate = 0;
   }
@@ -255,7 +345,7 @@ TensorRef FromTensorData(ir::TensorData data, const Device& device) {
   auto node = std::make_shared<LazyNode>();
   node->type = ir::TensorType{data.dtype(), data.shape()};
   node->device = device.id();
-  node->data = std::make_shared<const ir::TensorData>(std::move(data));
+  node->data = std::make_shared<ir::TensorData>(std::move(data));  // donatable (see above)
   return node;
 }
 
@@ -328,11 +418,18 @@ absl::StatusOr<std::vector<ir::TensorData>> InterpretOnHost(
 void RegisterExecutor(runtime::DeviceKind kind, Executor executor) {
   ExecutorRegistry& registry = Registry();
   std::lock_guard<std::mutex> lock(registry.mutex);
-  registry.executors[kind] = std::move(executor);
+  registry.executors[kind] = {ExecutorRegistry::Ignoring(std::move(executor)), false};
+}
+
+void RegisterDonatingExecutor(runtime::DeviceKind kind, DonatingExecutor executor) {
+  ExecutorRegistry& registry = Registry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  registry.executors[kind] = {std::move(executor), true};
 }
 
 EngineStats GetEngineStats() {
-  return EngineStats{g_live_nodes.load(), g_graphs_executed.load(), g_nodes_executed.load()};
+  return EngineStats{g_live_nodes.load(), g_graphs_executed.load(), g_nodes_executed.load(),
+                     g_arguments_donated.load()};
 }
 
 }  // namespace kiln::detail

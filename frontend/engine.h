@@ -13,6 +13,11 @@
 // estimated larger than kMaxPendingNodes) is realized as soon as it is recorded, and long chains
 // are released iteratively, so a loop of `x = x + 1` runs in constant memory.
 //
+// Buffer donation: a realized value entering a realization as a parameter that nothing can observe
+// afterwards (only edges inside the DAG hold its node, no output's surviving tape reaches it, its
+// data is not shared) is handed over to the device's executor (DonatingExecutor), which may write
+// an output into its buffer: a training step updates parameters in place (docs/architecture.md).
+//
 // Not thread-safe: one thread at a time may record on and realize a given DAG.
 #pragma once
 
@@ -79,7 +84,9 @@ TensorRef RecordLeaf(const char* name, ir::Op op, ir::Attrs attrs, const Device&
                      const Loc& loc);
 /// A realized node holding `data` on `device`.
 TensorRef FromTensorData(ir::TensorData data, const Device& device);
-/// A realized node sharing `data` (no copy) on `device`.
+/// A realized node sharing `data` (no copy) on `device`. Once nothing else holds `data`, a
+/// realization may donate it (overwrite its buffer and move it out), so it must not be an object
+/// created const (share another node's data, or make_shared<ir::TensorData>).
 TensorRef FromSharedData(std::shared_ptr<const ir::TensorData> data, runtime::DeviceId device);
 /// A pending node computing graph node `id` of `graph` from `inputs` (the nodes for its operands),
 /// with the graph's type and attributes: how nodes a pass appended become lazy nodes again.
@@ -102,12 +109,23 @@ const ir::TensorData& Data(const TensorRef& ref, const Loc& loc);
 using Executor = std::function<absl::StatusOr<std::vector<ir::TensorData>>(
     const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
     runtime::DeviceId device)>;
+/// An executor that may take over donated arguments (buffer donation, like JAX's donate_argnums,
+/// decided by the engine): `donated[j]` (one flag per argument) says nothing outside this
+/// realization can observe arguments[j] afterwards, so the executor may overwrite its buffer
+/// (write an output of the same type into it) and move it out into a result. An executor may
+/// ignore the flags. On an error, donated arguments hold unspecified values (the engine then
+/// marks their nodes lost).
+using DonatingExecutor = std::function<absl::StatusOr<std::vector<ir::TensorData>>(
+    const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
+    std::span<const bool> donated, runtime::DeviceId device)>;
 /// The reference executor: ir::Interpret on the arguments' values.
 absl::StatusOr<std::vector<ir::TensorData>> InterpretOnHost(
     const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
     runtime::DeviceId device);
 /// Installs (or replaces) the executor of a device kind. The reference executor is built in.
+/// A plain Executor never sees donation flags.
 void RegisterExecutor(runtime::DeviceKind kind, Executor executor);
+void RegisterDonatingExecutor(runtime::DeviceKind kind, DonatingExecutor executor);
 
 /// Counters for tests and debugging.
 struct EngineStats {
@@ -117,6 +135,9 @@ struct EngineStats {
   int64_t graphs_executed = 0;
   /// Nodes executed in those graphs, parameters included.
   int64_t nodes_executed = 0;
+  /// Arguments the engine handed over to an executor (buffer donation; the executor may not
+  /// have used them all).
+  int64_t arguments_donated = 0;
 };
 EngineStats GetEngineStats();
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -96,7 +97,8 @@ bool GemmSupports(const ir::Graph& graph, ir::NodeId root) {
 
 class Compiler {
  public:
-  explicit Compiler(const ir::Graph& graph) : source_(graph) {}
+  Compiler(const ir::Graph& graph, std::vector<bool> donatable)
+      : source_(graph), donatable_(std::move(donatable)) {}
 
   absl::StatusOr<std::shared_ptr<const CompiledGraph>> Run() {
     dump_ = passes::DumpSession::FromEnv("cpu");
@@ -128,6 +130,7 @@ class Compiler {
     Dump("fusion.txt", passes::PrintFusionPlan(graph_, plan_) + contraction_notes_);
     if (absl::Status s = CopyRepeatedOutputs(); !s.ok()) return s;
     if (absl::Status s = PlaceArenaBuffers(); !s.ok()) return s;
+    if (absl::Status s = PairDonatedBuffers(); !s.ok()) return s;
 
     spec_.keep_alive = std::make_shared<const KeepAlive>(std::move(keep_alive_));
     absl::StatusOr<runtime::Executable> executable = runtime::Executable::Create(std::move(spec_));
@@ -136,9 +139,9 @@ class Compiler {
           absl::StrCat("cpu backend: invalid launch plan: ", executable.status().message()));
     }
     Dump("executable.txt", executable->ToString());
-    return std::make_shared<const CompiledGraph>(
-        CompiledGraph{source_, *std::move(executable), std::move(parameter_types),
-                      std::move(output_types), num_kernels_, num_gemm_steps_, dump_.directory()});
+    return std::make_shared<const CompiledGraph>(CompiledGraph{
+        source_, *std::move(executable), std::move(parameter_types), std::move(output_types),
+        num_kernels_, num_gemm_steps_, dump_.directory(), donatable_, std::move(donor_of_output_)});
   }
 
  private:
@@ -349,6 +352,7 @@ class Compiler {
           AddSlot(runtime::Slot::Output(static_cast<int64_t>(k), ByteSize(node.type)), node);
       // Parameters and constants have homes of their own; no kernel computes them.
       const bool computed = node.op != ir::Op::kParameter && node.op != ir::Op::kConstant;
+      output_slots_.push_back(slot);
       if (computed && slot_of_.count(id) == 0) {
         slot_of_[id] = slot;  // the value's home: later groups read it from the output
       } else {
@@ -402,6 +406,8 @@ class Compiler {
   // Tells the memory planner which arena buffers the next step reads and writes.
   void RecordPlanStep(std::string name, const std::vector<int>& read_slots,
                       const std::vector<int>& written_slots) {
+    step_reads_.push_back(read_slots);
+    step_writes_.push_back(written_slots);
     passes::PlanStep plan_step;
     plan_step.name = std::move(name);
     for (int s : read_slots) {
@@ -480,6 +486,7 @@ class Compiler {
       // scatter_add reads back what it writes; the planner only needs the write.
     }
     ++num_kernels_;
+    kernel_of_step_[static_cast<int>(spec_.steps.size())] = kernel;
     AddStep(std::move(step), reads, writes);
     return absl::OkStatus();
   }
@@ -635,6 +642,236 @@ class Compiler {
     return absl::OkStatus();
   }
 
+  // Buffer donation (see CompileGraph): output k is written into the buffer of a donatable
+  // parameter j of its type when no step reads parameter j after output k's writing step starts,
+  // or when that writing step is a kernel that reads parameter j only at the element it stores
+  // (InPlaceKernel; the W' = W - lr * v of an optimizer). Such a kernel is rebuilt to load from
+  // and store to the one buffer, so its arguments stay noalias. Pairs whose writer reads the
+  // donor in place are taken first (those where no other output of that kernel reads the donor
+  // before the rest: W' = W - lr * v' takes W, leaving v to v' = 0.9 v + g); a donor dead earlier
+  // may serve any output of its type.
+  absl::Status PairDonatedBuffers() {
+    const std::vector<ir::NodeId> params = graph_.Parameters();
+    const auto& outputs = graph_.outputs();
+    donor_of_output_.assign(outputs.size(), -1);
+    if (std::find(donatable_.begin(), donatable_.end(), true) == donatable_.end()) {
+      return absl::OkStatus();
+    }
+    const auto contains = [](const std::vector<int>& slots, int slot) {
+      return std::find(slots.begin(), slots.end(), slot) != slots.end();
+    };
+    const int num_steps = static_cast<int>(spec_.steps.size());
+    std::vector<bool> taken(params.size(), false);
+    std::string notes;
+    for (int pass = 0; pass < 3; ++pass) {
+      for (size_t k = 0; k < outputs.size(); ++k) {
+        if (donor_of_output_[k] >= 0) continue;
+        const int out_slot = output_slots_[k];
+        int writer = -1, writers = 0;
+        for (int s = 0; s < num_steps; ++s) {
+          if (contains(step_writes_[static_cast<size_t>(s)], out_slot)) {
+            writer = s;
+            ++writers;
+          }
+        }
+        const ir::TensorType& type = graph_.node(outputs[k].node).type;
+        if (writers != 1 || ByteSize(type) == 0) continue;
+        for (size_t j = 0; j < params.size() && j < donatable_.size(); ++j) {
+          if (!donatable_[j] || taken[j] || !(graph_.node(params[j]).type == type)) continue;
+          const int in_slot = slot_of_.at(params[j]);
+          bool read_by_writer = false, read_later = false;
+          for (int s = writer; s < num_steps; ++s) {
+            if (!contains(step_reads_[static_cast<size_t>(s)], in_slot)) continue;
+            (s == writer ? read_by_writer : read_later) = true;
+          }
+          if (read_later || read_by_writer != (pass < 2)) continue;
+          if (read_by_writer) {
+            absl::StatusOr<bool> merged =
+                MergeIntoOutput(writer, in_slot, out_slot, /*exclusive=*/pass == 0);
+            if (!merged.ok()) return merged.status();
+            if (!*merged) continue;
+          }
+          donor_of_output_[k] = static_cast<int>(j);
+          taken[j] = true;
+          absl::StrAppend(&notes, "output ", k, " written into parameter ", j, "'s buffer",
+                          read_by_writer ? " in place by " : " after its last read; writer ",
+                          spec_.steps[static_cast<size_t>(writer)].name, "\n");
+          break;
+        }
+      }
+    }
+    Dump("donation.txt", notes.empty() ? "no output written into a donated buffer\n" : notes);
+    return absl::OkStatus();
+  }
+
+  // Rebuilds the kernel of `step` so that the arg bound to `in_slot` is read from the arg bound
+  // to `out_slot` (which the run binds to the same memory), when InPlaceKernel allows it.
+  absl::StatusOr<bool> MergeIntoOutput(int step, int in_slot, int out_slot, bool exclusive) {
+    auto it = kernel_of_step_.find(step);
+    if (it == kernel_of_step_.end()) return false;  // a GEMM or a copy: reads other elements
+    runtime::Step& launch = spec_.steps[static_cast<size_t>(step)];
+    const auto arg_of = [&](int slot) {
+      ArgId arg = -1;
+      for (size_t i = 0; i < launch.slot_args.size(); ++i) {
+        if (launch.slot_args[i] != slot) continue;
+        if (arg >= 0) return ArgId{-1};  // bound twice: leave it alone
+        arg = static_cast<ArgId>(i);
+      }
+      return arg;
+    };
+    const ArgId in = arg_of(in_slot), out = arg_of(out_slot);
+    if (in < 0 || out < 0) return false;
+    std::optional<Kernel> merged = InPlaceKernel(it->second, in, out, exclusive);
+    if (!merged.has_value()) return false;
+    const std::string dump_name = absl::StrCat("kernel_in_place_", num_in_place_++);
+    Dump(dump_name + ".kir", PrintKernel(*merged));
+    CompileOptions options;
+    options.dump = dump_.enabled() ? &dump_ : nullptr;
+    options.dump_name = dump_name;
+    absl::StatusOr<CompiledKernel> code = KernelCompiler().Compile(*merged, options);
+    if (!code.ok()) {
+      return absl::Status(code.status().code(),
+                          absl::StrCat("cpu backend: in-place kernel ", merged->name, ": ",
+                                       code.status().message()));
+    }
+    keep_alive_.code.push_back(code->keep_alive);
+    launch.fn = code->fn;
+    launch.slot_args.erase(launch.slot_args.begin() + in);
+    it->second = *std::move(merged);
+    return true;
+  }
+
+  // `kernel` with every load of arg `in` reading arg `out` instead and `in` removed, when that
+  // computes the same values with both bound to one buffer: one unpredicated store to `out`,
+  // outside any reduce, run once per element (the loop extents around it multiply to its
+  // element count); every load of `in` at that store's index and no load of `out`; and no
+  // statement after the store (in the same iteration) loads `in`. Each element is then read
+  // only by the iteration that overwrites it, before it does. nullopt otherwise.
+  //
+  // The store is first moved to the end of its block when its value loads no output arg: nothing
+  // loads `out`, so the order of the statements it passes does not matter to them or to it. (A
+  // fused update stores v' = 0.9 v + g before W' = W - lr * v' recomputes v' from v.)
+  // `exclusive`: also require that no store to another arg reads `in`.
+  static std::optional<Kernel> InPlaceKernel(const Kernel& original, ArgId in, ArgId out,
+                                             bool exclusive) {
+    Kernel kernel = original;
+    {
+      std::vector<bool> loads_output(kernel.exprs.size(), false);
+      for (size_t v = 0; v < kernel.exprs.size(); ++v) {
+        const Expr& e = kernel.exprs[v];
+        bool loads = e.op == ExprOp::kLoad &&
+                     kernel.args[static_cast<size_t>(e.arg)].role == ArgRole::kOutput;
+        for (ValueId operand : e.operands) {
+          loads = loads || loads_output[static_cast<size_t>(operand)];
+        }
+        loads_output[v] = loads;
+      }
+      const auto reads_output = [&](ValueId v) {
+        return v != kNoValue && loads_output[static_cast<size_t>(v)];
+      };
+      std::function<bool(std::vector<Stmt>&)> sink = [&](std::vector<Stmt>& block) {
+        for (size_t i = 0; i < block.size(); ++i) {
+          const Stmt& stmt = block[i];
+          if (stmt.kind == StmtKind::kStore && stmt.arg == out) {
+            if (!reads_output(stmt.value) && !reads_output(stmt.index) &&
+                !reads_output(stmt.predicate)) {
+              std::rotate(block.begin() + static_cast<std::ptrdiff_t>(i),
+                          block.begin() + static_cast<std::ptrdiff_t>(i) + 1, block.end());
+            }
+            return true;
+          }
+          if (sink(block[i].body)) return true;
+        }
+        return false;
+      };
+      sink(kernel.body);
+    }
+    const KernelArg& in_arg = kernel.args[static_cast<size_t>(in)];
+    const KernelArg& out_arg = kernel.args[static_cast<size_t>(out)];
+    if (in_arg.role != ArgRole::kInput || out_arg.role != ArgRole::kOutput ||
+        in_arg.dtype != out_arg.dtype || in_arg.num_elements != out_arg.num_elements) {
+      return std::nullopt;
+    }
+    // Expressions whose evaluation loads `in` (operands precede their users).
+    std::vector<bool> loads_in(kernel.exprs.size(), false);
+    for (size_t v = 0; v < kernel.exprs.size(); ++v) {
+      const Expr& e = kernel.exprs[v];
+      if (e.op == ExprOp::kLoad && e.arg == out) return std::nullopt;
+      bool loads = e.op == ExprOp::kLoad && e.arg == in;
+      for (ValueId operand : e.operands) loads = loads || loads_in[static_cast<size_t>(operand)];
+      loads_in[v] = loads;
+    }
+    const auto loads = [&](ValueId v) { return v != kNoValue && loads_in[static_cast<size_t>(v)]; };
+    struct Search {
+      int stores = 0;
+      ValueId index = kNoValue;
+      bool ok = true;  // unpredicated, outside reduces, once per element
+      bool later_load = false;
+    } search;
+    bool shared_read = false;  // a store to another arg reads `in`
+    std::function<void(const std::vector<Stmt>&)> find_shared = [&](const std::vector<Stmt>& b) {
+      for (const Stmt& stmt : b) {
+        if (stmt.kind == StmtKind::kStore && stmt.arg != out &&
+            (loads(stmt.value) || loads(stmt.index) || loads(stmt.predicate))) {
+          shared_read = true;
+        }
+        find_shared(stmt.body);
+      }
+    };
+    find_shared(kernel.body);
+    if (exclusive && shared_read) return std::nullopt;
+    std::function<bool(const Stmt&)> uses_in = [&](const Stmt& stmt) {
+      if (loads(stmt.value) || loads(stmt.index) || loads(stmt.predicate) || loads(stmt.init)) {
+        return true;
+      }
+      return std::any_of(stmt.body.begin(), stmt.body.end(), uses_in);
+    };
+    // Returns whether `block` holds the store; statements after it (or after the loop holding it)
+    // run after the store in the same iteration.
+    std::function<bool(const std::vector<Stmt>&, int64_t, bool)> visit =
+        [&](const std::vector<Stmt>& block, int64_t trips, bool in_reduce) {
+          bool found = false;
+          for (const Stmt& stmt : block) {
+            if (found && uses_in(stmt)) search.later_load = true;
+            if (stmt.kind == StmtKind::kStore && stmt.arg == out) {
+              ++search.stores;
+              search.index = stmt.index;
+              search.ok = search.ok && stmt.predicate == kNoValue && !in_reduce &&
+                          trips == out_arg.num_elements;
+              found = true;
+            } else if (stmt.kind == StmtKind::kLoop || stmt.kind == StmtKind::kReduce) {
+              const bool loop = stmt.kind == StmtKind::kLoop;
+              found |= visit(stmt.body, loop ? trips * stmt.extent : trips, in_reduce || !loop);
+            }
+          }
+          return found;
+        };
+    visit(kernel.body, kernel.parallel_extent, false);
+    if (search.stores != 1 || !search.ok || search.later_load) return std::nullopt;
+    for (const Expr& e : kernel.exprs) {
+      if (e.op == ExprOp::kLoad && e.arg == in && e.operands[0] != search.index) {
+        return std::nullopt;
+      }
+    }
+    Kernel merged = kernel;
+    if (!merged.name.ends_with("_in_place")) merged.name += "_in_place";
+    const auto renumber = [&](ArgId arg) { return arg == in ? out - 1 : arg > in ? arg - 1 : arg; };
+    if (out < in) return std::nullopt;  // args are inputs, then outputs
+    for (Expr& e : merged.exprs) {
+      if (e.op == ExprOp::kLoad) e.arg = renumber(e.arg);
+    }
+    std::function<void(std::vector<Stmt>&)> fix = [&](std::vector<Stmt>& block) {
+      for (Stmt& stmt : block) {
+        if (stmt.kind == StmtKind::kStore) stmt.arg = renumber(stmt.arg);
+        fix(stmt.body);
+      }
+    };
+    fix(merged.body);
+    merged.args.erase(merged.args.begin() + in);
+    if (!VerifyKernel(merged).ok()) return std::nullopt;
+    return merged;
+  }
+
   absl::Status PlaceArenaBuffers() {
     absl::StatusOr<passes::MemoryPlan> plan = passes::PlanMemory(arena_buffers_, plan_steps_);
     if (!plan.ok()) {
@@ -654,6 +891,16 @@ class Compiler {
   }
 
   const ir::Graph& source_;
+  // Per parameter: the caller may hand its buffer over (CompileGraph's `donatable`).
+  std::vector<bool> donatable_;
+  // Per output: the parameter whose buffer it is written into, or -1 (PairDonatedBuffers).
+  std::vector<int> donor_of_output_;
+  // The slot bound to each graph output.
+  std::vector<int> output_slots_;
+  // Slots each step reads and writes (all kinds, not only arena), in step order.
+  std::vector<std::vector<int>> step_reads_, step_writes_;
+  // The kernel IR behind each step that launches a JIT kernel, by step index.
+  std::map<int, Kernel> kernel_of_step_;
   ir::Graph graph_;
   passes::FusionPlan plan_;
   passes::DumpSession dump_;
@@ -675,6 +922,7 @@ class Compiler {
   int error_flag_slot_ = -1;
   int num_kernels_ = 0;
   int num_gemm_steps_ = 0;
+  int num_in_place_ = 0;  // kernels rebuilt for donation (dump names)
 };
 
 struct GraphCache {
@@ -690,13 +938,15 @@ GraphCache& Cache() {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(const ir::Graph& graph) {
-  return Compiler(graph).Run();
+absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(const ir::Graph& graph,
+                                                                  std::vector<bool> donatable) {
+  if (std::find(donatable.begin(), donatable.end(), true) == donatable.end()) donatable.clear();
+  return Compiler(graph, std::move(donatable)).Run();
 }
 
 absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
-    const CompiledGraph& compiled,
-    std::span<const std::shared_ptr<const ir::TensorData>> arguments) {
+    const CompiledGraph& compiled, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
+    std::span<const bool> donated) {
   if (arguments.size() != compiled.parameter_types.size()) {
     return absl::InvalidArgumentError(absl::StrCat("cpu backend: ", arguments.size(),
                                                    " arguments for ",
@@ -713,16 +963,39 @@ absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
     }
     inputs[k] = arguments[k]->data();
   }
+  if (!donated.empty() && donated.size() != arguments.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cpu backend: ", donated.size(), " donation flags for ", arguments.size(), " arguments"));
+  }
   std::vector<ir::TensorData> results;
   results.reserve(compiled.output_types.size());
   absl::InlinedVector<void*, 4> outputs;
-  for (const ir::TensorType& type : compiled.output_types) {
+  for (size_t k = 0; k < compiled.output_types.size(); ++k) {
+    const ir::TensorType& type = compiled.output_types[k];
+    const int donor = compiled.donor_of_output.empty() ? -1 : compiled.donor_of_output[k];
+    if (donor >= 0 && !donated.empty() && donated[static_cast<size_t>(donor)]) {
+      // Written in place of the donated argument (moved into results[k] after the run).
+      results.emplace_back();
+      outputs.push_back(const_cast<void*>(inputs[static_cast<size_t>(donor)]));
+      continue;
+    }
     results.push_back(ir::TensorData::Uninitialized(type.dtype, type.shape));
+    if (donor >= 0) {
+      // Compiled to read the donor from this output's buffer, but not handed over: a copy.
+      std::memcpy(results.back().data(), inputs[static_cast<size_t>(donor)],
+                  static_cast<size_t>(ByteSize(type)));
+    }
     outputs.push_back(results.back().data());
   }
   if (absl::Status s = compiled.executable.Run(inputs, outputs, runtime::DefaultThreadPool());
       !s.ok()) {
     return s;
+  }
+  for (size_t k = 0; k < compiled.donor_of_output.size(); ++k) {
+    const int donor = compiled.donor_of_output[k];
+    if (donor < 0 || donated.empty() || !donated[static_cast<size_t>(donor)]) continue;
+    // The caller handed this buffer over: ownership moves into the result.
+    results[k] = std::move(const_cast<ir::TensorData&>(*arguments[static_cast<size_t>(donor)]));
   }
   return results;
 }
@@ -736,27 +1009,35 @@ GraphCacheStats GetGraphCacheStats() {
 }
 
 absl::StatusOr<std::vector<ir::TensorData>> CompileAndRun(
-    const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments) {
-  const uint64_t key = ir::SignatureHash(graph);
+    const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
+    std::span<const bool> donated) {
+  // The donation flags are part of the key: only a graph compiled for them pairs buffers.
+  std::vector<bool> donatable(donated.begin(), donated.end());
+  if (std::find(donatable.begin(), donatable.end(), true) == donatable.end()) donatable.clear();
+  uint64_t key = ir::SignatureHash(graph);
+  for (size_t j = 0; j < donatable.size(); ++j) {
+    if (donatable[j]) key = (key ^ (0x9e3779b97f4a7c15ULL + j)) * 0x100000001b3ULL;
+  }
   std::shared_ptr<const CompiledGraph> compiled;
   GraphCache& cache = Cache();
   {
     std::lock_guard<std::mutex> lock(cache.mutex);
     auto it = cache.entries.find(key);
-    if (it != cache.entries.end() && passes::SameGraph(it->second->source, graph)) {
+    if (it != cache.entries.end() && it->second->donatable == donatable &&
+        passes::SameGraph(it->second->source, graph)) {
       compiled = it->second;
       ++cache.stats.hits;
     }
   }
   if (!compiled) {
-    absl::StatusOr<std::shared_ptr<const CompiledGraph>> fresh = CompileGraph(graph);
+    absl::StatusOr<std::shared_ptr<const CompiledGraph>> fresh = CompileGraph(graph, donatable);
     if (!fresh.ok()) return fresh.status();
     compiled = *std::move(fresh);
     std::lock_guard<std::mutex> lock(cache.mutex);
     cache.entries[key] = compiled;
     ++cache.stats.compiles;
   }
-  return RunCompiledGraph(*compiled, arguments);
+  return RunCompiledGraph(*compiled, arguments, donated);
 }
 
 }  // namespace kiln::codegen::cpu

@@ -44,17 +44,39 @@ struct CompiledGraph {
   int num_gemm_steps = 0;
   /// The dump folder of this compile ("" when KILN_DUMP was unset).
   std::string dump_directory;
+  /// Per parameter: whether it was compiled as donatable (part of the cache key).
+  std::vector<bool> donatable;
+  /// Per output: the parameter whose buffer the output is written into, or -1 (see
+  /// CompileGraph). Empty when no parameter was donatable.
+  std::vector<int> donor_of_output;
 };
 
 /// Compiles `graph` (which must verify) for the host CPU. Errors name the stage and, for
 /// kernel-level failures, the fusion group and its root node.
-absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(const ir::Graph& graph);
+///
+/// Buffer donation (JAX's donate_argnums): `donatable` (empty, or one flag per parameter) marks
+/// parameters whose buffers the caller will hand over at run time. An output whose type equals a
+/// donatable parameter's is then written into that parameter's buffer, when that is safe: no step
+/// reads the parameter after the output's writing step begins, or the writing step is an
+/// elementwise kernel that reads the parameter only at the element it writes, before writing it
+/// (that kernel is rebuilt to load and store one buffer, so its noalias arguments stay true).
+/// CompiledGraph::donor_of_output records the pairs.
+absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(const ir::Graph& graph,
+                                                                  std::vector<bool> donatable = {});
 
 /// Runs a compiled graph: `arguments` are the values of the graph's parameters in order (types
 /// checked; data used in place when 64-byte aligned, which ir::TensorData always is).
+///
+/// `donated` (empty, or one flag per parameter): the caller hands over argument j's buffer (it
+/// holds the only reference and will not read it again). An output paired with argument j
+/// (donor_of_output) is then computed in that buffer, which is moved into the result: no
+/// allocation, no copy, and arguments[j] is left empty. Without the flag, the paired output gets a
+/// buffer of its own, first filled with a copy of argument j (the kernel reads it from there).
+/// A donated argument must point to a TensorData object not created const (it is moved from).
+/// On an error, donated arguments hold unspecified values.
 absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
-    const CompiledGraph& compiled,
-    std::span<const std::shared_ptr<const ir::TensorData>> arguments);
+    const CompiledGraph& compiled, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
+    std::span<const bool> donated = {});
 
 /// Counters of the process-wide compiled-graph cache.
 struct GraphCacheStats {
@@ -65,7 +87,10 @@ struct GraphCacheStats {
 GraphCacheStats GetGraphCacheStats();
 
 /// Compiles (or finds in the cache) and runs `graph`: the `kiln::Cpu` backend's executor.
+/// `donated` as for RunCompiledGraph; it is also the compile's `donatable`, and part of the cache
+/// key (a graph compiled with donation differs from one without).
 absl::StatusOr<std::vector<ir::TensorData>> CompileAndRun(
-    const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments);
+    const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
+    std::span<const bool> donated = {});
 
 }  // namespace kiln::codegen::cpu

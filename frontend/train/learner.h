@@ -312,8 +312,16 @@ class Learner {
       double loss = 0;
       if (training) {
         ++step_;
-        auto gradients = Policy::backward(out.loss, loc);
-        optimizer_.step(model_, gradients);
+        {
+          auto gradients = Policy::backward(out.loss, loc);
+          optimizer_.step(model_, gradients);
+        }
+        // Neither the gradients (which hold the old parameters) nor the loss's and logits' tapes
+        // outlive the update, so the old parameters and optimizer state are observable by nothing
+        // once the step is realized and the engine donates their buffers to the new values
+        // (frontend/engine.h, DonatingExecutor).
+        out.loss = out.loss.detach(loc);
+        if (out.logits) *out.logits = out.logits->detach(loc);
         realize_step(out, loc);
         loss = static_cast<double>(out.loss.item(loc));
         if (scheduler_ != nullptr && scheduler_per_step_) set_lr(scheduler_->step());
