@@ -15,6 +15,7 @@
 #include "frontend/autograd.h"
 #include "frontend/error.h"
 #include "ir/builder.h"
+#include "ir/verifier.h"
 #include "ir/infer.h"
 #include "ir/interpreter.h"
 
@@ -113,13 +114,20 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
     for (const TensorRef& in : node->inputs) ++internal_uses[in.get()];
   }
 
-  ir::Builder builder;
+  // Every pending node was type-checked when it was recorded (RecordOn, or a verified graph for
+  // Import), so the graph is assembled directly with the recorded types: no second inference and
+  // no verification on this per-call path (debug builds still verify below).
+  ir::Graph graph;
   std::unordered_map<LazyNode*, ir::NodeId> ids;
   std::vector<std::shared_ptr<const ir::TensorData>> arguments;
   for (LazyNode* node : order) {
     ir::NodeId id;
     if (node->realized()) {
-      id = builder.Parameter(absl::StrCat("p", arguments.size()), node->type, node->loc);
+      ir::Attrs attrs;
+      attrs.name = absl::StrCat("p", arguments.size());
+      attrs.dtype = node->type.dtype;
+      attrs.shape = node->type.shape;
+      id = graph.AddNode(ir::Node{ir::Op::kParameter, {}, std::move(attrs), node->type, node->loc});
       arguments.push_back(node->data);
     } else if (node->op == ir::Op::kParameter) {
       ThrowStatus(absl::FailedPreconditionError(absl::StrCat(
@@ -131,7 +139,7 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
       std::vector<ir::NodeId> inputs;
       inputs.reserve(node->inputs.size());
       for (const TensorRef& in : node->inputs) inputs.push_back(ids.at(in.get()));
-      id = builder.Emit(node->op, std::move(inputs), node->attrs, node->loc);
+      id = graph.AddNode(ir::Node{node->op, std::move(inputs), node->attrs, node->type, node->loc});
     }
     ids[node] = id;
   }
@@ -158,7 +166,7 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
     }
   }
   if (outputs.empty()) return;
-  for (LazyNode* out : outputs) builder.Output(ids.at(out));
+  for (LazyNode* out : outputs) graph.AddOutput(ids.at(out));
 
   // Buffer donation: a realized value that enters as a parameter is handed over to the executor
   // (which may write an output into its buffer) when nothing can observe it once this
@@ -204,8 +212,13 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
     any_donated |= donated[j];
   }
 
-  absl::StatusOr<ir::Graph> graph = std::move(builder).Build();
-  if (!graph.ok()) ThrowStatus(graph.status(), loc);
+#ifndef NDEBUG
+  if (absl::Status verified = ir::Verify(graph); !verified.ok()) {
+    ThrowStatus(absl::InternalError(absl::StrCat("realize: the engine built an invalid graph: ",
+                                                 verified.message())),
+                loc);
+  }
+#endif
 
   DonatingExecutor executor;
   bool takes_donation = false;
@@ -228,7 +241,7 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
                 loc);
   }
   absl::StatusOr<std::vector<ir::TensorData>> results =
-      executor(*graph, arguments,
+      executor(graph, arguments,
                any_donated ? std::span<const bool>(donated.get(), arguments.size())
                            : std::span<const bool>(),
                device);
@@ -247,7 +260,7 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
                 loc);
   }
   g_graphs_executed.fetch_add(1, std::memory_order_relaxed);
-  g_nodes_executed.fetch_add(graph->num_nodes(), std::memory_order_relaxed);
+  g_nodes_executed.fetch_add(graph.num_nodes(), std::memory_order_relaxed);
   g_arguments_donated.fetch_add(std::count(donated.get(), donated.get() + arguments.size(), true),
                                 std::memory_order_relaxed);
 
