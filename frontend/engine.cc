@@ -15,9 +15,9 @@
 #include "frontend/autograd.h"
 #include "frontend/error.h"
 #include "ir/builder.h"
-#include "ir/verifier.h"
 #include "ir/infer.h"
 #include "ir/interpreter.h"
+#include "ir/verifier.h"
 
 namespace kiln::detail {
 namespace {
