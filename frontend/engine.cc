@@ -5,10 +5,10 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/cpu/graph_compiler.h"
@@ -78,7 +78,7 @@ void ReleaseIteratively(std::vector<TensorRef>& inputs) {
 // operands before users. Iterative, so graph depth never becomes stack depth.
 std::vector<LazyNode*> TopologicalOrder(std::span<LazyNode* const> roots) {
   std::vector<LazyNode*> order;
-  std::unordered_map<LazyNode*, bool> state;  // false: on the stack, true: emitted
+  absl::flat_hash_map<LazyNode*, bool> state;  // false: on the stack, true: emitted
   std::vector<std::pair<LazyNode*, size_t>> stack;
   for (LazyNode* root : roots) {
     if (state.count(root)) continue;
@@ -108,7 +108,8 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
 
   // Operand edges inside this DAG; a pending node with more owners than that is also held from
   // outside (a user tensor or a pending node elsewhere) and is worth keeping.
-  std::unordered_map<LazyNode*, long> internal_uses;
+  absl::flat_hash_map<LazyNode*, long> internal_uses;
+  internal_uses.reserve(order.size());
   for (LazyNode* node : order) {
     if (node->realized()) continue;
     for (const TensorRef& in : node->inputs) ++internal_uses[in.get()];
@@ -118,7 +119,8 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
   // Import), so the graph is assembled directly with the recorded types: no second inference and
   // no verification on this per-call path (debug builds still verify below).
   ir::Graph graph;
-  std::unordered_map<LazyNode*, ir::NodeId> ids;
+  absl::flat_hash_map<LazyNode*, ir::NodeId> ids;
+  ids.reserve(order.size());
   std::vector<std::shared_ptr<const ir::TensorData>> arguments;
   for (LazyNode* node : order) {
     ir::NodeId id;
@@ -151,7 +153,8 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
     }
   }
   // Find externally held intermediates through the operand lists that reference them.
-  std::unordered_map<LazyNode*, long> owners;
+  absl::flat_hash_map<LazyNode*, long> owners;
+  owners.reserve(order.size());
   for (LazyNode* node : order) {
     if (node->realized()) continue;
     for (const TensorRef& in : node->inputs) owners[in.get()] = in.use_count();
@@ -179,9 +182,9 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
   const auto keeps_tape = [](const LazyNode* node) {
     return node->tracks_grad && !node->requires_grad;
   };
-  std::unordered_set<LazyNode*> observable;
+  absl::flat_hash_set<LazyNode*> observable;
   {
-    std::unordered_set<LazyNode*> is_output(outputs.begin(), outputs.end());
+    absl::flat_hash_set<LazyNode*> is_output(outputs.begin(), outputs.end());
     std::vector<LazyNode*> stack;
     for (LazyNode* out : outputs) {
       if (keeps_tape(out)) stack.push_back(out);
