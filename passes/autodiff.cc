@@ -471,12 +471,84 @@ NodeId WindowSumRule(Emitter& e, const ir::Graph& graph, const ir::Node& node, N
   return e.Window(Op::kWindowSum, src, a);
 }
 
+// window_max whose windows tile x exactly (window == strides, no padding, no dilation, every
+// size divisible by its window; max_pool2d 2x2 stride 2): each windowed axis of length n is split
+// into [n / w, w], so window offsets become small axes and the first-maximum mask needs no
+// strided slices or spreads of the full tensor, only slices and pads on the size-w axes (cheap
+// index math once fused). The mask is the general rule's `first` per offset; the result adds a
+// zero like the general rule's sum of parts does, so both are bit-identical (-0.0 g included).
+// Returns kInvalidNode when the windows do not tile x.
+NodeId WindowMaxTiledRule(Emitter& e, const ir::Graph& graph, const ir::Node& node, NodeId out,
+                          NodeId g) {
+  const ir::Attrs& attrs = node.attrs;
+  const Shape& in = graph.node(node.inputs[0]).type.shape;
+  const size_t r = in.size();
+  Shape split, small;               // x split by window; the output with size-1 window axes.
+  std::vector<size_t> window_axes;  // position of each windowed axis's offset axis in `split`.
+  std::vector<int64_t> window;
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t w = attrs.window[i];
+    if (At(attrs.strides, i, 1) != w || At(attrs.dilation, i, 1) != 1 || At(attrs.low, i, 0) != 0 ||
+        At(attrs.high, i, 0) != 0 || w < 1 || in[i] % w != 0) {
+      return ir::kInvalidNode;
+    }
+    split.push_back(in[i] / w);
+    small.push_back(in[i] / w);
+    if (w > 1) {
+      window_axes.push_back(split.size());
+      window.push_back(w);
+      split.push_back(w);
+      small.push_back(1);
+    }
+  }
+  if (window_axes.empty()) return ir::kInvalidNode;  // Identity window: the general rule is fine.
+  const size_t s = split.size();
+  const NodeId xs = e.Reshape(node.inputs[0], split);
+  const NodeId ys = e.Reshape(out, small);
+  NodeId taken = ir::kInvalidNode, mask = ir::kInvalidNode;
+  std::vector<int64_t> k(window.size(), 0);
+  for (int64_t count = ir::NumElements(window); count > 0; --count) {
+    std::vector<int64_t> starts(s, 0), limits(split.begin(), split.end()), low(s, 0), high(s, 0);
+    for (size_t j = 0; j < window.size(); ++j) {
+      const size_t a = window_axes[j];
+      starts[a] = k[j];
+      limits[a] = k[j] + 1;
+      low[a] = k[j];
+      high[a] = window[j] - 1 - k[j];
+    }
+    const NodeId hit = e.Bin(Op::kEq, e.Slice(xs, starts, limits), ys);
+    NodeId first = hit;
+    if (taken == ir::kInvalidNode) {
+      taken = hit;
+    } else {
+      first = e.Bin(Op::kAnd, hit, e.Un(Op::kNot, taken));
+      if (count > 1) taken = e.Bin(Op::kOr, taken, hit);
+    }
+    const NodeId part = e.Pad(first, low, high);
+    mask = mask == ir::kInvalidNode ? part : e.Bin(Op::kOr, mask, part);
+    for (size_t j = window.size(); j-- > 0;) {
+      if (++k[j] < window[j]) break;
+      k[j] = 0;
+    }
+  }
+  const NodeId gs = e.Broadcast(e.Reshape(g, small), split);
+  NodeId dx = e.Where(mask, gs);
+  // The general rule sums one part per offset (g at the taken element, +0 elsewhere), which turns
+  // a -0.0 g into +0.0; adding +0 does the same here.
+  if (ir::NumElements(window) > 1) dx = e.Add(dx, e.Like(dx, 0.0));
+  return e.Reshape(dx, in);
+}
+
 // window_max: like torch's max_pool, g goes to the first maximum of each window in row-major
 // window order. Per window offset k: the elements each window reads at k (a strided slice of
 // the padded x) that equal the window's max and were not taken at an earlier offset receive g,
-// scattered back through the slice's transpose.
+// scattered back through the slice's transpose. Windows that tile x take the cheaper
+// WindowMaxTiledRule.
 NodeId WindowMaxRule(Emitter& e, const ir::Graph& graph, const ir::Node& node, NodeId out,
                      NodeId g) {
+  if (const NodeId tiled = WindowMaxTiledRule(e, graph, node, out, g); tiled != ir::kInvalidNode) {
+    return tiled;
+  }
   const ir::Attrs& attrs = node.attrs;
   const NodeId x = node.inputs[0];
   const Shape& in = graph.node(x).type.shape;

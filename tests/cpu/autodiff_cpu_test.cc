@@ -86,6 +86,15 @@ std::vector<GradGraph> Graphs() {
          return b.WindowReduce(Op::kWindowMax, x,
                                WindowAttrs({1, 1, 3, 3}, {1, 1, 2, 2}, {0, 0, 1, 1}, {0, 0, 1, 1}));
        }},
+      // max_pool2d 2x2 stride 2 (the split-axes rule) where rows 2k and 2k+1 are equal, so every
+      // window has tied maxima and only the first may take the gradient.
+      {"window_max tiled ties",
+       [](ir::Builder& b) {
+         const NodeId x = b.Parameter("x", {kF32, {2, 3, 3, 1, 8}});
+         const NodeId rows = b.Reshape(b.Broadcast(x, {2, 3, 3, 2, 8}), {2, 3, 6, 8});
+         return b.WindowReduce(Op::kWindowMax, rows,
+                               WindowAttrs({1, 1, 2, 2}, {1, 1, 2, 2}, {}, {}));
+       }},
       {"window_sum strided",
        [](ir::Builder& b) {
          const NodeId x = b.Parameter("x", {kF32, {2, 7, 6}});

@@ -310,6 +310,13 @@ std::vector<GradCase> GradientCases() {
                                            WindowAttrs({2, 2}, {1, 2}, {2, 0}, {0, 1}, {2, 3}));
                    },
                    {Kind::kDistinct}});
+  // Windows that tile x (window == strides, no padding): the split-axes rule.
+  cases.push_back({"window_max tiled",
+                   [](ir::Builder& b) {
+                     return b.WindowReduce(Op::kWindowMax, P(b, "x", {2, 4, 6}),
+                                           WindowAttrs({1, 2, 3}, {1, 2, 3}, {}, {}, {}));
+                   },
+                   {Kind::kDistinct}});
   // Ties within windows: rows 1 and 2 both hold the maximum x, so exactly one of them (the
   // first) may take the gradient.
   cases.push_back({"window_max ties", [](ir::Builder& b) {
@@ -526,6 +533,64 @@ TEST(Gradient, WindowMaxTiesGoToTheFirstMaximum) {
     }
   }
   EXPECT_EQ((*out)[0].ToDoubles(), expected);
+}
+
+// max_pool2d-style windows (window == strides, no padding) with many ties, on a shape the
+// windows tile (the split-axes rule) and on one they do not (5 x 7: the last row and column lie
+// outside every window, so the general rule runs). Both must give exactly the direct loop's
+// values, bit for bit: the first maximum in row-major window order takes g, and a -0.0 g comes
+// out as +0.0 (0 + g), as the general rule's sum of per-offset parts gives.
+TEST(Gradient, WindowMaxTiledTiesMatchTheGeneralRuleBitForBit) {
+  for (const ir::Shape& shape : {ir::Shape{2, 3, 4, 6}, ir::Shape{2, 3, 5, 7}}) {
+    SCOPED_TRACE(::testing::PrintToString(shape));
+    const ir::Attrs attrs = WindowAttrs({1, 1, 2, 3}, {1, 1, 2, 3}, {}, {}, {});
+    ir::Builder b;
+    const NodeId x = P(b, "x", shape);
+    const NodeId y = b.WindowReduce(Op::kWindowMax, x, attrs);
+    const NodeId g = P(b, "g", b.type(y).shape);
+    absl::StatusOr<ir::Graph> graph = std::move(b).Build();
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    const NodeId wrt[] = {x};
+    absl::StatusOr<GradientGraph> grads = AppendGradients(*graph, y, wrt, g);
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    ir::Graph run = grads->graph;
+    run.AddOutput(grads->gradients[0]);
+
+    std::mt19937_64 rng(11);
+    TensorData xv(kF64, shape), gv(kF64, graph->node(g).type.shape);
+    for (int64_t i = 0; i < xv.num_elements(); ++i) {
+      xv.SetDouble(i, static_cast<double>(rng() % 3));
+    }
+    for (int64_t i = 0; i < gv.num_elements(); ++i) {
+      gv.SetDouble(i, i % 5 == 0 ? -0.0 : static_cast<double>(i) - 20.0);
+    }
+    absl::StatusOr<std::vector<TensorData>> out =
+        ir::Interpret(run, std::vector<TensorData>{xv, gv});
+    ASSERT_TRUE(out.ok()) << out.status();
+
+    std::vector<double> expected(static_cast<size_t>(xv.num_elements()), 0.0);
+    const ir::Shape& os = graph->node(y).type.shape;
+    for (int64_t nc = 0; nc < os[0] * os[1]; ++nc) {
+      for (int64_t p0 = 0; p0 < os[2]; ++p0) {
+        for (int64_t p1 = 0; p1 < os[3]; ++p1) {
+          int64_t best = -1;
+          for (int64_t k0 = 0; k0 < 2; ++k0) {
+            for (int64_t k1 = 0; k1 < 3; ++k1) {
+              const int64_t at = (nc * shape[2] + p0 * 2 + k0) * shape[3] + p1 * 3 + k1;
+              if (best < 0 || xv.GetDouble(at) > xv.GetDouble(best)) best = at;
+            }
+          }
+          expected[static_cast<size_t>(best)] += gv.GetDouble((nc * os[2] + p0) * os[3] + p1);
+        }
+      }
+    }
+    const std::vector<double> got = (*out)[0].ToDoubles();
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i], expected[i]) << "element " << i;
+      EXPECT_EQ(std::signbit(got[i]), std::signbit(expected[i])) << "element " << i;
+    }
+  }
 }
 
 // ---- Gradients of gradients -------------------------------------------------------------------
