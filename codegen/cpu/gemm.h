@@ -151,7 +151,9 @@ absl::StatusOr<ir::Shape> ConvOutputShape(const ConvParams& params);
 
 /// Runs the convolution: for each image and group, out[O/g, P] = W_g[O/g, C/g * prod(K)] *
 /// im2col(x)[C/g * prod(K), P], where the im2col operand is gathered into packed B panels on the
-/// fly (padding and input dilation read as zeros).
+/// fly (padding and input dilation read as zeros). A 2-d conv with at most 16 output positions,
+/// a depth of at least 1024 and no epilogue (a weight gradient: dW of a 3x3 kernel) runs as
+/// out^T = im2col^T * W^T instead, with im2col^T built explicitly (capped at 64 MiB).
 absl::Status Conv(const ConvParams& params, runtime::ThreadPool* pool = nullptr);
 
 /// The micro-kernel this host gets, for dumps and documentation.

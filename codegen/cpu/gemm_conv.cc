@@ -3,10 +3,13 @@
 // where X_ng (the im2col matrix) is never built: ConvBPacker gathers its blocks straight into the
 // packed B panels, reading padding and the holes of input dilation as zeros. The bias is the
 // GEMM's per-row bias (one value per output channel) and the residual has the output's layout,
-// so the whole epilogue runs on the output tiles like a matmul's.
+// so the whole epilogue runs on the output tiles like a matmul's. Weight-gradient shaped convs
+// (a few output positions, a long reduction, no epilogue) run transposed instead: see
+// RunConvTransposed.
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -16,6 +19,7 @@
 #include "codegen/cpu/gemm_internal.h"
 #include "ir/graph.h"
 #include "ir/infer.h"
+#include "runtime/thread_pool.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -253,9 +257,124 @@ bool IsPointwise(const ConvParams& params) {
   return true;
 }
 
+// A weight-gradient convolution (the kernel is the big output gradient, the output is the small
+// kernel-sized dW, e.g. 3x3) as the plain im2col GEMM has N = P (9) output positions: most of
+// the NR-wide register tile idles and packing im2col panels with runs of P elements dominates.
+// Transposed, out^T[(image, p), o] = im2col^T[(image, p), K] * W^T[K, o]: the images' P rows
+// stack into M (one GEMM, the weight packed once per thread band), O fills the register tile,
+// and im2col^T is built row by row with long contiguous copies. Only the plain 2-d case without
+// input dilation, groups or epilogue takes this path.
+bool UseTransposedSmallOutput(const ConvParams& params, const ir::Shape& output_shape) {
+  if (params.input_shape.size() != 4 || params.groups != 1 || params.bias != nullptr ||
+      params.residual != nullptr || params.activation != GemmActivation::kNone) {
+    return false;
+  }
+  for (size_t t = 0; t < 2; ++t) {
+    if (At(params.input_dilation, t, 1) != 1) return false;
+  }
+  const int64_t output_plane = output_shape[2] * output_shape[3];
+  const int64_t depth = params.weight_shape[1] * params.weight_shape[2] * params.weight_shape[3];
+  // P well under one 32-wide AVX-512 tile and a long reduction: the weight-gradient shape. The
+  // explicit im2col^T (images * P * depth elements) is capped at 64 MiB.
+  const int64_t im2col_bytes =
+      params.input_shape[0] * output_plane * depth * (params.dtype == ir::DType::kF64 ? 8 : 4);
+  return output_plane <= 16 && depth >= 1024 && params.weight_shape[0] >= 8 &&
+         im2col_bytes <= (int64_t{64} << 20);
+}
+
+template <class T>
+absl::Status RunConvTransposed(const ConvParams& params, const ir::Shape& output_shape,
+                               runtime::ThreadPool* pool) {
+  const int64_t images = params.input_shape[0], channels = params.input_shape[1];
+  const int64_t in_h = params.input_shape[2], in_w = params.input_shape[3];
+  const int64_t out_channels = params.weight_shape[0];
+  const int64_t kh_size = params.weight_shape[2], kw_size = params.weight_shape[3];
+  const int64_t out_h = output_shape[2], out_w = output_shape[3];
+  const int64_t plane = out_h * out_w;
+  const int64_t depth = channels * kh_size * kw_size;
+  const int64_t stride_h = At(params.strides, 0, 1), stride_w = At(params.strides, 1, 1);
+  const int64_t dil_h = At(params.dilation, 0, 1), dil_w = At(params.dilation, 1, 1);
+  const int64_t low_h = At(params.low, 0, 0), low_w = At(params.low, 1, 0);
+  const int64_t rows = images * plane;
+  // Kept per calling thread across calls: a fresh multi-megabyte buffer would page-fault on
+  // every step.
+  thread_local std::vector<T> columns, result;
+  columns.resize(static_cast<size_t>(rows * depth));
+  result.resize(static_cast<size_t>(rows * out_channels));
+  const T* input = static_cast<const T*>(params.input);
+  T* a = columns.data();
+  // Row (image, oh, ow) of im2col^T: for each channel c and kernel position (kh, kw), the input
+  // element at (oh * stride + kh * dilation - low, ow * stride + kw * dilation - low).
+  auto build = [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t image = r / plane, oh = (r % plane) / out_w, ow = r % out_w;
+      T* row = a + r * depth;
+      const int64_t w0 = ow * stride_w - low_w;  // input column of kw = 0
+      // Kernel columns kw with 0 <= w0 + kw * dil_w < in_w.
+      int64_t kw_begin = 0, kw_end = kw_size;
+      while (kw_begin < kw_size && w0 + kw_begin * dil_w < 0) ++kw_begin;
+      while (kw_end > kw_begin && w0 + (kw_end - 1) * dil_w >= in_w) --kw_end;
+      for (int64_t c = 0; c < channels; ++c) {
+        const T* src_plane = input + (image * channels + c) * in_h * in_w;
+        for (int64_t kh = 0; kh < kh_size; ++kh) {
+          T* out = row + (c * kh_size + kh) * kw_size;
+          const int64_t ih = oh * stride_h + kh * dil_h - low_h;
+          if (ih < 0 || ih >= in_h) {
+            std::fill(out, out + kw_size, T{0});
+            continue;
+          }
+          const T* src = src_plane + ih * in_w + w0;
+          std::fill(out, out + kw_begin, T{0});
+          if (dil_w == 1) {
+            std::memcpy(out + kw_begin, src + kw_begin,
+                        static_cast<size_t>(kw_end - kw_begin) * sizeof(T));
+          } else {
+            for (int64_t kw = kw_begin; kw < kw_end; ++kw) out[kw] = src[kw * dil_w];
+          }
+          std::fill(out + kw_end, out + kw_size, T{0});
+        }
+      }
+    }
+  };
+  if (pool != nullptr && pool->num_threads() > 1 && rows > 1) {
+    pool->ParallelFor(rows, 1, build);
+  } else {
+    build(0, rows);
+  }
+
+  CoreProblem<T> problem;
+  problem.m = rows;
+  problem.n = out_channels;
+  problem.k = depth;
+  problem.a = a;
+  problem.a_row_stride = depth;
+  problem.a_col_stride = 1;
+  problem.b = static_cast<const T*>(params.weight);
+  const StridedBPacker<T> weight_t(/*row_stride=*/1, /*col_stride=*/depth);
+  problem.b_packer = &weight_t;
+  problem.c = result.data();
+  problem.ldc = out_channels;
+  problem.batches.push_back(BatchOffsets{});
+  absl::Status status = gemm_internal::RunCore(problem, EpilogueVariant{}, params.tuning, pool);
+  if (!status.ok()) return status;
+  // out[image, o, p] = result[(image, p), o]: P x O per image, small next to the GEMM.
+  T* output = static_cast<T*>(params.output);
+  for (int64_t image = 0; image < images; ++image) {
+    const T* src = result.data() + image * plane * out_channels;
+    T* dst = output + image * out_channels * plane;
+    for (int64_t o = 0; o < out_channels; ++o) {
+      for (int64_t p = 0; p < plane; ++p) dst[o * plane + p] = src[p * out_channels + o];
+    }
+  }
+  return absl::OkStatus();
+}
+
 template <class T>
 absl::Status RunConv(const ConvParams& params, const ir::Shape& output_shape,
                      runtime::ThreadPool* pool) {
+  if (UseTransposedSmallOutput(params, output_shape)) {
+    return RunConvTransposed<T>(params, output_shape, pool);
+  }
   const int64_t images = params.input_shape[0], channels = params.input_shape[1];
   const int64_t out_channels = params.weight_shape[0], group_channels = params.weight_shape[1];
   const int64_t groups = params.groups, group_outputs = out_channels / groups;

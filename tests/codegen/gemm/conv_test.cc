@@ -283,6 +283,35 @@ TEST(ConvTest, SmallBlocksSplitThePackedWindows) {
   RunAllWays(tc);
 }
 
+TEST(ConvTest, WeightGradientShapesTakeTheTransposedPath) {
+  // Small outputs (<= 16 positions) with a long reduction and no epilogue: the weight gradient of
+  // a 3x3 conv, computed as out^T = im2col^T * W^T. Shapes as the CNN training step's dW of
+  // conv 1 and conv 2 (benchmarks/train_graphs.cc) with fewer channels.
+  ConvCase conv1;
+  conv1.input = {1, 16, 28, 28};
+  conv1.weight = {32, 16, 26, 26};
+  RunAllWays(conv1);
+  ConvCase conv2;
+  conv2.input = {8, 16, 13, 13};
+  conv2.weight = {64, 16, 11, 11};
+  RunAllWays(conv2);
+  conv2.tuning.kc = 100;  // many depth blocks, one ending inside a kernel row
+  conv2.tuning.mc = 1;
+  RunAllWays(conv2);
+  // Padding, stride and dilation: kernel columns partly on the padding, an output of 3 x 5.
+  ConvCase padded;
+  padded.input = {3, 24, 12, 11};
+  padded.weight = {16, 24, 9, 5};
+  padded.strides = {2, 1};
+  padded.low = {1, 1};
+  padded.high = {1, 1};
+  padded.dilation = {1, 2};
+  RunAllWays(padded);
+  padded.low = {0, 2};
+  padded.high = {2, 0};
+  RunAllWays(padded);
+}
+
 TEST(ConvTest, EmptyChannelsGiveTheEpilogueOfZero) {
   ConvCase tc;
   tc.input = {2, 0, 4};
