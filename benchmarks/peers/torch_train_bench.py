@@ -15,13 +15,13 @@ the best batch's mean per call. Prints JSON: {"torch": version, "threads": n, "r
 
 import argparse
 import json
-import math
 import sys
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from torch_bench import time_workload  # one timing loop for both peers
 
 
 def mlp():
@@ -70,23 +70,6 @@ def workloads():
     }
 
 
-def time_workload(fn, repetitions, min_time):
-    fn()  # warm-up
-    fn()
-    best = math.inf
-    for _ in range(repetitions):
-        calls = 0
-        start = time.perf_counter()
-        while True:
-            fn()
-            calls += 1
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_time:
-                break
-        best = min(best, elapsed / calls)
-    return best
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--threads", type=int, default=2)
@@ -101,7 +84,8 @@ def main():
     for name, make in workloads().items():
         if options.filter and options.filter not in name:
             continue
-        results[name] = {"seconds": time_workload(make(), options.repetitions, options.min_time)}
+        results[name] = {"seconds": time_workload(lambda: (), make(), options.repetitions,
+                                                   options.min_time)}
         print(f"torch_train_bench: {name}: {results[name]['seconds']:.6g} s", file=sys.stderr)
     json.dump({"torch": torch.__version__, "threads": torch.get_num_threads(),
                "results": results}, sys.stdout, indent=1)
