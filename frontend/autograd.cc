@@ -104,24 +104,8 @@ Gradients Backward(const TensorRef& loss, const TensorRef& seed, const Loc& loc)
   // else (leaves that require a gradient, untracked values, pending or realized) enters the
   // graph as a parameter.
   auto interior = [](const LazyNode* node) { return node->tracks_grad && !node->requires_grad; };
-  std::vector<LazyNode*> order;
-  std::unordered_map<LazyNode*, bool> state;  // false: on the stack, true: emitted
-  std::vector<std::pair<LazyNode*, size_t>> stack{{loss.get(), 0}};
-  state[loss.get()] = false;
-  while (!stack.empty()) {
-    auto& [node, next] = stack.back();
-    if (interior(node) && next < node->inputs.size()) {
-      LazyNode* in = node->inputs[next++].get();
-      if (!state.count(in)) {
-        state[in] = false;
-        stack.emplace_back(in, 0);
-      }
-      continue;
-    }
-    state[node] = true;
-    order.push_back(node);
-    stack.pop_back();
-  }
+  LazyNode* const root = loss.get();
+  const std::vector<LazyNode*> order = TopologicalOrder(std::span(&root, 1), interior);
 
   ir::Builder builder;
   std::unordered_map<const LazyNode*, ir::NodeId> ids;

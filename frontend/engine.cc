@@ -74,9 +74,10 @@ void ReleaseIteratively(std::vector<TensorRef>& inputs) {
   }
 }
 
-// Pending nodes reachable from `roots` (stopping at realized ones, which are collected too),
-// operands before users. Iterative, so graph depth never becomes stack depth.
-std::vector<LazyNode*> TopologicalOrder(std::span<LazyNode* const> roots) {
+}  // namespace
+
+std::vector<LazyNode*> TopologicalOrder(std::span<LazyNode* const> roots,
+                                        bool (*expand)(const LazyNode*)) {
   std::vector<LazyNode*> order;
   absl::flat_hash_map<LazyNode*, bool> state;  // false: on the stack, true: emitted
   std::vector<std::pair<LazyNode*, size_t>> stack;
@@ -86,7 +87,7 @@ std::vector<LazyNode*> TopologicalOrder(std::span<LazyNode* const> roots) {
     state[root] = false;
     while (!stack.empty()) {
       auto& [node, next] = stack.back();
-      if (!node->realized() && next < node->inputs.size()) {
+      if (expand(node) && next < node->inputs.size()) {
         LazyNode* in = node->inputs[next++].get();
         if (!state.count(in)) {
           state[in] = false;
@@ -102,9 +103,14 @@ std::vector<LazyNode*> TopologicalOrder(std::span<LazyNode* const> roots) {
   return order;
 }
 
+namespace {
+
 // Realizes the pending nodes behind `roots`, all on `device`.
 void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device, const Loc& loc) {
-  const std::vector<LazyNode*> order = TopologicalOrder(roots);
+  // Pending nodes behind the roots; realized ones are collected (they become parameters) but
+  // not expanded.
+  const std::vector<LazyNode*> order =
+      TopologicalOrder(roots, [](const LazyNode* node) { return !node->realized(); });
 
   // Operand edges inside this DAG; a pending node with more owners than that is also held from
   // outside (a user tensor or a pending node elsewhere) and is worth keeping.
@@ -284,6 +290,21 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
   }
 }
 
+// Gives `node` its operands and the counters that follow from them: the pending chain's depth
+// and size estimate (auto-realization), and whether the tape tracks it.
+void LinkOperands(LazyNode& node, std::vector<TensorRef> inputs) {
+  int32_t depth = 0;
+  int64_t estimate = 1;
+  for (const TensorRef& in : inputs) {
+    depth = std::max(depth, in->pending_depth);
+    estimate = std::min(estimate + in->pending_estimate, 2 * kMaxPendingNodes);
+    if (GradEnabled()) node.tracks_grad |= in->tracks_grad;
+  }
+  node.pending_depth = depth + 1;
+  node.pending_estimate = estimate;
+  node.inputs = std::move(inputs);
+}
+
 TensorRef RecordOn(const char* name, ir::Op op, std::vector<TensorRef> inputs, ir::Attrs attrs,
                    runtime::DeviceId device, const Loc& loc) {
   std::vector<ir::TensorType> types;
@@ -315,18 +336,7 @@ TensorRef RecordOn(const char* name, ir::Op op, std::vector<TensorRef> inputs, i
   node->type = *std::move(type);
   node->loc = loc;
   node->device = device;
-  int32_t depth = 0;
-  int64_t estimate = 1;
-  for (const TensorRef& in : inputs) {
-    depth = std::max(depth, in->pending_depth);
-    estimate = std::min(estimate + in->pending_estimate, 2 * kMaxPendingNodes);
-  }
-  node->pending_depth = depth + 1;
-  node->pending_estimate = estimate;
-  if (GradEnabled()) {
-    for (const TensorRef& in : inputs) node->tracks_grad |= in->tracks_grad;
-  }
-  node->inputs = std::move(inputs);
+  LinkOperands(*node, std::move(inputs));
   if (node->pending_depth > kMaxPendingDepth || node->pending_estimate > kMaxPendingNodes) {
     const TensorRef roots[] = {node};
     Realize(roots, loc);
@@ -382,16 +392,8 @@ TensorRef Import(const ir::Graph& graph, ir::NodeId id, std::vector<TensorRef> i
   node->type = source.type;
   node->loc = source.loc;
   node->device = device;
-  int32_t depth = 0;
-  int64_t estimate = 1;
-  for (const TensorRef& in : inputs) {
-    depth = std::max(depth, in->pending_depth);
-    estimate = std::min(estimate + in->pending_estimate, 2 * kMaxPendingNodes);
-    if (GradEnabled()) node->tracks_grad |= in->tracks_grad;
-  }
-  node->pending_depth = depth + 1;
-  node->pending_estimate = std::min(estimate, pending_bound);
-  node->inputs = std::move(inputs);
+  LinkOperands(*node, std::move(inputs));
+  node->pending_estimate = std::min(node->pending_estimate, pending_bound);
   return node;
 }
 

@@ -98,6 +98,12 @@ TensorRef Import(const ir::Graph& graph, ir::NodeId id, std::vector<TensorRef> i
 const ir::TensorType& TypeOf(const TensorRef& ref);
 Device DeviceOf(const TensorRef& ref);
 
+/// The nodes reachable from `roots`, operands before users: a node's operands are followed only
+/// where `expand(node)` holds (the others are collected as leaves). Iterative, so graph depth
+/// never becomes stack depth.
+std::vector<LazyNode*> TopologicalOrder(std::span<LazyNode* const> roots,
+                                        bool (*expand)(const LazyNode*));
+
 /// Realizes every pending node in `refs` in one graph run. Throws kiln::Error on failure.
 void Realize(std::span<const TensorRef> refs, const Loc& loc);
 /// Realizes `ref` and returns its value.

@@ -161,16 +161,26 @@ class Optimizer {
   std::vector<CachedScalar> scalars_;
 };
 
-/// Realizes one training step as one graph: every parameter and buffer (BatchNorm's running
-/// statistics) of `module`, the optimizer's state and `extra` tensors (the loss, metrics).
-template <class Module, class... Ts>
-void realize_step(const Module& module, const Optimizer& optimizer, const Ts&... extra) {
-  std::vector<kiln::detail::TensorRef> refs = optimizer.state_tensors();
+/// What one training step leaves to realize: every parameter and buffer (BatchNorm's running
+/// statistics) of `module` and the optimizer's state (state_tensors(), when the optimizer type
+/// has it: train::Learner also takes optimizers of its own).
+template <class Module, class Opt>
+std::vector<kiln::detail::TensorRef> step_tensors(const Module& module, const Opt& optimizer) {
+  std::vector<kiln::detail::TensorRef> refs;
+  if constexpr (requires { optimizer.state_tensors(); }) refs = optimizer.state_tensors();
   const auto add = [&refs](const std::string&, const auto& tensor) {
     refs.push_back(tensor.ref());
   };
   module.visit(add);
   if constexpr (requires { module.visit_buffers(add); }) module.visit_buffers(add);
+  return refs;
+}
+
+/// Realizes one training step as one graph: step_tensors(module, optimizer) and `extra` tensors
+/// (the loss, metrics).
+template <class Module, class... Ts>
+void realize_step(const Module& module, const Optimizer& optimizer, const Ts&... extra) {
+  std::vector<kiln::detail::TensorRef> refs = step_tensors(module, optimizer);
   (refs.push_back(extra.ref()), ...);
   kiln::detail::Realize(refs, std::source_location::current());
 }

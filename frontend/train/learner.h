@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "frontend/autograd.h"
+#include "frontend/optim/optimizer.h"
 #include "frontend/optim/scheduler.h"
 #include "frontend/random.h"
 #include "frontend/tensor.h"
@@ -367,13 +368,7 @@ class Learner {
   // backward pass and the update compile to one executable (a cache hit from the next step on).
   template <class Out>
   void realize_step(const Out& out, const std::source_location& loc) {
-    std::vector<detail::TensorRef> refs;
-    if constexpr (requires { optimizer_.state_tensors(); }) refs = optimizer_.state_tensors();
-    const auto add = [&refs](const std::string&, const auto& tensor) {
-      refs.push_back(tensor.ref());
-    };
-    model_.visit(add);
-    if constexpr (requires { model_.visit_buffers(add); }) model_.visit_buffers(add);
+    std::vector<detail::TensorRef> refs = optim::step_tensors(model_, optimizer_);
     refs.push_back(out.loss.ref());
     if (out.logits) refs.push_back(out.logits->ref());
     detail::Realize(refs, loc);
