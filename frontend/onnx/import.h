@@ -1,0 +1,72 @@
+// ONNX import: a `.onnx` model (ModelProto, opsets 13-17) → an ir::Graph over static shapes.
+//
+//   absl::StatusOr<kiln::onnx::ImportedModel> m = kiln::onnx::ImportFile("model.onnx");
+//   // m->graph's parameters: the model's inputs (m->input_names) and, by default, one parameter
+//   // per initializer, named like the initializer ("fc1.weight"), whose value is m->weights[name].
+//   std::vector<ir::TensorData> args = m->Arguments({x});  // inputs in order, then the weights
+//   ir::Interpret(m->graph, args);
+//
+// ONNX's implicit numpy broadcasting and its dtype rules become the IR's explicit reshape /
+// broadcast / cast (docs/ir.md). Shapes are static: an input dimension given as a dim_param (or
+// missing) needs ImportOptions::input_shapes. Values that only depend on shapes and constants
+// (Shape → Gather → Concat → Reshape chains, ConstantOfShape, Range, ...) are evaluated during
+// import and never reach the graph. docs/onnx.md lists the supported operators.
+//
+// Protobuf and ONNX headers stay out of this header on purpose (they are large and need
+// ONNX_ML / ONNX_NAMESPACE defines); everything here is plain kiln types.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ir/graph.h"
+#include "ir/tensor_data.h"
+
+namespace kiln::onnx {
+
+struct ImportOptions {
+  /// Static shapes for graph inputs, by input name. Needed for every input with a dynamic
+  /// dimension (dim_param or an unset dim); a given shape must agree with the model's fixed dims.
+  std::map<std::string, ir::Shape> input_shapes;
+  /// true: each initializer becomes a parameter of the graph (named like the initializer, value in
+  /// ImportedModel::weights), so one compiled graph serves any weights of the same shapes.
+  /// false: initializers are baked into the graph as constants (weights stays empty).
+  bool weights_as_parameters = true;
+};
+
+/// The result of an import.
+struct ImportedModel {
+  /// Parameters: first the model's inputs (in the ONNX order, names as in the model), then one
+  /// per initializer used by the graph (weights_as_parameters). Outputs are named like the ONNX
+  /// graph outputs, in order.
+  ir::Graph graph;
+  /// The ONNX graph inputs that are real inputs (initializers excluded), in order.
+  std::vector<std::string> input_names;
+  /// The ONNX graph outputs, in order.
+  std::vector<std::string> output_names;
+  /// Initializer values by name: the graph parameter of the same name takes this value.
+  std::map<std::string, ir::TensorData> weights;
+  /// The default-domain opset the model imports, and its producer ("pytorch 1.13.1").
+  int64_t opset_version = 0;
+  std::string producer;
+
+  /// The graph's positional arguments: `inputs` (one per input_names entry, in order) followed by
+  /// the weights in parameter order. Errors when the count differs.
+  absl::StatusOr<std::vector<ir::TensorData>> Arguments(std::vector<ir::TensorData> inputs) const;
+};
+
+/// Imports a serialized ModelProto. Bytes are untrusted: malformed protobuf, inconsistent
+/// tensors (raw_data length mismatch, bad dims), external data, missing inputs or unsupported
+/// operators give InvalidArgument / Unimplemented naming the node (an unsupported model lists every
+/// unsupported operator with its node names in one message), never a crash.
+absl::StatusOr<ImportedModel> ImportBytes(std::string_view bytes, const ImportOptions& options = {});
+
+/// Reads `path` and imports it (errors are prefixed with the path).
+absl::StatusOr<ImportedModel> ImportFile(const std::string& path,
+                                         const ImportOptions& options = {});
+
+}  // namespace kiln::onnx
