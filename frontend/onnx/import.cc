@@ -40,15 +40,24 @@ std::string Describe(const ::onnx::NodeProto& node, int index) {
 absl::StatusOr<ir::DType> DTypeFromOnnx(int32_t elem_type, const std::string& what) {
   using T = ::onnx::TensorProto;
   switch (elem_type) {
-    case T::FLOAT: return ir::DType::kF32;
-    case T::DOUBLE: return ir::DType::kF64;
-    case T::FLOAT16: return ir::DType::kF16;
-    case T::BFLOAT16: return ir::DType::kBF16;
-    case T::INT32: return ir::DType::kI32;
-    case T::INT64: return ir::DType::kI64;
-    case T::UINT8: return ir::DType::kU8;
-    case T::BOOL: return ir::DType::kBool;
-    default: break;
+    case T::FLOAT:
+      return ir::DType::kF32;
+    case T::DOUBLE:
+      return ir::DType::kF64;
+    case T::FLOAT16:
+      return ir::DType::kF16;
+    case T::BFLOAT16:
+      return ir::DType::kBF16;
+    case T::INT32:
+      return ir::DType::kI32;
+    case T::INT64:
+      return ir::DType::kI64;
+    case T::UINT8:
+      return ir::DType::kU8;
+    case T::BOOL:
+      return ir::DType::kBool;
+    default:
+      break;
   }
   std::string name = T::DataType_IsValid(elem_type)
                          ? T::DataType_Name(static_cast<T::DataType>(elem_type))
@@ -61,9 +70,10 @@ absl::StatusOr<ir::DType> DTypeFromOnnx(int32_t elem_type, const std::string& wh
 absl::StatusOr<ir::TensorData> TensorFromProto(const ::onnx::TensorProto& proto,
                                                const std::string& what) {
   if (proto.data_location() == ::onnx::TensorProto::EXTERNAL || proto.external_data_size() > 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        what, ": stored as external data, which kiln does not read; save the model with its "
-              "tensors inside (onnx.save_model(m, path, save_as_external_data=False))"));
+    return absl::UnimplementedError(
+        absl::StrCat(what,
+                     ": stored as external data, which kiln does not read; save the model with its "
+                     "tensors inside (onnx.save_model(m, path, save_as_external_data=False))"));
   }
   if (proto.has_segment()) return Invalid(what, "segmented tensors are not supported");
   absl::StatusOr<ir::DType> dtype = DTypeFromOnnx(proto.data_type(), what);
@@ -77,8 +87,8 @@ absl::StatusOr<ir::TensorData> TensorFromProto(const ::onnx::TensorProto& proto,
     }
     shape.push_back(d);
     if (d != 0 && count > kMaxElements / d) {
-      return Invalid(what, absl::StrCat("too many elements in dims [",
-                                        absl::StrJoin(proto.dims(), ","), "]"));
+      return Invalid(
+          what, absl::StrCat("too many elements in dims [", absl::StrJoin(proto.dims(), ","), "]"));
     }
     count *= d;
   }
@@ -86,9 +96,9 @@ absl::StatusOr<ir::TensorData> TensorFromProto(const ::onnx::TensorProto& proto,
   if (proto.has_raw_data()) {
     const std::string& raw = proto.raw_data();
     if (static_cast<int64_t>(raw.size()) != count * size) {
-      return Invalid(what, absl::StrCat("raw_data has ", raw.size(), " bytes, but ", count,
-                                        " elements of ", ir::DTypeName(*dtype), " need ",
-                                        count * size));
+      return Invalid(
+          what, absl::StrCat("raw_data has ", raw.size(), " bytes, but ", count, " elements of ",
+                             ir::DTypeName(*dtype), " need ", count * size));
     }
     ir::TensorData t(*dtype, shape);
     if (count > 0) std::memcpy(t.data(), raw.data(), raw.size());
@@ -209,14 +219,16 @@ absl::StatusOr<ir::NodeId> Importer::Input(const ::onnx::NodeProto& node, int i)
     return absl::InvalidArgumentError(absl::StrCat("input ", i, " is missing"));
   }
   absl::StatusOr<ir::NodeId> id = ValueNode(node.input(i));
-  if (!id.ok()) return absl::InvalidArgumentError(absl::StrCat("input ", i, ": ", id.status().message()));
+  if (!id.ok())
+    return absl::InvalidArgumentError(absl::StrCat("input ", i, ": ", id.status().message()));
   return id;
 }
 
 std::optional<ir::TensorData> Importer::KnownValue(ir::NodeId id) {
   const ir::Node& n = b_.graph().node(id);
   if (n.op == ir::Op::kConstant) return *n.attrs.literal;
-  if ((n.op == ir::Op::kFill || n.op == ir::Op::kIota) && n.type.num_elements() <= kMaxElements / 8) {
+  if ((n.op == ir::Op::kFill || n.op == ir::Op::kIota) &&
+      n.type.num_elements() <= kMaxElements / 8) {
     ir::Graph g;
     ir::Node copy = n;
     g.AddOutput(g.AddNode(copy));
@@ -247,9 +259,9 @@ absl::StatusOr<std::vector<int64_t>> Importer::ConstInts(const ::onnx::NodeProto
   absl::StatusOr<ir::TensorData> t = ConstInput(node, i);
   if (!t.ok()) return t.status();
   if (!ir::IsInteger(t->dtype())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("input ", i, " ('", node.input(i), "') must be an integer tensor, not ",
-                     ir::DTypeName(t->dtype())));
+    return absl::InvalidArgumentError(absl::StrCat("input ", i, " ('", node.input(i),
+                                                   "') must be an integer tensor, not ",
+                                                   ir::DTypeName(t->dtype())));
   }
   return t->ToInt64s();
 }
@@ -258,7 +270,8 @@ void Importer::SetOutput(const ::onnx::NodeProto& node, int i, ir::NodeId id) {
   if (HasOutput(node, i)) values_[node.output(i)] = id;
 }
 
-// ---- Importer: folding and broadcasting ----------------------------------------------------------
+// ---- Importer: folding and broadcasting
+// ----------------------------------------------------------
 
 ir::NodeId Importer::Fold(ir::NodeId id) {
   if (id == ir::kInvalidNode || !b_.status().ok()) return id;
@@ -283,7 +296,8 @@ ir::NodeId Importer::Fold(ir::NodeId id) {
 
 ir::NodeId Importer::Permute(ir::NodeId x, std::vector<int64_t> perm) {
   bool identity = true;
-  for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == static_cast<int64_t>(i);
+  for (size_t i = 0; i < perm.size(); ++i)
+    identity = identity && perm[i] == static_cast<int64_t>(i);
   return identity ? x : Fold(b_.Permute(x, std::move(perm)));
 }
 
@@ -292,8 +306,7 @@ ir::NodeId Importer::Slice(ir::NodeId x, std::vector<int64_t> starts, std::vecto
   bool whole = true;
   const ir::Shape& s = shape(x);
   for (size_t i = 0; i < starts.size() && i < s.size(); ++i) {
-    whole = whole && starts[i] == 0 && limits[i] == s[i] &&
-            (strides.empty() || strides[i] == 1);
+    whole = whole && starts[i] == 0 && limits[i] == s[i] && (strides.empty() || strides[i] == 1);
   }
   return whole ? x : Fold(b_.Slice(x, std::move(starts), std::move(limits), std::move(strides)));
 }
@@ -306,8 +319,7 @@ absl::StatusOr<ir::Shape> Importer::BroadcastShape(const ir::Shape& a, const ir:
     int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
     if (da != db && da != 1 && db != 1) {
       return absl::InvalidArgumentError(absl::StrCat("shapes ", ir::ShapeToString(a), " and ",
-                                                     ir::ShapeToString(b),
-                                                     " do not broadcast"));
+                                                     ir::ShapeToString(b), " do not broadcast"));
     }
     out[i] = da == 1 ? db : da;
   }
@@ -318,8 +330,8 @@ absl::StatusOr<ir::NodeId> Importer::BroadcastTo(ir::NodeId x, const ir::Shape& 
   const ir::Shape& s = shape(x);
   if (s == target) return x;
   if (s.size() > target.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot broadcast ", ir::ShapeToString(s),
-                                                   " to ", ir::ShapeToString(target)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot broadcast ", ir::ShapeToString(s), " to ", ir::ShapeToString(target)));
   }
   ir::Shape padded(target.size() - s.size(), 1);
   padded.insert(padded.end(), s.begin(), s.end());
@@ -337,9 +349,9 @@ absl::StatusOr<std::vector<ir::NodeId>> Importer::Broadcasted(std::vector<ir::No
   ir::Shape target;
   for (ir::NodeId x : xs) {
     if (same_dtype && dtype(x) != dtype(xs[0])) {
-      return absl::InvalidArgumentError(absl::StrCat("operand types differ: ",
-                                                     ir::TypeToString(type(xs[0])), " and ",
-                                                     ir::TypeToString(type(x))));
+      return absl::InvalidArgumentError(
+          absl::StrCat("operand types differ: ", ir::TypeToString(type(xs[0])), " and ",
+                       ir::TypeToString(type(x))));
     }
     absl::StatusOr<ir::Shape> s = BroadcastShape(target, shape(x));
     if (!s.ok()) return s.status();
@@ -356,6 +368,15 @@ absl::StatusOr<std::vector<ir::NodeId>> Importer::Broadcasted(std::vector<ir::No
 // ---- Importer: the model ---------------------------------------------------------------------
 
 absl::Status Importer::DefineInputs(const ::onnx::GraphProto& graph) {
+  for (const auto& [name, shape] : options_.input_shapes) {
+    bool found = false;
+    for (const auto& vi : graph.input())
+      found = found || (vi.name() == name && !initializers_.count(name));
+    if (!found) {
+      return absl::InvalidArgumentError(absl::StrCat("ImportOptions::input_shapes names '", name,
+                                                     "', which is not a model input"));
+    }
+  }
   std::set<std::string> names;
   for (const auto& vi : graph.input()) {
     if (initializers_.count(vi.name())) continue;  // IR < 4: initializers listed as inputs
@@ -377,9 +398,9 @@ absl::Status Importer::DefineInputs(const ::onnx::GraphProto& graph) {
       const auto& dims = tt.shape().dim();
       if (given != options_.input_shapes.end() &&
           static_cast<int>(given->second.size()) != dims.size()) {
-        return Invalid(what, absl::StrCat("the given shape ", ir::ShapeToString(given->second),
-                                          " has rank ", given->second.size(), ", the model's ",
-                                          dims.size()));
+        return Invalid(
+            what, absl::StrCat("the given shape ", ir::ShapeToString(given->second), " has rank ",
+                               given->second.size(), ", the model's ", dims.size()));
       }
       for (int i = 0; i < dims.size(); ++i) {
         const auto& d = dims[i];
@@ -387,8 +408,8 @@ absl::Status Importer::DefineInputs(const ::onnx::GraphProto& graph) {
           int64_t g = given->second[static_cast<size_t>(i)];
           if (d.has_dim_value() && d.dim_value() != g) {
             return Invalid(what, absl::StrCat("the given shape ", ir::ShapeToString(given->second),
-                                              " differs from the model's fixed dimension ", i,
-                                              " (", d.dim_value(), ")"));
+                                              " differs from the model's fixed dimension ", i, " (",
+                                              d.dim_value(), ")"));
           }
           shape.push_back(g);
         } else if (d.has_dim_value() && d.dim_value() >= 0) {
@@ -411,12 +432,6 @@ absl::Status Importer::DefineInputs(const ::onnx::GraphProto& graph) {
     ir::NodeId id = b_.Parameter(vi.name(), {*dtype, shape});
     values_[vi.name()] = id;
     input_params_.push_back(id);
-  }
-  for (const auto& [name, shape] : options_.input_shapes) {
-    if (!names.count(name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ImportOptions::input_shapes names '", name, "', which is not a model input"));
-    }
   }
   return absl::OkStatus();
 }
@@ -452,8 +467,8 @@ absl::StatusOr<ImportedModel> Importer::Run(const ::onnx::ModelProto& model) {
     const std::string& domain = node.domain();
     bool ok = (domain.empty() || domain == "ai.onnx") && Lowerings().count(node.op_type());
     if (!ok) {
-      std::string op = domain.empty() || domain == "ai.onnx" ? node.op_type()
-                                                             : domain + "::" + node.op_type();
+      std::string op =
+          domain.empty() || domain == "ai.onnx" ? node.op_type() : domain + "::" + node.op_type();
       unsupported[op].push_back(node.name().empty() ? absl::StrCat("#", i) : node.name());
     }
   }
@@ -463,9 +478,9 @@ absl::StatusOr<ImportedModel> Importer::Run(const ::onnx::ModelProto& model) {
       parts.push_back(absl::StrCat(op, " (", nodes.size() == 1 ? "node " : "nodes ",
                                    absl::StrJoin(nodes, ", "), ")"));
     }
-    return absl::UnimplementedError(absl::StrCat("unsupported ONNX operators: ",
-                                                 absl::StrJoin(parts, "; "),
-                                                 " (docs/onnx.md lists the supported ones)"));
+    return absl::UnimplementedError(
+        absl::StrCat("unsupported ONNX operators: ", absl::StrJoin(parts, "; "),
+                     " (docs/onnx.md lists the supported ones)"));
   }
   if (graph.sparse_initializer_size() > 0) {
     return absl::UnimplementedError("sparse initializers are not supported");
@@ -490,8 +505,8 @@ absl::StatusOr<ImportedModel> Importer::Run(const ::onnx::ModelProto& model) {
     if (s.ok()) {
       for (int o = 0; o < node.output_size(); ++o) {
         if (!node.output(o).empty() && !values_.count(node.output(o))) {
-          s = absl::UnimplementedError(absl::StrCat("output ", o, " ('", node.output(o),
-                                                    "') is not supported"));
+          s = absl::UnimplementedError(
+              absl::StrCat("output ", o, " ('", node.output(o), "') is not supported"));
           break;
         }
       }
@@ -515,24 +530,25 @@ absl::StatusOr<ImportedModel> Importer::Run(const ::onnx::ModelProto& model) {
         absl::StatusOr<ir::DType> d = DTypeFromOnnx(tt.elem_type(), what);
         if (d.ok() && *d != dtype(*id)) {
           return Invalid(what, absl::StrCat("the model declares ", ir::DTypeName(*d),
-                                            ", the import computed ",
-                                            ir::TypeToString(type(*id))));
+                                            ", the import computed ", ir::TypeToString(type(*id))));
         }
       }
       if (options_.input_shapes.empty() && tt.has_shape()) {
         const auto& dims = tt.shape().dim();
         bool match = dims.size() == rank(*id);
         for (int k = 0; match && k < dims.size(); ++k) {
-          if (dims[k].has_dim_value() && dims[k].dim_value() != shape(*id)[static_cast<size_t>(k)]) {
+          if (dims[k].has_dim_value() &&
+              dims[k].dim_value() != shape(*id)[static_cast<size_t>(k)]) {
             match = false;
           }
         }
         if (!match) {
           std::vector<std::string> ds;
-          for (const auto& d : dims) ds.push_back(d.has_dim_value() ? absl::StrCat(d.dim_value()) : "?");
-          return Invalid(what, absl::StrCat("the model declares shape [", absl::StrJoin(ds, ","),
-                                            "], the import computed ",
-                                            ir::TypeToString(type(*id))));
+          for (const auto& d : dims)
+            ds.push_back(d.has_dim_value() ? absl::StrCat(d.dim_value()) : "?");
+          return Invalid(what,
+                         absl::StrCat("the model declares shape [", absl::StrJoin(ds, ","),
+                                      "], the import computed ", ir::TypeToString(type(*id))));
         }
       }
     }
@@ -563,8 +579,8 @@ absl::StatusOr<ImportedModel> Importer::Run(const ::onnx::ModelProto& model) {
 absl::StatusOr<std::vector<ir::TensorData>> ImportedModel::Arguments(
     std::vector<ir::TensorData> inputs) const {
   if (inputs.size() != input_names.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("the model has ", input_names.size(),
-                                                   " inputs, ", inputs.size(), " given"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model has ", input_names.size(), " inputs, ", inputs.size(), " given"));
   }
   std::vector<ir::TensorData> args;
   for (ir::NodeId id : graph.Parameters()) {
@@ -613,8 +629,30 @@ absl::StatusOr<ImportedModel> ImportFile(const std::string& path, const ImportOp
   ss << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
   absl::StatusOr<ImportedModel> m = ImportBytes(ss.str(), options);
-  if (!m.ok()) return absl::Status(m.status().code(), absl::StrCat(path, ": ", m.status().message()));
+  if (!m.ok())
+    return absl::Status(m.status().code(), absl::StrCat(path, ": ", m.status().message()));
   return m;
+}
+
+absl::StatusOr<ir::TensorData> ReadTensorProto(std::string_view bytes) {
+  ::onnx::TensorProto proto;
+  if (bytes.size() > static_cast<size_t>(INT_MAX) ||
+      !proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "not an ONNX TensorProto: protobuf parsing failed (", bytes.size(), " bytes)"));
+  }
+  return internal::TensorFromProto(proto, absl::StrCat("tensor '", proto.name(), "'"));
+}
+
+absl::StatusOr<ir::TensorData> ReadTensorProtoFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  absl::StatusOr<ir::TensorData> t = ReadTensorProto(ss.str());
+  if (!t.ok())
+    return absl::Status(t.status().code(), absl::StrCat(path, ": ", t.status().message()));
+  return t;
 }
 
 }  // namespace kiln::onnx

@@ -67,9 +67,7 @@ class Importer {
   ir::NodeId Unary(ir::Op op, ir::NodeId x) { return Fold(b_.Unary(op, x)); }
   ir::NodeId Binary(ir::Op op, ir::NodeId a, ir::NodeId c) { return Fold(b_.Binary(op, a, c)); }
   ir::NodeId Select(ir::NodeId c, ir::NodeId t, ir::NodeId f) { return Fold(b_.Select(c, t, f)); }
-  ir::NodeId Cast(ir::NodeId x, ir::DType d) {
-    return dtype(x) == d ? x : Fold(b_.Cast(x, d));
-  }
+  ir::NodeId Cast(ir::NodeId x, ir::DType d) { return dtype(x) == d ? x : Fold(b_.Cast(x, d)); }
   ir::NodeId Reduce(ir::Op op, ir::NodeId x, std::vector<int64_t> axes) {
     return Fold(b_.Reduce(op, x, std::move(axes)));
   }
@@ -87,7 +85,9 @@ class Importer {
   }
   ir::NodeId Const(ir::TensorData t) { return b_.Constant(std::move(t)); }
   /// A tensor of `shape` filled with `value`.
-  ir::NodeId Full(double value, ir::DType d, ir::Shape s) { return b_.Fill(value, {d, std::move(s)}); }
+  ir::NodeId Full(double value, ir::DType d, ir::Shape s) {
+    return b_.Fill(value, {d, std::move(s)});
+  }
   /// A scalar `value` broadcast to x's type.
   ir::NodeId Like(double value, ir::NodeId x) { return Full(value, dtype(x), shape(x)); }
 

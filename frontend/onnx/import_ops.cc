@@ -22,9 +22,9 @@ using NodeProto = ::onnx::NodeProto;
 #define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
 // TRY(auto x, expr): x = *expr, or return expr's error.
 #define TRY(lhs, expr) TRY_IMPL(KILN_CONCAT(try_, __LINE__), lhs, expr)
-#define TRY_IMPL(tmp, lhs, expr)            \
-  auto tmp = (expr);                        \
-  if (!tmp.ok()) return tmp.status();       \
+#define TRY_IMPL(tmp, lhs, expr)      \
+  auto tmp = (expr);                  \
+  if (!tmp.ok()) return tmp.status(); \
   lhs = *std::move(tmp)
 
 absl::Status Bad(const std::string& msg) { return absl::InvalidArgumentError(msg); }
@@ -83,8 +83,9 @@ NodeId ExpM1Scaled(Importer& im, NodeId x, double alpha) {  // alpha * (exp(x) -
 }
 
 // Binary ops with numpy broadcasting; `f` gets the broadcast operands.
-Lowering BinaryWith(std::function<absl::StatusOr<NodeId>(Importer&, const NodeProto&, NodeId, NodeId)> f,
-                    bool same_dtype = true) {
+Lowering BinaryWith(
+    std::function<absl::StatusOr<NodeId>(Importer&, const NodeProto&, NodeId, NodeId)> f,
+    bool same_dtype = true) {
   return [f, same_dtype](Importer& im, const NodeProto& n) -> absl::Status {
     TRY(NodeId a, im.Input(n, 0));
     TRY(NodeId b, im.Input(n, 1));
@@ -96,9 +97,8 @@ Lowering BinaryWith(std::function<absl::StatusOr<NodeId>(Importer&, const NodePr
 }
 
 Lowering BinaryOp(Op op) {
-  return BinaryWith([op](Importer& im, const NodeProto&, NodeId a, NodeId b) -> absl::StatusOr<NodeId> {
-    return im.Binary(op, a, b);
-  });
+  return BinaryWith([op](Importer& im, const NodeProto&, NodeId a,
+                         NodeId b) -> absl::StatusOr<NodeId> { return im.Binary(op, a, b); });
 }
 
 // ONNX integer Div truncates toward zero; the IR's floors.
@@ -107,10 +107,11 @@ absl::StatusOr<NodeId> Div(Importer& im, const NodeProto&, NodeId a, NodeId b) {
   if (!ir::IsInteger(im.dtype(a))) return q;
   NodeId r = im.Binary(Op::kMod, a, b);
   NodeId zero = im.Like(0, a);
-  NodeId signs_differ = im.Binary(Op::kNe, im.Binary(Op::kLt, a, zero), im.Binary(Op::kLt, b, zero));
+  NodeId signs_differ =
+      im.Binary(Op::kNe, im.Binary(Op::kLt, a, zero), im.Binary(Op::kLt, b, zero));
   NodeId inexact = im.Binary(Op::kNe, r, zero);
-  return im.Select(im.Binary(Op::kAnd, inexact, signs_differ), im.Binary(Op::kAdd, q, im.Like(1, q)),
-                   q);
+  return im.Select(im.Binary(Op::kAnd, inexact, signs_differ),
+                   im.Binary(Op::kAdd, q, im.Like(1, q)), q);
 }
 
 absl::StatusOr<NodeId> Mod(Importer& im, const NodeProto& n, NodeId a, NodeId b) {
@@ -123,8 +124,9 @@ absl::StatusOr<NodeId> Mod(Importer& im, const NodeProto& n, NodeId a, NodeId b)
   // C fmod: the dividend's sign. Where the floored remainder is non-zero and its sign differs
   // from the dividend's, it is off by one divisor.
   NodeId zero = im.Like(0, a);
-  NodeId fix = im.Binary(Op::kAnd, im.Binary(Op::kNe, r, zero),
-                         im.Binary(Op::kNe, im.Binary(Op::kLt, r, zero), im.Binary(Op::kLt, a, zero)));
+  NodeId fix =
+      im.Binary(Op::kAnd, im.Binary(Op::kNe, r, zero),
+                im.Binary(Op::kNe, im.Binary(Op::kLt, r, zero), im.Binary(Op::kLt, a, zero)));
   return im.Select(fix, im.Binary(Op::kSub, r, b), r);
 }
 
@@ -379,7 +381,8 @@ absl::Status Reshape(Importer& im, const NodeProto& n) {
   int64_t known = 1;
   for (size_t i = 0; i < dims.size(); ++i) {
     if (dims[i] == 0 && !allowzero) {
-      if (i >= in.size()) return Bad(absl::StrCat("shape entry ", i, " is 0 but the input has rank ", in.size()));
+      if (i >= in.size())
+        return Bad(absl::StrCat("shape entry ", i, " is 0 but the input has rank ", in.size()));
       dims[i] = in[i];
     }
     if (dims[i] == -1) {
@@ -415,8 +418,9 @@ absl::Status Flatten(Importer& im, const NodeProto& n) {
   if (axis < -r || axis > r) return Bad(absl::StrCat("axis ", axis, " out of range"));
   if (axis < 0) axis += r;
   const Shape& s = im.shape(x);
-  im.SetOutput(n, 0, im.Reshape(x, {Product(s, 0, static_cast<size_t>(axis)),
-                                    Product(s, static_cast<size_t>(axis), s.size())}));
+  im.SetOutput(n, 0,
+               im.Reshape(x, {Product(s, 0, static_cast<size_t>(axis)),
+                              Product(s, static_cast<size_t>(axis), s.size())}));
   return absl::OkStatus();
 }
 
@@ -540,7 +544,8 @@ absl::Status Split(Importer& im, const NodeProto& n) {
   } else {
     if (outs <= 0) return Bad("no outputs");
     const int64_t chunk = (dim + outs - 1) / outs;
-    for (int64_t i = 0; i < outs; ++i) sizes.push_back(std::max<int64_t>(0, std::min(chunk, dim - i * chunk)));
+    for (int64_t i = 0; i < outs; ++i)
+      sizes.push_back(std::max<int64_t>(0, std::min(chunk, dim - i * chunk)));
   }
   if (static_cast<int64_t>(sizes.size()) != outs) {
     return Bad(absl::StrCat("split has ", sizes.size(), " sizes for ", outs, " outputs"));
@@ -579,7 +584,8 @@ absl::Status SliceOp(Importer& im, const NodeProto& n) {
   } else {
     steps.assign(starts.size(), 1);
   }
-  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
+  if (ends.size() != starts.size() || axes.size() != starts.size() ||
+      steps.size() != starts.size()) {
     return Bad("starts, ends, axes and steps differ in length");
   }
   const Shape& s = im.shape(x);
@@ -610,7 +616,8 @@ absl::Status SliceOp(Importer& im, const NodeProto& n) {
       if (ends[i] < -d) e = -1;
       const int64_t fb = d - 1 - b, fe = d - 1 - e;  // on the flipped axis: [fb, fe)
       lo[static_cast<size_t>(a)] = std::clamp<int64_t>(fb, 0, d);
-      hi[static_cast<size_t>(a)] = std::max(lo[static_cast<size_t>(a)], std::clamp<int64_t>(fe, 0, d));
+      hi[static_cast<size_t>(a)] =
+          std::max(lo[static_cast<size_t>(a)], std::clamp<int64_t>(fe, 0, d));
       st[static_cast<size_t>(a)] = step == std::numeric_limits<int64_t>::min() ? d + 1 : -step;
       if (d > 0) flip.push_back(a);
     }
@@ -667,13 +674,13 @@ absl::Status Pad(Importer& im, const NodeProto& n) {
   const Shape& s = im.shape(x);
   // Negative pads crop first.
   std::vector<int64_t> starts(static_cast<size_t>(r), 0), limits = s, lo(static_cast<size_t>(r)),
-      hi(static_cast<size_t>(r));
+                                                          hi(static_cast<size_t>(r));
   for (int64_t i = 0; i < r; ++i) {
     int64_t b = pads[static_cast<size_t>(i)], e = pads[static_cast<size_t>(i + r)];
     const int64_t d = s[static_cast<size_t>(i)];
     if (b < -d || e < -d || b + e < -d || b > (1 << 24) || e > (1 << 24)) {
-      return Bad(absl::StrCat("pads [", absl::StrJoin(pads, ","), "] do not fit ",
-                              ir::ShapeToString(s)));
+      return Bad(
+          absl::StrCat("pads [", absl::StrJoin(pads, ","), "] do not fit ", ir::ShapeToString(s)));
     }
     starts[static_cast<size_t>(i)] = std::max<int64_t>(-b, 0);
     limits[static_cast<size_t>(i)] = d - std::max<int64_t>(-e, 0);
@@ -683,7 +690,8 @@ absl::Status Pad(Importer& im, const NodeProto& n) {
   NodeId y = im.Slice(x, starts, limits);
   if (mode == "constant") {
     bool any = false;
-    for (int64_t i = 0; i < r; ++i) any = any || lo[static_cast<size_t>(i)] || hi[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < r; ++i)
+      any = any || lo[static_cast<size_t>(i)] || hi[static_cast<size_t>(i)];
     if (any) y = im.Fold(im.b().Pad(y, lo, hi, value));
   } else if (mode == "edge" || mode == "reflect") {
     for (int64_t a = 0; a < r; ++a) {
@@ -692,7 +700,8 @@ absl::Status Pad(Importer& im, const NodeProto& n) {
       const Shape cur = im.shape(y);
       const int64_t d = cur[static_cast<size_t>(a)];
       if (d == 0 || (mode == "reflect" && (l >= d || h >= d))) {
-        return Bad(absl::StrCat("mode ", mode, " pads axis ", a, " of size ", d, " by ", l, "/", h));
+        return Bad(
+            absl::StrCat("mode ", mode, " pads axis ", a, " of size ", d, " by ", l, "/", h));
       }
       auto part = [&](int64_t b, int64_t e) {
         std::vector<int64_t> st(cur.size(), 0), li = cur;
@@ -736,7 +745,8 @@ NodeId GatherConst(Importer& im, NodeId x, int64_t axis, const std::vector<int64
   const int64_t k = static_cast<int64_t>(idx.size());
   // A contiguous range is a slice.
   bool contiguous = k > 0;
-  for (int64_t i = 1; i < k && contiguous; ++i) contiguous = idx[static_cast<size_t>(i)] == idx[0] + i;
+  for (int64_t i = 1; i < k && contiguous; ++i)
+    contiguous = idx[static_cast<size_t>(i)] == idx[0] + i;
   if (contiguous) {
     std::vector<int64_t> st(s.size(), 0), li = s;
     st[a] = idx[0];
@@ -769,7 +779,8 @@ absl::Status Gather(Importer& im, const NodeProto& n) {
   if (std::optional<ir::TensorData> known = im.KnownValue(ind)) {
     std::vector<int64_t> idx = known->ToInt64s();
     for (int64_t& i : idx) {
-      if (i < -d || i >= d) return Bad(absl::StrCat("index ", i, " is out of range for axis size ", d));
+      if (i < -d || i >= d)
+        return Bad(absl::StrCat("index ", i, " is out of range for axis size ", d));
       if (i < 0) i += d;
     }
     im.SetOutput(n, 0, im.Reshape(GatherConst(im, x, axis, idx), out));
@@ -811,7 +822,8 @@ absl::Status Trilu(Importer& im, const NodeProto& n) {
   const int64_t rows = s[s.size() - 2], cols = s[s.size() - 1];
   ir::TensorData mask(ir::DType::kBool, {rows, cols});
   for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < cols; ++j) mask.SetDouble(i * cols + j, upper ? j - i >= k : j - i <= k);
+    for (int64_t j = 0; j < cols; ++j)
+      mask.SetDouble(i * cols + j, upper ? j - i >= k : j - i <= k);
   }
   TRY(NodeId m, im.BroadcastTo(im.Const(std::move(mask)), s));
   im.SetOutput(n, 0, im.Select(m, x, im.Like(0, x)));
@@ -871,7 +883,8 @@ absl::Status SpaceToDepth(Importer& im, const NodeProto& n) {
   const int64_t bs = AttrInt(n, "blocksize", 0);
   const Shape s = im.shape(x);
   if (bs <= 0 || s[2] % bs != 0 || s[3] % bs != 0) return Bad("bad blocksize");
-  NodeId y = im.Permute(im.Reshape(x, {s[0], s[1], s[2] / bs, bs, s[3] / bs, bs}), {0, 3, 5, 1, 2, 4});
+  NodeId y =
+      im.Permute(im.Reshape(x, {s[0], s[1], s[2] / bs, bs, s[3] / bs, bs}), {0, 3, 5, 1, 2, 4});
   im.SetOutput(n, 0, im.Reshape(y, {s[0], s[1] * bs * bs, s[2] / bs, s[3] / bs}));
   return absl::OkStatus();
 }
@@ -911,26 +924,41 @@ Lowering Reduction(Red kind) {
     for (int64_t a : axes) count *= im.shape(x)[static_cast<size_t>(a)];
     NodeId y = ir::kInvalidNode;
     switch (kind) {
-      case Red::kSum: y = im.Reduce(Op::kReduceSum, x, axes); break;
+      case Red::kSum:
+        y = im.Reduce(Op::kReduceSum, x, axes);
+        break;
       case Red::kMean:
         y = im.Reduce(Op::kReduceSum, x, axes);
         y = im.Binary(Op::kDiv, y, im.Like(static_cast<double>(count), y));
         break;
-      case Red::kMax: y = im.Reduce(Op::kReduceMax, x, axes); break;
-      case Red::kMin: y = im.Reduce(Op::kReduceMin, x, axes); break;
-      case Red::kProd: y = im.Reduce(Op::kReduceProd, x, axes); break;
-      case Red::kL1: y = im.Reduce(Op::kReduceSum, im.Unary(Op::kAbs, x), axes); break;
+      case Red::kMax:
+        y = im.Reduce(Op::kReduceMax, x, axes);
+        break;
+      case Red::kMin:
+        y = im.Reduce(Op::kReduceMin, x, axes);
+        break;
+      case Red::kProd:
+        y = im.Reduce(Op::kReduceProd, x, axes);
+        break;
+      case Red::kL1:
+        y = im.Reduce(Op::kReduceSum, im.Unary(Op::kAbs, x), axes);
+        break;
       case Red::kL2:
         y = im.Unary(Op::kSqrt, im.Reduce(Op::kReduceSum, im.Binary(Op::kMul, x, x), axes));
         break;
-      case Red::kSumSquare: y = im.Reduce(Op::kReduceSum, im.Binary(Op::kMul, x, x), axes); break;
-      case Red::kLogSum: y = im.Unary(Op::kLog, im.Reduce(Op::kReduceSum, x, axes)); break;
+      case Red::kSumSquare:
+        y = im.Reduce(Op::kReduceSum, im.Binary(Op::kMul, x, x), axes);
+        break;
+      case Red::kLogSum:
+        y = im.Unary(Op::kLog, im.Reduce(Op::kReduceSum, x, axes));
+        break;
       case Red::kLogSumExp: {
         NodeId m = im.Reduce(Op::kReduceMax, x, axes);
         // A -inf maximum (all -inf) would give nan from -inf - -inf: use 0 there.
         NodeId finite = im.Binary(Op::kEq, m, m);
         NodeId inf = im.Binary(Op::kEq, m, im.Like(-std::numeric_limits<double>::infinity(), m));
-        NodeId mm = im.Select(im.Binary(Op::kAnd, finite, im.Unary(Op::kNot, inf)), m, im.Like(0, m));
+        NodeId mm =
+            im.Select(im.Binary(Op::kAnd, finite, im.Unary(Op::kNot, inf)), m, im.Like(0, m));
         NodeId e = im.Unary(Op::kExp, im.Binary(Op::kSub, x, im.Broadcast(mm, im.shape(x))));
         y = im.Binary(Op::kAdd, im.Unary(Op::kLog, im.Reduce(Op::kReduceSum, e, axes)), mm);
         break;
@@ -1086,8 +1114,8 @@ absl::StatusOr<Window> GetWindow(const NodeProto& n, const Shape& spatial,
   std::vector<int64_t> pads = AttrInts(n, "pads").value_or(std::vector<int64_t>(2 * k, 0));
   if (w.kernel.size() != k || w.strides.size() != k || w.dilations.size() != k ||
       pads.size() != 2 * k) {
-    return Bad(absl::StrCat("kernel_shape/strides/dilations/pads do not match ", k,
-                            " spatial axes"));
+    return Bad(
+        absl::StrCat("kernel_shape/strides/dilations/pads do not match ", k, " spatial axes"));
   }
   for (size_t i = 0; i < k; ++i) {
     if (w.kernel[i] < 1 || w.strides[i] < 1 || w.dilations[i] < 1 || pads[i] < 0 ||
@@ -1151,7 +1179,8 @@ absl::Status Conv(Importer& im, const NodeProto& n) {
     TRY(NodeId bias, im.Input(n, 2));
     Shape bs(static_cast<size_t>(im.rank(x)), 1);
     bs[1] = ws[0];
-    if (im.type(bias).num_elements() != ws[0]) return Bad("B must have one value per output channel");
+    if (im.type(bias).num_elements() != ws[0])
+      return Bad("B must have one value per output channel");
     y = im.Binary(Op::kAdd, y, im.Broadcast(im.Reshape(bias, bs), im.shape(y)));
   }
   im.SetOutput(n, 0, y);
@@ -1165,7 +1194,8 @@ absl::Status ConvTranspose(Importer& im, const NodeProto& n) {
   const Shape xs = im.shape(x), ws = im.shape(wt);
   const size_t k = xs.size() - 2;
   const int64_t g = AttrInt(n, "group", 1);
-  if (g < 1 || xs[1] != ws[0] || ws[0] % g != 0) return Bad("W's first axis must be X's channels, divisible by group");
+  if (g < 1 || xs[1] != ws[0] || ws[0] % g != 0)
+    return Bad("W's first axis must be X's channels, divisible by group");
   const int64_t cg = ws[0] / g, og = ws[1], out_c = og * g;
   std::vector<int64_t> kernel(ws.begin() + 2, ws.end());
   auto strides = AttrInts(n, "strides").value_or(std::vector<int64_t>(k, 1));
@@ -1240,7 +1270,8 @@ absl::Status ConvTranspose(Importer& im, const NodeProto& n) {
   y = im.Slice(y, st, li);
   if (Importer::HasInput(n, 2)) {
     TRY(NodeId bias, im.Input(n, 2));
-    if (im.type(bias).num_elements() != out_c) return Bad("B must have one value per output channel");
+    if (im.type(bias).num_elements() != out_c)
+      return Bad("B must have one value per output channel");
     Shape bs(xs.size(), 1);
     bs[1] = out_c;
     y = im.Binary(Op::kAdd, y, im.Broadcast(im.Reshape(bias, bs), im.shape(y)));
@@ -1275,8 +1306,9 @@ absl::Status BatchNorm(Importer& im, const NodeProto& n) {
   NodeId a = im.Binary(Op::kMul, p[0], im.Unary(Op::kRsqrt, Shifted(im, p[3], eps)));
   NodeId c = im.Binary(Op::kSub, p[1], im.Binary(Op::kMul, p[2], a));
   const Shape s = im.shape(x);
-  im.SetOutput(n, 0, im.Binary(Op::kAdd, im.Binary(Op::kMul, x, PerChannel(im, a, s)),
-                               PerChannel(im, c, s)));
+  im.SetOutput(
+      n, 0,
+      im.Binary(Op::kAdd, im.Binary(Op::kMul, x, PerChannel(im, a, s)), PerChannel(im, c, s)));
   return absl::OkStatus();
 }
 
@@ -1351,7 +1383,8 @@ Lowering Pool(bool max) {
     if (!kernel) return Bad("kernel_shape is missing");
     const bool ceil_mode = AttrInt(n, "ceil_mode", 0) != 0;
     TRY(Window w, GetWindow(n, spatial, *kernel, ceil_mode));
-    if (!max && std::any_of(w.dilations.begin(), w.dilations.end(), [](int64_t d) { return d != 1; })) {
+    if (!max &&
+        std::any_of(w.dilations.begin(), w.dilations.end(), [](int64_t d) { return d != 1; })) {
       return Unsupported("AveragePool with dilations is not supported");
     }
     ir::Attrs a;
@@ -1387,7 +1420,8 @@ Lowering Pool(bool max) {
         ones_shape.push_back(spatial[i]);
       }
     }
-    NodeId count = im.Fold(im.b().WindowReduce(Op::kWindowSum, im.Full(1, im.dtype(x), ones_shape), ca));
+    NodeId count =
+        im.Fold(im.b().WindowReduce(Op::kWindowSum, im.Full(1, im.dtype(x), ones_shape), ca));
     im.SetOutput(n, 0, im.Binary(Op::kDiv, sum, im.Broadcast(count, im.shape(sum))));
     return absl::OkStatus();
   };
@@ -1437,7 +1471,8 @@ absl::Status Resize(Importer& im, const NodeProto& n) {
   if (!have_sizes) {
     if (!Importer::HasInput(n, 2)) return Bad("needs scales or sizes");
     TRY(ir::TensorData st, im.ConstInput(n, 2));
-    if (st.num_elements() != static_cast<int64_t>(r)) return Bad("scales must have one entry per axis");
+    if (st.num_elements() != static_cast<int64_t>(r))
+      return Bad("scales must have one entry per axis");
     for (size_t i = 0; i < r; ++i) {
       scales[i] = st.GetDouble(static_cast<int64_t>(i));
       if (!(scales[i] > 0) || scales[i] > (1 << 16)) return Bad("scales must be positive");
@@ -1454,7 +1489,8 @@ absl::Status Resize(Importer& im, const NodeProto& n) {
       const double xo = static_cast<double>(i), sc = scales[a];
       if (ctm == "half_pixel") return (xo + 0.5) / sc - 0.5;
       if (ctm == "pytorch_half_pixel") return o > 1 ? (xo + 0.5) / sc - 0.5 : 0.0;
-      if (ctm == "align_corners") return o == 1 ? 0.0 : xo * static_cast<double>(in - 1) / static_cast<double>(o - 1);
+      if (ctm == "align_corners")
+        return o == 1 ? 0.0 : xo * static_cast<double>(in - 1) / static_cast<double>(o - 1);
       if (ctm == "asymmetric") return xo / sc;
       if (ctm == "tf_half_pixel_for_nearest") return (xo + 0.5) / sc;
       return xo / sc;
@@ -1530,16 +1566,22 @@ const std::map<std::string, Lowering>& Lowerings() {
     auto& m = *t;
     // Elementwise, one IR op.
     const std::pair<const char*, Op> unary[] = {
-        {"Neg", Op::kNeg},   {"Abs", Op::kAbs},     {"Sign", Op::kSign},   {"Exp", Op::kExp},
-        {"Log", Op::kLog},   {"Sqrt", Op::kSqrt},   {"Sin", Op::kSin},     {"Cos", Op::kCos},
-        {"Tanh", Op::kTanh}, {"Erf", Op::kErf},     {"Floor", Op::kFloor}, {"Ceil", Op::kCeil},
-        {"Round", Op::kRound}, {"Reciprocal", Op::kReciprocal}, {"Not", Op::kNot}};
+        {"Neg", Op::kNeg},     {"Abs", Op::kAbs},
+        {"Sign", Op::kSign},   {"Exp", Op::kExp},
+        {"Log", Op::kLog},     {"Sqrt", Op::kSqrt},
+        {"Sin", Op::kSin},     {"Cos", Op::kCos},
+        {"Tanh", Op::kTanh},   {"Erf", Op::kErf},
+        {"Floor", Op::kFloor}, {"Ceil", Op::kCeil},
+        {"Round", Op::kRound}, {"Reciprocal", Op::kReciprocal},
+        {"Not", Op::kNot}};
     for (const auto& [name, op] : unary) m[name] = UnaryOp(op);
     const std::pair<const char*, Op> binary[] = {
-        {"Add", Op::kAdd},          {"Sub", Op::kSub},     {"Mul", Op::kMul},
-        {"Equal", Op::kEq},         {"Less", Op::kLt},     {"Greater", Op::kGt},
-        {"LessOrEqual", Op::kLe},   {"GreaterOrEqual", Op::kGe},
-        {"And", Op::kAnd},          {"Or", Op::kOr},       {"Xor", Op::kXor}};
+        {"Add", Op::kAdd},        {"Sub", Op::kSub},
+        {"Mul", Op::kMul},        {"Equal", Op::kEq},
+        {"Less", Op::kLt},        {"Greater", Op::kGt},
+        {"LessOrEqual", Op::kLe}, {"GreaterOrEqual", Op::kGe},
+        {"And", Op::kAnd},        {"Or", Op::kOr},
+        {"Xor", Op::kXor}};
     for (const auto& [name, op] : binary) m[name] = BinaryOp(op);
     m["Div"] = BinaryWith(Div);
     m["Mod"] = BinaryWith(Mod);
@@ -1555,7 +1597,8 @@ const std::map<std::string, Lowering>& Lowerings() {
       return absl::OkStatus();
     };
     m["LeakyRelu"] = Activation([](Importer& im, const NodeProto& n, NodeId x) {
-      return im.Select(im.Binary(Op::kGe, x, im.Like(0, x)), x, Scaled(im, x, AttrFloat(n, "alpha", 0.01f)));
+      return im.Select(im.Binary(Op::kGe, x, im.Like(0, x)), x,
+                       Scaled(im, x, AttrFloat(n, "alpha", 0.01f)));
     });
     m["Elu"] = Activation([](Importer& im, const NodeProto& n, NodeId x) {
       return im.Select(im.Binary(Op::kGt, x, im.Like(0, x)), x,
@@ -1564,8 +1607,8 @@ const std::map<std::string, Lowering>& Lowerings() {
     m["Selu"] = Activation([](Importer& im, const NodeProto& n, NodeId x) {
       const double alpha = AttrFloat(n, "alpha", 1.67326319217681884765625f);
       const double gamma = AttrFloat(n, "gamma", 1.05070102214813232421875f);
-      return Scaled(im, im.Select(im.Binary(Op::kGt, x, im.Like(0, x)), x, ExpM1Scaled(im, x, alpha)),
-                    gamma);
+      return Scaled(
+          im, im.Select(im.Binary(Op::kGt, x, im.Like(0, x)), x, ExpM1Scaled(im, x, alpha)), gamma);
     });
     m["Celu"] = Activation([](Importer& im, const NodeProto& n, NodeId x) {
       const double alpha = AttrFloat(n, "alpha", 1.0f);
@@ -1574,11 +1617,14 @@ const std::map<std::string, Lowering>& Lowerings() {
                        im.Binary(Op::kMin, neg, im.Like(0, x)));
     });
     m["ThresholdedRelu"] = Activation([](Importer& im, const NodeProto& n, NodeId x) {
-      return im.Select(im.Binary(Op::kGt, x, im.Like(AttrFloat(n, "alpha", 1.0f), x)), x, im.Like(0, x));
+      return im.Select(im.Binary(Op::kGt, x, im.Like(AttrFloat(n, "alpha", 1.0f), x)), x,
+                       im.Like(0, x));
     });
-    m["Sigmoid"] = Activation([](Importer& im, const NodeProto&, NodeId x) { return Sigmoid(im, x); });
+    m["Sigmoid"] =
+        Activation([](Importer& im, const NodeProto&, NodeId x) { return Sigmoid(im, x); });
     m["HardSigmoid"] = Activation([](Importer& im, const NodeProto& n, NodeId x) {
-      return ClampUnit(im, Shifted(im, Scaled(im, x, AttrFloat(n, "alpha", 0.2f)), AttrFloat(n, "beta", 0.5f)));
+      return ClampUnit(
+          im, Shifted(im, Scaled(im, x, AttrFloat(n, "alpha", 0.2f)), AttrFloat(n, "beta", 0.5f)));
     });
     m["HardSwish"] = Activation([](Importer& im, const NodeProto&, NodeId x) {
       return im.Binary(Op::kMul, x, ClampUnit(im, Shifted(im, Scaled(im, x, 1.0 / 6.0), 0.5)));
@@ -1586,7 +1632,8 @@ const std::map<std::string, Lowering>& Lowerings() {
     m["Softplus"] = Activation([](Importer& im, const NodeProto&, NodeId x) {
       // max(x, 0) + log(1 + exp(-|x|)): no overflow for large |x|.
       NodeId e = im.Unary(Op::kExp, im.Unary(Op::kNeg, im.Unary(Op::kAbs, x)));
-      return im.Binary(Op::kAdd, im.Binary(Op::kMax, x, im.Like(0, x)), im.Unary(Op::kLog, Shifted(im, e, 1.0)));
+      return im.Binary(Op::kAdd, im.Binary(Op::kMax, x, im.Like(0, x)),
+                       im.Unary(Op::kLog, Shifted(im, e, 1.0)));
     });
     m["Softsign"] = Activation([](Importer& im, const NodeProto&, NodeId x) {
       return im.Binary(Op::kDiv, x, Shifted(im, im.Unary(Op::kAbs, x), 1.0));
@@ -1595,12 +1642,17 @@ const std::map<std::string, Lowering>& Lowerings() {
       return im.Binary(Op::kDiv, im.Unary(Op::kSin, x), im.Unary(Op::kCos, x));
     });
     m["Sinh"] = Activation([](Importer& im, const NodeProto&, NodeId x) {
-      return Scaled(im, im.Binary(Op::kSub, im.Unary(Op::kExp, x), im.Unary(Op::kExp, im.Unary(Op::kNeg, x))), 0.5);
+      return Scaled(
+          im, im.Binary(Op::kSub, im.Unary(Op::kExp, x), im.Unary(Op::kExp, im.Unary(Op::kNeg, x))),
+          0.5);
     });
     m["Cosh"] = Activation([](Importer& im, const NodeProto&, NodeId x) {
-      return Scaled(im, im.Binary(Op::kAdd, im.Unary(Op::kExp, x), im.Unary(Op::kExp, im.Unary(Op::kNeg, x))), 0.5);
+      return Scaled(
+          im, im.Binary(Op::kAdd, im.Unary(Op::kExp, x), im.Unary(Op::kExp, im.Unary(Op::kNeg, x))),
+          0.5);
     });
-    m["IsNaN"] = Activation([](Importer& im, const NodeProto&, NodeId x) { return im.Binary(Op::kNe, x, x); });
+    m["IsNaN"] = Activation(
+        [](Importer& im, const NodeProto&, NodeId x) { return im.Binary(Op::kNe, x, x); });
     m["IsInf"] = IsInf;
     m["PRelu"] = PRelu;
     m["Clip"] = Clip;
