@@ -22,6 +22,8 @@ namespace {
 
 // Results of constant subgraphs up to this many elements are computed during import.
 constexpr int64_t kFoldLimit = int64_t{1} << 16;
+// Fill/iota leaves up to this many elements are materialized when an import-time value is needed.
+constexpr int64_t kKnownLimit = int64_t{1} << 22;
 // Tensors and shapes above this many elements are rejected (the IR's own limit).
 constexpr int64_t kMaxElements = int64_t{1} << 31;
 
@@ -115,6 +117,24 @@ absl::StatusOr<ir::TensorData> TensorFromProto(const ::onnx::TensorProto& proto,
     }
     return absl::OkStatus();
   };
+  // Check the element count before allocating: dims are untrusted.
+  int n = 0;
+  const char* field = "int32_data";
+  switch (*dtype) {
+    case ir::DType::kF32:
+      n = proto.float_data_size(), field = "float_data";
+      break;
+    case ir::DType::kF64:
+      n = proto.double_data_size(), field = "double_data";
+      break;
+    case ir::DType::kI64:
+      n = proto.int64_data_size(), field = "int64_data";
+      break;
+    default:
+      n = proto.int32_data_size();
+      break;
+  }
+  if (absl::Status s = check(n, field); !s.ok()) return s;
   ir::TensorData t(*dtype, shape);
   switch (*dtype) {
     case ir::DType::kF32: {
@@ -227,8 +247,7 @@ absl::StatusOr<ir::NodeId> Importer::Input(const ::onnx::NodeProto& node, int i)
 std::optional<ir::TensorData> Importer::KnownValue(ir::NodeId id) {
   const ir::Node& n = b_.graph().node(id);
   if (n.op == ir::Op::kConstant) return *n.attrs.literal;
-  if ((n.op == ir::Op::kFill || n.op == ir::Op::kIota) &&
-      n.type.num_elements() <= kMaxElements / 8) {
+  if ((n.op == ir::Op::kFill || n.op == ir::Op::kIota) && n.type.num_elements() <= kKnownLimit) {
     ir::Graph g;
     ir::Node copy = n;
     g.AddOutput(g.AddNode(copy));
@@ -284,6 +303,12 @@ ir::NodeId Importer::Fold(ir::NodeId id) {
     bool known = operand.op == ir::Op::kConstant || operand.op == ir::Op::kFill ||
                  operand.op == ir::Op::kIota;
     if (!known || operand.type.num_elements() > kFoldLimit) return id;
+    // Contractions and windows cost up to operand × result elements: fold only small ones.
+    const ir::OpClass cls = ir::GetOpClass(n.op);
+    if ((cls == ir::OpClass::kContraction || cls == ir::OpClass::kWindow) &&
+        operand.type.num_elements() > 4096) {
+      return id;
+    }
     operands.push_back(g.AddNode(operand));
   }
   ir::Node copy = n;

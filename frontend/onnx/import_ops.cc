@@ -362,6 +362,7 @@ absl::Status EyeLike(Importer& im, const NodeProto& n) {
   }
   const int64_t k = AttrInt(n, "k", 0);
   const Shape s = im.shape(x);
+  if (im.type(x).num_elements() > (1 << 24)) return Unsupported("EyeLike above 2^24 elements");
   ir::TensorData t(d, s);
   for (int64_t i = 0; i < s[0]; ++i) {
     if (i + k >= 0 && i + k < s[1]) t.SetDouble(i * s[1] + i + k, 1);
@@ -390,7 +391,9 @@ absl::Status Reshape(Importer& im, const NodeProto& n) {
       infer = static_cast<int>(i);
       continue;
     }
-    if (dims[i] < 0) return Bad(absl::StrCat("bad shape entry ", dims[i]));
+    if (dims[i] < 0 || dims[i] > (int64_t{1} << 31)) {
+      return Bad(absl::StrCat("bad shape entry ", dims[i]));
+    }
     known *= dims[i];
     if (known > (int64_t{1} << 31)) return Bad("shape too large");
   }
@@ -552,7 +555,7 @@ absl::Status Split(Importer& im, const NodeProto& n) {
   }
   int64_t total = 0;
   for (int64_t s : sizes) {
-    if (s < 0) return Bad("negative split size");
+    if (s < 0 || s > (int64_t{1} << 31)) return Bad("bad split size");
     total += s;
   }
   if (total != dim) return Bad(absl::StrCat("split sizes sum to ", total, ", the axis has ", dim));
@@ -647,7 +650,7 @@ absl::Status Tile(Importer& im, const NodeProto& n) {
   if (reps.size() != s.size()) return Bad("repeats must have one entry per axis");
   Shape inter, target, out;
   for (size_t i = 0; i < s.size(); ++i) {
-    if (reps[i] < 0) return Bad("negative repeat");
+    if (reps[i] < 0 || reps[i] > (int64_t{1} << 31)) return Bad("bad repeat");
     inter.push_back(1);
     inter.push_back(s[i]);
     target.push_back(reps[i]);
@@ -678,7 +681,7 @@ absl::Status Pad(Importer& im, const NodeProto& n) {
   for (int64_t i = 0; i < r; ++i) {
     int64_t b = pads[static_cast<size_t>(i)], e = pads[static_cast<size_t>(i + r)];
     const int64_t d = s[static_cast<size_t>(i)];
-    if (b < -d || e < -d || b + e < -d || b > (1 << 24) || e > (1 << 24)) {
+    if (b < -d || e < -d || b > (1 << 24) || e > (1 << 24) || b + e < -d) {
       return Bad(
           absl::StrCat("pads [", absl::StrJoin(pads, ","), "] do not fit ", ir::ShapeToString(s)));
     }
@@ -820,6 +823,7 @@ absl::Status Trilu(Importer& im, const NodeProto& n) {
   const bool upper = AttrInt(n, "upper", 1) != 0;
   const Shape s = im.shape(x);
   const int64_t rows = s[s.size() - 2], cols = s[s.size() - 1];
+  if (rows * cols > (1 << 24)) return Unsupported("Trilu on matrices above 2^24 elements");
   ir::TensorData mask(ir::DType::kBool, {rows, cols});
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < cols; ++j)
@@ -837,6 +841,7 @@ absl::Status CumSum(Importer& im, const NodeProto& n) {
   TRY(int64_t axis, NormAxis(at.GetInt64(0), im.rank(x)));
   const bool exclusive = AttrInt(n, "exclusive", 0) != 0, reverse = AttrInt(n, "reverse", 0) != 0;
   const int64_t r = im.rank(x), d = im.shape(x)[static_cast<size_t>(axis)];
+  if (d > 4096) return Unsupported("CumSum along an axis longer than 4096");
   // Move the axis last, multiply by a 0/1 matrix M[j][i] = (element j counts towards output i).
   std::vector<int64_t> perm;
   for (int64_t i = 0; i < r; ++i) {
@@ -865,7 +870,7 @@ absl::Status DepthToSpace(Importer& im, const NodeProto& n) {
   if (im.rank(x) != 4) return Bad("needs a 4-D input");
   const int64_t bs = AttrInt(n, "blocksize", 0);
   const Shape s = im.shape(x);
-  if (bs <= 0 || s[1] % (bs * bs) != 0) return Bad("bad blocksize");
+  if (bs <= 0 || bs > (1 << 15) || s[1] % (bs * bs) != 0) return Bad("bad blocksize");
   const int64_t c = s[1] / (bs * bs);
   NodeId y;
   if (AttrString(n, "mode", "DCR") == "DCR") {
@@ -882,7 +887,7 @@ absl::Status SpaceToDepth(Importer& im, const NodeProto& n) {
   if (im.rank(x) != 4) return Bad("needs a 4-D input");
   const int64_t bs = AttrInt(n, "blocksize", 0);
   const Shape s = im.shape(x);
-  if (bs <= 0 || s[2] % bs != 0 || s[3] % bs != 0) return Bad("bad blocksize");
+  if (bs <= 0 || bs > (1 << 15) || s[2] % bs != 0 || s[3] % bs != 0) return Bad("bad blocksize");
   NodeId y =
       im.Permute(im.Reshape(x, {s[0], s[1], s[2] / bs, bs, s[3] / bs, bs}), {0, 3, 5, 1, 2, 4});
   im.SetOutput(n, 0, im.Reshape(y, {s[0], s[1] * bs * bs, s[2] / bs, s[3] / bs}));
@@ -1209,7 +1214,8 @@ absl::Status ConvTranspose(Importer& im, const NodeProto& n) {
   auto out_shape = AttrInts(n, "output_shape");
   for (size_t i = 0; i < k; ++i) {
     if (strides[i] < 1 || dil[i] < 1 || strides[i] > (1 << 20) || dil[i] > (1 << 20) ||
-        std::abs(pads[i]) > (1 << 20) || std::abs(pads[i + k]) > (1 << 20) || outpad[i] < 0 ||
+        pads[i] < -(1 << 20) || pads[i] > (1 << 20) || pads[i + k] < -(1 << 20) ||
+        pads[i + k] > (1 << 20) || outpad[i] < 0 || kernel[i] > (1 << 20) ||
         outpad[i] > (1 << 20)) {
       return Bad("bad strides, dilations, pads or output_padding");
     }
@@ -1218,6 +1224,7 @@ absl::Status ConvTranspose(Importer& im, const NodeProto& n) {
     if (out_shape) {
       if (out_shape->size() != k && out_shape->size() != k + 2) return Bad("bad output_shape");
       target = (*out_shape)[out_shape->size() - k + i];
+      if (target < 0 || target > (1 << 30)) return Bad("bad output_shape");
     } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
       target = xs[i + 2] * strides[i];
     }
@@ -1484,6 +1491,7 @@ absl::Status Resize(Importer& im, const NodeProto& n) {
   for (size_t a = 0; a < r; ++a) {
     const int64_t in = s[a], o = out[a];
     if (in == o && scales[a] == 1.0) continue;
+    if (o > (1 << 24)) return Unsupported("Resize to an axis longer than 2^24");
     if (in == 0) return Bad("cannot resize an empty axis");
     auto original = [&](int64_t i) -> double {
       const double xo = static_cast<double>(i), sc = scales[a];
