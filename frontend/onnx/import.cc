@@ -136,6 +136,7 @@ absl::StatusOr<ir::TensorData> TensorFromProto(const ::onnx::TensorProto& proto,
   }
   if (absl::Status s = check(n, field); !s.ok()) return s;
   ir::TensorData t(*dtype, shape);
+  if (count == 0) return t;  // (an empty repeated field's data() may be null)
   switch (*dtype) {
     case ir::DType::kF32: {
       if (auto s = check(proto.float_data_size(), "float_data"); !s.ok()) return s;
