@@ -1033,7 +1033,8 @@ absl::StatusOr<std::string> Writer::Run(const MlirExportOptions& options) {
                                           : absl::StrCat(t, " {kiln.name = \"", escaped, "\"}"));
   }
   std::string text =
-      absl::StrCat("// Exported by kiln (codegen/mlir/mlir_text.h).\nmodule {\n", "  func.func @",
+      absl::StrCat(options.module ? "// Exported by kiln (codegen/mlir/mlir_text.h).\nmodule {\n" : "",
+                   "  func.func @",
                    options.function_name, "(", absl::StrJoin(args, ", "), ") -> (",
                    absl::StrJoin(result_decls, ", "), ") {\n");
   absl::StrAppend(&text, out_);
@@ -1043,7 +1044,7 @@ absl::StatusOr<std::string> Writer::Run(const MlirExportOptions& options) {
     absl::StrAppend(&text, "    return ", absl::StrJoin(results, ", "), " : ",
                     absl::StrJoin(result_types, ", "), "\n");
   }
-  absl::StrAppend(&text, "  }\n}\n");
+  absl::StrAppend(&text, options.module ? "  }\n}\n" : "  }\n");
   return text;
 }
 

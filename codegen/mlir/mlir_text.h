@@ -37,6 +37,9 @@ namespace kiln::codegen {
 struct MlirExportOptions {
   /// The func.func's symbol name.
   std::string function_name = "main";
+  /// true: a whole `module { ... }`; false: only the func.func, to paste into a module of one's
+  /// own (several graphs in one module, a caller next to it).
+  bool module = true;
 };
 
 /// The MLIR module text of `graph` (which must verify). InvalidArgument for a graph that does

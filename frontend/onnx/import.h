@@ -63,10 +63,17 @@ struct ImportedModel {
 /// tensors (raw_data length mismatch, bad dims), external data, missing inputs or unsupported
 /// operators give InvalidArgument / Unimplemented naming the node (an unsupported model lists every
 /// unsupported operator with its node names in one message), never a crash.
-absl::StatusOr<ImportedModel> ImportBytes(std::string_view bytes, const ImportOptions& options = {});
+absl::StatusOr<ImportedModel> ImportBytes(std::string_view bytes,
+                                          const ImportOptions& options = {});
 
 /// Reads `path` and imports it (errors are prefixed with the path).
 absl::StatusOr<ImportedModel> ImportFile(const std::string& path,
                                          const ImportOptions& options = {});
+
+/// Decodes a serialized TensorProto (the ONNX test-data layout's input_0.pb / output_0.pb, or
+/// numpy_helper.from_array(...).SerializeToString()) with the same checks as initializers.
+absl::StatusOr<ir::TensorData> ReadTensorProto(std::string_view bytes);
+/// The same for a file (errors are prefixed with the path).
+absl::StatusOr<ir::TensorData> ReadTensorProtoFile(const std::string& path);
 
 }  // namespace kiln::onnx

@@ -1,0 +1,683 @@
+// ONNX import, model level: protobuf parsing, tensors, inputs and initializers, the node loop,
+// import-time folding of constant (shape) subgraphs and the final pruning. The operator lowerings
+// are in import_ops.cc.
+#include "frontend/onnx/import.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "frontend/onnx/import_internal.h"
+#include "ir/interpreter.h"
+#include "ir/verifier.h"
+
+namespace kiln::onnx {
+namespace internal {
+namespace {
+
+// Results of constant subgraphs up to this many elements are computed during import.
+constexpr int64_t kFoldLimit = int64_t{1} << 16;
+// Fill/iota leaves up to this many elements are materialized when an import-time value is needed.
+constexpr int64_t kKnownLimit = int64_t{1} << 22;
+// Tensors and shapes above this many elements are rejected (the IR's own limit).
+constexpr int64_t kMaxElements = int64_t{1} << 31;
+
+absl::Status Invalid(const std::string& what, const std::string& msg) {
+  return absl::InvalidArgumentError(absl::StrCat(what, ": ", msg));
+}
+
+}  // namespace
+
+std::string Describe(const ::onnx::NodeProto& node, int index) {
+  if (!node.name().empty()) return absl::StrCat("node '", node.name(), "' (", node.op_type(), ")");
+  if (index >= 0) return absl::StrCat("node #", index, " (", node.op_type(), ")");
+  return absl::StrCat("node (", node.op_type(), ")");
+}
+
+absl::StatusOr<ir::DType> DTypeFromOnnx(int32_t elem_type, const std::string& what) {
+  using T = ::onnx::TensorProto;
+  switch (elem_type) {
+    case T::FLOAT:
+      return ir::DType::kF32;
+    case T::DOUBLE:
+      return ir::DType::kF64;
+    case T::FLOAT16:
+      return ir::DType::kF16;
+    case T::BFLOAT16:
+      return ir::DType::kBF16;
+    case T::INT32:
+      return ir::DType::kI32;
+    case T::INT64:
+      return ir::DType::kI64;
+    case T::UINT8:
+      return ir::DType::kU8;
+    case T::BOOL:
+      return ir::DType::kBool;
+    default:
+      break;
+  }
+  std::string name = T::DataType_IsValid(elem_type)
+                         ? T::DataType_Name(static_cast<T::DataType>(elem_type))
+                         : absl::StrCat("#", elem_type);
+  return absl::UnimplementedError(absl::StrCat(
+      what, ": element type ", name,
+      " is not supported (kiln has float, double, float16, bfloat16, int32, int64, uint8, bool)"));
+}
+
+absl::StatusOr<ir::TensorData> TensorFromProto(const ::onnx::TensorProto& proto,
+                                               const std::string& what) {
+  if (proto.data_location() == ::onnx::TensorProto::EXTERNAL || proto.external_data_size() > 0) {
+    return absl::UnimplementedError(
+        absl::StrCat(what,
+                     ": stored as external data, which kiln does not read; save the model with its "
+                     "tensors inside (onnx.save_model(m, path, save_as_external_data=False))"));
+  }
+  if (proto.has_segment()) return Invalid(what, "segmented tensors are not supported");
+  absl::StatusOr<ir::DType> dtype = DTypeFromOnnx(proto.data_type(), what);
+  if (!dtype.ok()) return dtype.status();
+  ir::Shape shape;
+  int64_t count = 1;
+  for (int64_t d : proto.dims()) {
+    if (d < 0 || d > kMaxElements) {
+      return Invalid(what, absl::StrCat("bad dimension ", d, " in dims [",
+                                        absl::StrJoin(proto.dims(), ","), "]"));
+    }
+    shape.push_back(d);
+    if (d != 0 && count > kMaxElements / d) {
+      return Invalid(
+          what, absl::StrCat("too many elements in dims [", absl::StrJoin(proto.dims(), ","), "]"));
+    }
+    count *= d;
+  }
+  const int64_t size = ir::DTypeSize(*dtype);
+  if (proto.has_raw_data()) {
+    const std::string& raw = proto.raw_data();
+    if (static_cast<int64_t>(raw.size()) != count * size) {
+      return Invalid(
+          what, absl::StrCat("raw_data has ", raw.size(), " bytes, but ", count, " elements of ",
+                             ir::DTypeName(*dtype), " need ", count * size));
+    }
+    ir::TensorData t(*dtype, shape);
+    if (count > 0) std::memcpy(t.data(), raw.data(), raw.size());
+    if (*dtype == ir::DType::kBool) {  // one byte 0 or 1, as the IR requires
+      auto* p = reinterpret_cast<uint8_t*>(t.data());
+      for (int64_t i = 0; i < count; ++i) p[i] = p[i] != 0;
+    }
+    return t;
+  }
+  auto check = [&](int n, const char* field) -> absl::Status {
+    if (n != count) {
+      return Invalid(what, absl::StrCat(field, " has ", n, " values, but dims [",
+                                        absl::StrJoin(proto.dims(), ","), "] need ", count));
+    }
+    return absl::OkStatus();
+  };
+  // Check the element count before allocating: dims are untrusted.
+  int n = 0;
+  const char* field = "int32_data";
+  switch (*dtype) {
+    case ir::DType::kF32:
+      n = proto.float_data_size(), field = "float_data";
+      break;
+    case ir::DType::kF64:
+      n = proto.double_data_size(), field = "double_data";
+      break;
+    case ir::DType::kI64:
+      n = proto.int64_data_size(), field = "int64_data";
+      break;
+    default:
+      n = proto.int32_data_size();
+      break;
+  }
+  if (absl::Status s = check(n, field); !s.ok()) return s;
+  ir::TensorData t(*dtype, shape);
+  switch (*dtype) {
+    case ir::DType::kF32: {
+      if (auto s = check(proto.float_data_size(), "float_data"); !s.ok()) return s;
+      std::memcpy(t.data(), proto.float_data().data(), static_cast<size_t>(count) * 4);
+      break;
+    }
+    case ir::DType::kF64: {
+      if (auto s = check(proto.double_data_size(), "double_data"); !s.ok()) return s;
+      std::memcpy(t.data(), proto.double_data().data(), static_cast<size_t>(count) * 8);
+      break;
+    }
+    case ir::DType::kI64: {
+      if (auto s = check(proto.int64_data_size(), "int64_data"); !s.ok()) return s;
+      std::memcpy(t.data(), proto.int64_data().data(), static_cast<size_t>(count) * 8);
+      break;
+    }
+    case ir::DType::kI32: {
+      if (auto s = check(proto.int32_data_size(), "int32_data"); !s.ok()) return s;
+      std::memcpy(t.data(), proto.int32_data().data(), static_cast<size_t>(count) * 4);
+      break;
+    }
+    case ir::DType::kF16:
+    case ir::DType::kBF16: {  // bit patterns in the low 16 bits of int32_data
+      if (auto s = check(proto.int32_data_size(), "int32_data"); !s.ok()) return s;
+      auto* p = reinterpret_cast<uint16_t*>(t.data());
+      for (int64_t i = 0; i < count; ++i) p[i] = static_cast<uint16_t>(proto.int32_data(i));
+      break;
+    }
+    case ir::DType::kU8:
+    case ir::DType::kBool: {
+      if (auto s = check(proto.int32_data_size(), "int32_data"); !s.ok()) return s;
+      auto* p = reinterpret_cast<uint8_t*>(t.data());
+      for (int64_t i = 0; i < count; ++i) {
+        int32_t v = proto.int32_data(i);
+        p[i] = *dtype == ir::DType::kBool ? (v != 0) : static_cast<uint8_t>(v);
+      }
+      break;
+    }
+  }
+  return t;
+}
+
+const ::onnx::AttributeProto* FindAttr(const ::onnx::NodeProto& node, const std::string& name) {
+  for (const auto& a : node.attribute()) {
+    if (a.name() == name) return &a;
+  }
+  return nullptr;
+}
+
+int64_t AttrInt(const ::onnx::NodeProto& node, const std::string& name, int64_t def) {
+  const auto* a = FindAttr(node, name);
+  return a ? a->i() : def;
+}
+
+float AttrFloat(const ::onnx::NodeProto& node, const std::string& name, float def) {
+  const auto* a = FindAttr(node, name);
+  return a ? a->f() : def;
+}
+
+std::string AttrString(const ::onnx::NodeProto& node, const std::string& name,
+                       const std::string& def) {
+  const auto* a = FindAttr(node, name);
+  return a ? a->s() : def;
+}
+
+std::optional<std::vector<int64_t>> AttrInts(const ::onnx::NodeProto& node,
+                                             const std::string& name) {
+  const auto* a = FindAttr(node, name);
+  if (!a) return std::nullopt;
+  return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+}
+
+// ---- Importer: values --------------------------------------------------------------------------
+
+int Importer::NumInputs(const ::onnx::NodeProto& node) {
+  int n = node.input_size();
+  while (n > 0 && node.input(n - 1).empty()) --n;
+  return n;
+}
+
+absl::StatusOr<ir::NodeId> Importer::ValueNode(const std::string& name) {
+  if (auto it = values_.find(name); it != values_.end()) return it->second;
+  auto init = initializers_.find(name);
+  if (init == initializers_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not defined"));
+  }
+  // Float initializers are the model's weights; integer/bool ones are shape data and indices.
+  ir::NodeId id;
+  if (options_.weights_as_parameters && ir::IsFloat(init->second.dtype())) {
+    id = b_.Parameter(name, {init->second.dtype(), init->second.shape()});
+    weight_params_[name] = id;
+  } else {
+    id = b_.Constant(init->second);
+  }
+  values_[name] = id;
+  return id;
+}
+
+absl::StatusOr<ir::NodeId> Importer::Input(const ::onnx::NodeProto& node, int i) {
+  if (!HasInput(node, i)) {
+    return absl::InvalidArgumentError(absl::StrCat("input ", i, " is missing"));
+  }
+  absl::StatusOr<ir::NodeId> id = ValueNode(node.input(i));
+  if (!id.ok())
+    return absl::InvalidArgumentError(absl::StrCat("input ", i, ": ", id.status().message()));
+  return id;
+}
+
+std::optional<ir::TensorData> Importer::KnownValue(ir::NodeId id) {
+  const ir::Node& n = b_.graph().node(id);
+  if (n.op == ir::Op::kConstant) return *n.attrs.literal;
+  if ((n.op == ir::Op::kFill || n.op == ir::Op::kIota) && n.type.num_elements() <= kKnownLimit) {
+    ir::Graph g;
+    ir::Node copy = n;
+    g.AddOutput(g.AddNode(copy));
+    auto out = ir::Interpret(g, {});
+    if (out.ok()) return std::move((*out)[0]);
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<ir::TensorData> Importer::ConstInput(const ::onnx::NodeProto& node, int i) {
+  if (!HasInput(node, i)) {
+    return absl::InvalidArgumentError(absl::StrCat("input ", i, " is missing"));
+  }
+  const std::string& name = node.input(i);
+  if (values_.find(name) == values_.end()) {
+    if (auto it = initializers_.find(name); it != initializers_.end()) return it->second;
+  }
+  absl::StatusOr<ir::NodeId> id = Input(node, i);
+  if (!id.ok()) return id.status();
+  if (std::optional<ir::TensorData> v = KnownValue(*id)) return *std::move(v);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "input ", i, " ('", name,
+      "') must be known at import time (kiln compiles static shapes), but it depends on a model "
+      "input"));
+}
+
+absl::StatusOr<std::vector<int64_t>> Importer::ConstInts(const ::onnx::NodeProto& node, int i) {
+  absl::StatusOr<ir::TensorData> t = ConstInput(node, i);
+  if (!t.ok()) return t.status();
+  if (!ir::IsInteger(t->dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat("input ", i, " ('", node.input(i),
+                                                   "') must be an integer tensor, not ",
+                                                   ir::DTypeName(t->dtype())));
+  }
+  return t->ToInt64s();
+}
+
+void Importer::SetOutput(const ::onnx::NodeProto& node, int i, ir::NodeId id) {
+  if (HasOutput(node, i)) values_[node.output(i)] = id;
+}
+
+// ---- Importer: folding and broadcasting
+// ----------------------------------------------------------
+
+ir::NodeId Importer::Fold(ir::NodeId id) {
+  if (id == ir::kInvalidNode || !b_.status().ok()) return id;
+  const ir::Node& n = b_.graph().node(id);
+  if (ir::GetOpClass(n.op) == ir::OpClass::kLeaf || n.type.num_elements() > kFoldLimit) return id;
+  ir::Graph g;
+  std::vector<ir::NodeId> operands;
+  for (ir::NodeId in : n.inputs) {
+    const ir::Node& operand = b_.graph().node(in);
+    bool known = operand.op == ir::Op::kConstant || operand.op == ir::Op::kFill ||
+                 operand.op == ir::Op::kIota;
+    if (!known || operand.type.num_elements() > kFoldLimit) return id;
+    // Contractions and windows cost up to operand × result elements: fold only small ones.
+    const ir::OpClass cls = ir::GetOpClass(n.op);
+    if ((cls == ir::OpClass::kContraction || cls == ir::OpClass::kWindow) &&
+        operand.type.num_elements() > 4096) {
+      return id;
+    }
+    operands.push_back(g.AddNode(operand));
+  }
+  ir::Node copy = n;
+  copy.inputs = operands;
+  g.AddOutput(g.AddNode(std::move(copy)));
+  auto out = ir::Interpret(g, {});
+  if (!out.ok()) return id;  // e.g. an out-of-range index: left for run time to report
+  return b_.Constant(std::move((*out)[0]));
+}
+
+ir::NodeId Importer::Permute(ir::NodeId x, std::vector<int64_t> perm) {
+  bool identity = true;
+  for (size_t i = 0; i < perm.size(); ++i)
+    identity = identity && perm[i] == static_cast<int64_t>(i);
+  return identity ? x : Fold(b_.Permute(x, std::move(perm)));
+}
+
+ir::NodeId Importer::Slice(ir::NodeId x, std::vector<int64_t> starts, std::vector<int64_t> limits,
+                           std::vector<int64_t> strides) {
+  bool whole = true;
+  const ir::Shape& s = shape(x);
+  for (size_t i = 0; i < starts.size() && i < s.size(); ++i) {
+    whole = whole && starts[i] == 0 && limits[i] == s[i] && (strides.empty() || strides[i] == 1);
+  }
+  return whole ? x : Fold(b_.Slice(x, std::move(starts), std::move(limits), std::move(strides)));
+}
+
+absl::StatusOr<ir::Shape> Importer::BroadcastShape(const ir::Shape& a, const ir::Shape& b) {
+  const size_t r = std::max(a.size(), b.size());
+  ir::Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("shapes ", ir::ShapeToString(a), " and ",
+                                                     ir::ShapeToString(b), " do not broadcast"));
+    }
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+absl::StatusOr<ir::NodeId> Importer::BroadcastTo(ir::NodeId x, const ir::Shape& target) {
+  const ir::Shape& s = shape(x);
+  if (s == target) return x;
+  if (s.size() > target.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot broadcast ", ir::ShapeToString(s), " to ", ir::ShapeToString(target)));
+  }
+  ir::Shape padded(target.size() - s.size(), 1);
+  padded.insert(padded.end(), s.begin(), s.end());
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (padded[i] != 1 && padded[i] != target[i]) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot broadcast ", ir::ShapeToString(s),
+                                                     " to ", ir::ShapeToString(target)));
+    }
+  }
+  return Broadcast(Reshape(x, padded), target);
+}
+
+absl::StatusOr<std::vector<ir::NodeId>> Importer::Broadcasted(std::vector<ir::NodeId> xs,
+                                                              bool same_dtype) {
+  ir::Shape target;
+  for (ir::NodeId x : xs) {
+    if (same_dtype && dtype(x) != dtype(xs[0])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("operand types differ: ", ir::TypeToString(type(xs[0])), " and ",
+                       ir::TypeToString(type(x))));
+    }
+    absl::StatusOr<ir::Shape> s = BroadcastShape(target, shape(x));
+    if (!s.ok()) return s.status();
+    target = *s;
+  }
+  for (ir::NodeId& x : xs) {
+    absl::StatusOr<ir::NodeId> y = BroadcastTo(x, target);
+    if (!y.ok()) return y.status();
+    x = *y;
+  }
+  return xs;
+}
+
+// ---- Importer: the model ---------------------------------------------------------------------
+
+absl::Status Importer::DefineInputs(const ::onnx::GraphProto& graph) {
+  for (const auto& [name, shape] : options_.input_shapes) {
+    bool found = false;
+    for (const auto& vi : graph.input())
+      found = found || (vi.name() == name && !initializers_.count(name));
+    if (!found) {
+      return absl::InvalidArgumentError(absl::StrCat("ImportOptions::input_shapes names '", name,
+                                                     "', which is not a model input"));
+    }
+  }
+  std::set<std::string> names;
+  for (const auto& vi : graph.input()) {
+    if (initializers_.count(vi.name())) continue;  // IR < 4: initializers listed as inputs
+    const std::string what = absl::StrCat("input '", vi.name(), "'");
+    if (vi.name().empty()) return Invalid("graph input", "has no name");
+    if (!names.insert(vi.name()).second) return Invalid(what, "is declared twice");
+    if (!vi.type().has_tensor_type()) return Invalid(what, "is not a tensor");
+    const auto& tt = vi.type().tensor_type();
+    absl::StatusOr<ir::DType> dtype = DTypeFromOnnx(tt.elem_type(), what);
+    if (!dtype.ok()) return dtype.status();
+    auto given = options_.input_shapes.find(vi.name());
+    ir::Shape shape;
+    if (!tt.has_shape()) {
+      if (given == options_.input_shapes.end()) {
+        return Invalid(what, "has no shape in the model; give one in ImportOptions::input_shapes");
+      }
+      shape = given->second;
+    } else {
+      const auto& dims = tt.shape().dim();
+      if (given != options_.input_shapes.end() &&
+          static_cast<int>(given->second.size()) != dims.size()) {
+        return Invalid(
+            what, absl::StrCat("the given shape ", ir::ShapeToString(given->second), " has rank ",
+                               given->second.size(), ", the model's ", dims.size()));
+      }
+      for (int i = 0; i < dims.size(); ++i) {
+        const auto& d = dims[i];
+        if (given != options_.input_shapes.end()) {
+          int64_t g = given->second[static_cast<size_t>(i)];
+          if (d.has_dim_value() && d.dim_value() != g) {
+            return Invalid(what, absl::StrCat("the given shape ", ir::ShapeToString(given->second),
+                                              " differs from the model's fixed dimension ", i, " (",
+                                              d.dim_value(), ")"));
+          }
+          shape.push_back(g);
+        } else if (d.has_dim_value() && d.dim_value() >= 0) {
+          shape.push_back(d.dim_value());
+        } else {
+          return Invalid(what, absl::StrCat("dimension ", i, " is dynamic (",
+                                            d.has_dim_param() ? "'" + d.dim_param() + "'" : "unset",
+                                            "); kiln compiles static shapes: give the shape in "
+                                            "ImportOptions::input_shapes (CLI: --input-shape)"));
+        }
+      }
+    }
+    int64_t count = 1;
+    for (int64_t d : shape) {
+      if (d < 0 || d > kMaxElements || (d != 0 && count > kMaxElements / d)) {
+        return Invalid(what, absl::StrCat("bad shape ", ir::ShapeToString(shape)));
+      }
+      count *= d;
+    }
+    ir::NodeId id = b_.Parameter(vi.name(), {*dtype, shape});
+    values_[vi.name()] = id;
+    input_params_.push_back(id);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ir::Graph> Importer::Prune(ir::Graph graph, const std::vector<ir::NodeId>& keep) {
+  std::vector<bool> live(static_cast<size_t>(graph.num_nodes()), false);
+  for (const auto& o : graph.outputs()) live[static_cast<size_t>(o.node)] = true;
+  for (ir::NodeId id = graph.num_nodes() - 1; id >= 0; --id) {
+    if (!live[static_cast<size_t>(id)]) continue;
+    for (ir::NodeId in : graph.node(id).inputs) live[static_cast<size_t>(in)] = true;
+  }
+  for (ir::NodeId id : keep) live[static_cast<size_t>(id)] = true;
+  ir::Graph out;
+  std::vector<ir::NodeId> map(static_cast<size_t>(graph.num_nodes()), ir::kInvalidNode);
+  for (ir::NodeId id = 0; id < graph.num_nodes(); ++id) {
+    if (!live[static_cast<size_t>(id)]) continue;
+    ir::Node n = graph.node(id);
+    for (ir::NodeId& in : n.inputs) in = map[static_cast<size_t>(in)];
+    map[static_cast<size_t>(id)] = out.AddNode(std::move(n));
+  }
+  for (const auto& o : graph.outputs()) out.AddOutput(map[static_cast<size_t>(o.node)], o.name);
+  if (absl::Status s = ir::Verify(out); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<ImportedModel> Importer::Run(const ::onnx::ModelProto& model) {
+  const ::onnx::GraphProto& graph = model.graph();
+
+  // Every unsupported operator first, in one message.
+  std::map<std::string, std::vector<std::string>> unsupported;
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const auto& node = graph.node(i);
+    const std::string& domain = node.domain();
+    bool ok = (domain.empty() || domain == "ai.onnx") && Lowerings().count(node.op_type());
+    if (!ok) {
+      std::string op =
+          domain.empty() || domain == "ai.onnx" ? node.op_type() : domain + "::" + node.op_type();
+      unsupported[op].push_back(node.name().empty() ? absl::StrCat("#", i) : node.name());
+    }
+  }
+  if (!unsupported.empty()) {
+    std::vector<std::string> parts;
+    for (const auto& [op, nodes] : unsupported) {
+      parts.push_back(absl::StrCat(op, " (", nodes.size() == 1 ? "node " : "nodes ",
+                                   absl::StrJoin(nodes, ", "), ")"));
+    }
+    return absl::UnimplementedError(
+        absl::StrCat("unsupported ONNX operators: ", absl::StrJoin(parts, "; "),
+                     " (docs/onnx.md lists the supported ones)"));
+  }
+  if (graph.sparse_initializer_size() > 0) {
+    return absl::UnimplementedError("sparse initializers are not supported");
+  }
+
+  for (const auto& init : graph.initializer()) {
+    const std::string what = absl::StrCat("initializer '", init.name(), "'");
+    if (init.name().empty()) return Invalid("initializer", "has no name");
+    absl::StatusOr<ir::TensorData> t = TensorFromProto(init, what);
+    if (!t.ok()) return t.status();
+    if (!initializers_.emplace(init.name(), *std::move(t)).second) {
+      return Invalid(what, "is defined twice");
+    }
+  }
+  if (absl::Status s = DefineInputs(graph); !s.ok()) return s;
+
+  const auto& table = Lowerings();
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const auto& node = graph.node(i);
+    absl::Status s = table.at(node.op_type())(*this, node);
+    if (s.ok() && !b_.status().ok()) s = b_.status();
+    if (s.ok()) {
+      for (int o = 0; o < node.output_size(); ++o) {
+        if (!node.output(o).empty() && !values_.count(node.output(o))) {
+          s = absl::UnimplementedError(
+              absl::StrCat("output ", o, " ('", node.output(o), "') is not supported"));
+          break;
+        }
+      }
+    }
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(Describe(node, i), ": ", s.message()));
+    }
+  }
+
+  ImportedModel result;
+  std::set<std::string> output_names;
+  for (const auto& vi : graph.output()) {
+    const std::string what = absl::StrCat("output '", vi.name(), "'");
+    if (!output_names.insert(vi.name()).second) return Invalid(what, "is declared twice");
+    absl::StatusOr<ir::NodeId> id = ValueNode(vi.name());
+    if (!id.ok()) return Invalid(what, "no node computes it");
+    // The model's declared type, when it has one, must be what the import computed.
+    if (vi.type().has_tensor_type()) {
+      const auto& tt = vi.type().tensor_type();
+      if (tt.elem_type() != 0) {
+        absl::StatusOr<ir::DType> d = DTypeFromOnnx(tt.elem_type(), what);
+        if (d.ok() && *d != dtype(*id)) {
+          return Invalid(what, absl::StrCat("the model declares ", ir::DTypeName(*d),
+                                            ", the import computed ", ir::TypeToString(type(*id))));
+        }
+      }
+      if (options_.input_shapes.empty() && tt.has_shape()) {
+        const auto& dims = tt.shape().dim();
+        bool match = dims.size() == rank(*id);
+        for (int k = 0; match && k < dims.size(); ++k) {
+          if (dims[k].has_dim_value() &&
+              dims[k].dim_value() != shape(*id)[static_cast<size_t>(k)]) {
+            match = false;
+          }
+        }
+        if (!match) {
+          std::vector<std::string> ds;
+          for (const auto& d : dims)
+            ds.push_back(d.has_dim_value() ? absl::StrCat(d.dim_value()) : "?");
+          return Invalid(what,
+                         absl::StrCat("the model declares shape [", absl::StrJoin(ds, ","),
+                                      "], the import computed ", ir::TypeToString(type(*id))));
+        }
+      }
+    }
+    b_.Output(*id, vi.name());
+    result.output_names.push_back(vi.name());
+  }
+  if (!b_.status().ok()) return b_.status();
+  absl::StatusOr<ir::Graph> built = std::move(b_).Build();
+  if (!built.ok()) return built.status();
+  absl::StatusOr<ir::Graph> pruned = Prune(*std::move(built), input_params_);
+  if (!pruned.ok()) return pruned.status();
+  result.graph = *std::move(pruned);
+  for (ir::NodeId id : result.graph.Parameters()) {
+    const std::string& name = result.graph.node(id).attrs.name;
+    if (weight_params_.count(name)) result.weights.emplace(name, initializers_.at(name));
+  }
+  for (const auto& vi : graph.input()) {
+    if (!initializers_.count(vi.name())) result.input_names.push_back(vi.name());
+  }
+  result.opset_version = opset_;
+  result.producer = absl::StrCat(model.producer_name(), model.producer_version().empty() ? "" : " ",
+                                 model.producer_version());
+  return result;
+}
+
+}  // namespace internal
+
+absl::StatusOr<std::vector<ir::TensorData>> ImportedModel::Arguments(
+    std::vector<ir::TensorData> inputs) const {
+  if (inputs.size() != input_names.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model has ", input_names.size(), " inputs, ", inputs.size(), " given"));
+  }
+  std::vector<ir::TensorData> args;
+  for (ir::NodeId id : graph.Parameters()) {
+    const std::string& name = graph.node(id).attrs.name;
+    auto pos = std::find(input_names.begin(), input_names.end(), name);
+    if (pos != input_names.end()) {
+      args.push_back(std::move(inputs[static_cast<size_t>(pos - input_names.begin())]));
+    } else if (auto w = weights.find(name); w != weights.end()) {
+      args.push_back(w->second);
+    } else {
+      return absl::InternalError(absl::StrCat("parameter '", name, "' has no value"));
+    }
+  }
+  return args;
+}
+
+absl::StatusOr<ImportedModel> ImportBytes(std::string_view bytes, const ImportOptions& options) {
+  if (bytes.size() > static_cast<size_t>(INT_MAX)) {
+    return absl::InvalidArgumentError("ONNX model larger than 2 GiB (protobuf's limit)");
+  }
+  ::onnx::ModelProto model;
+  if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not an ONNX model: protobuf parsing failed (", bytes.size(), " bytes)"));
+  }
+  if (!model.has_graph()) return absl::InvalidArgumentError("the ONNX model has no graph");
+  int64_t opset = -1;
+  for (const auto& o : model.opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
+  }
+  if (opset < 0) {
+    return absl::InvalidArgumentError("the ONNX model imports no default-domain opset");
+  }
+  if (opset < 13 || opset > 17) {
+    return absl::UnimplementedError(
+        absl::StrCat("ONNX opset ", opset, " is not supported (kiln imports opsets 13 to 17)"));
+  }
+  internal::Importer importer(options, opset);
+  return importer.Run(model);
+}
+
+absl::StatusOr<ImportedModel> ImportFile(const std::string& path, const ImportOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  absl::StatusOr<ImportedModel> m = ImportBytes(ss.str(), options);
+  if (!m.ok())
+    return absl::Status(m.status().code(), absl::StrCat(path, ": ", m.status().message()));
+  return m;
+}
+
+absl::StatusOr<ir::TensorData> ReadTensorProto(std::string_view bytes) {
+  ::onnx::TensorProto proto;
+  if (bytes.size() > static_cast<size_t>(INT_MAX) ||
+      !proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "not an ONNX TensorProto: protobuf parsing failed (", bytes.size(), " bytes)"));
+  }
+  return internal::TensorFromProto(proto, absl::StrCat("tensor '", proto.name(), "'"));
+}
+
+absl::StatusOr<ir::TensorData> ReadTensorProtoFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  absl::StatusOr<ir::TensorData> t = ReadTensorProto(ss.str());
+  if (!t.ok())
+    return absl::Status(t.status().code(), absl::StrCat(path, ": ", t.status().message()));
+  return t;
+}
+
+}  // namespace kiln::onnx

@@ -1,0 +1,1732 @@
+// ONNX import: one lowering per ONNX operator (opsets 13-17), onto the IR's primitives
+// (docs/ir.md) through the Importer's folding builder wrappers. docs/onnx.md is the table of
+// what is supported; keep the two in step.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "frontend/onnx/import_internal.h"
+
+namespace kiln::onnx::internal {
+namespace {
+
+using ir::NodeId;
+using ir::Op;
+using ir::Shape;
+using NodeProto = ::onnx::NodeProto;
+
+#define KILN_CONCAT_INNER(a, b) a##b
+#define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
+// TRY(auto x, expr): x = *expr, or return expr's error.
+#define TRY(lhs, expr) TRY_IMPL(KILN_CONCAT(try_, __LINE__), lhs, expr)
+#define TRY_IMPL(tmp, lhs, expr)      \
+  auto tmp = (expr);                  \
+  if (!tmp.ok()) return tmp.status(); \
+  lhs = *std::move(tmp)
+
+absl::Status Bad(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+absl::Status Unsupported(const std::string& msg) { return absl::UnimplementedError(msg); }
+
+absl::StatusOr<int64_t> NormAxis(int64_t axis, int64_t rank, const char* what = "axis") {
+  if (axis < -rank || axis >= std::max<int64_t>(rank, 1)) {
+    return Bad(absl::StrCat(what, " ", axis, " is out of range for rank ", rank));
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+int64_t Product(const Shape& s, size_t from, size_t to) {
+  int64_t p = 1;
+  for (size_t i = from; i < to && i < s.size(); ++i) p *= s[i];
+  return p;
+}
+
+// ---- Elementwise ----------------------------------------------------------------------------
+
+Lowering UnaryOp(Op op) {
+  return [op](Importer& im, const NodeProto& n) -> absl::Status {
+    TRY(NodeId x, im.Input(n, 0));
+    im.SetOutput(n, 0, im.Unary(op, x));
+    return absl::OkStatus();
+  };
+}
+
+// A float-only activation written with a function of the input.
+Lowering Activation(std::function<NodeId(Importer&, const NodeProto&, NodeId)> f) {
+  return [f](Importer& im, const NodeProto& n) -> absl::Status {
+    TRY(NodeId x, im.Input(n, 0));
+    if (!ir::IsFloat(im.dtype(x))) {
+      return Bad(absl::StrCat("needs a float input, not ", ir::TypeToString(im.type(x))));
+    }
+    im.SetOutput(n, 0, f(im, n, x));
+    return absl::OkStatus();
+  };
+}
+
+NodeId Scaled(Importer& im, NodeId x, double s) {
+  return s == 1.0 ? x : im.Binary(Op::kMul, x, im.Like(s, x));
+}
+NodeId Shifted(Importer& im, NodeId x, double s) {
+  return s == 0.0 ? x : im.Binary(Op::kAdd, x, im.Like(s, x));
+}
+NodeId Sigmoid(Importer& im, NodeId x) {
+  NodeId e = im.Unary(Op::kExp, im.Unary(Op::kNeg, x));
+  return im.Unary(Op::kReciprocal, Shifted(im, e, 1.0));
+}
+NodeId ClampUnit(Importer& im, NodeId x) {  // min(max(x, 0), 1)
+  return im.Binary(Op::kMin, im.Binary(Op::kMax, x, im.Like(0, x)), im.Like(1, x));
+}
+NodeId ExpM1Scaled(Importer& im, NodeId x, double alpha) {  // alpha * (exp(x) - 1)
+  return Scaled(im, Shifted(im, im.Unary(Op::kExp, x), -1.0), alpha);
+}
+
+// Binary ops with numpy broadcasting; `f` gets the broadcast operands.
+Lowering BinaryWith(
+    std::function<absl::StatusOr<NodeId>(Importer&, const NodeProto&, NodeId, NodeId)> f,
+    bool same_dtype = true) {
+  return [f, same_dtype](Importer& im, const NodeProto& n) -> absl::Status {
+    TRY(NodeId a, im.Input(n, 0));
+    TRY(NodeId b, im.Input(n, 1));
+    TRY(std::vector<NodeId> ab, im.Broadcasted({a, b}, same_dtype));
+    TRY(NodeId y, f(im, n, ab[0], ab[1]));
+    im.SetOutput(n, 0, y);
+    return absl::OkStatus();
+  };
+}
+
+Lowering BinaryOp(Op op) {
+  return BinaryWith([op](Importer& im, const NodeProto&, NodeId a,
+                         NodeId b) -> absl::StatusOr<NodeId> { return im.Binary(op, a, b); });
+}
+
+// ONNX integer Div truncates toward zero; the IR's floors.
+absl::StatusOr<NodeId> Div(Importer& im, const NodeProto&, NodeId a, NodeId b) {
+  NodeId q = im.Binary(Op::kDiv, a, b);
+  if (!ir::IsInteger(im.dtype(a))) return q;
+  NodeId r = im.Binary(Op::kMod, a, b);
+  NodeId zero = im.Like(0, a);
+  NodeId signs_differ =
+      im.Binary(Op::kNe, im.Binary(Op::kLt, a, zero), im.Binary(Op::kLt, b, zero));
+  NodeId inexact = im.Binary(Op::kNe, r, zero);
+  return im.Select(im.Binary(Op::kAnd, inexact, signs_differ),
+                   im.Binary(Op::kAdd, q, im.Like(1, q)), q);
+}
+
+absl::StatusOr<NodeId> Mod(Importer& im, const NodeProto& n, NodeId a, NodeId b) {
+  const bool fmod = AttrInt(n, "fmod", 0) != 0;
+  if (!fmod && ir::IsFloat(im.dtype(a))) {
+    return Bad("fmod must be 1 for floating-point inputs (ONNX's rule)");
+  }
+  NodeId r = im.Binary(Op::kMod, a, b);  // floored: the divisor's sign
+  if (!fmod) return r;
+  // C fmod: the dividend's sign. Where the floored remainder is non-zero and its sign differs
+  // from the dividend's, it is off by one divisor.
+  NodeId zero = im.Like(0, a);
+  NodeId fix =
+      im.Binary(Op::kAnd, im.Binary(Op::kNe, r, zero),
+                im.Binary(Op::kNe, im.Binary(Op::kLt, r, zero), im.Binary(Op::kLt, a, zero)));
+  return im.Select(fix, im.Binary(Op::kSub, r, b), r);
+}
+
+absl::Status Pow(Importer& im, const NodeProto& n) {
+  TRY(NodeId a, im.Input(n, 0));
+  TRY(NodeId e, im.Input(n, 1));
+  const ir::DType t = im.dtype(a);
+  // The exponent may have another type than the base; the result has the base's.
+  ir::DType work = ir::IsFloat(t) ? t : ir::DType::kF64;
+  TRY(std::vector<NodeId> ab, im.Broadcasted({im.Cast(a, work), im.Cast(e, work)}));
+  NodeId y = im.Binary(Op::kPow, ab[0], ab[1]);
+  if (work != t) y = im.Cast(im.Unary(Op::kRound, y), t);
+  im.SetOutput(n, 0, y);
+  return absl::OkStatus();
+}
+
+Lowering Variadic(Op op, bool mean = false) {
+  return [op, mean](Importer& im, const NodeProto& n) -> absl::Status {
+    std::vector<NodeId> xs;
+    for (int i = 0; i < Importer::NumInputs(n); ++i) {
+      TRY(NodeId x, im.Input(n, i));
+      xs.push_back(x);
+    }
+    if (xs.empty()) return Bad("needs at least one input");
+    TRY(xs, im.Broadcasted(xs));
+    NodeId y = xs[0];
+    for (size_t i = 1; i < xs.size(); ++i) y = im.Binary(op, y, xs[i]);
+    if (mean && xs.size() > 1) {
+      y = im.Binary(Op::kDiv, y, im.Like(static_cast<double>(xs.size()), y));
+    }
+    im.SetOutput(n, 0, y);
+    return absl::OkStatus();
+  };
+}
+
+absl::Status Clip(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  NodeId y = x;
+  if (Importer::HasInput(n, 1)) {
+    TRY(NodeId lo, im.Input(n, 1));
+    TRY(lo, im.BroadcastTo(im.Cast(lo, im.dtype(x)), im.shape(x)));
+    y = im.Binary(Op::kMax, y, lo);
+  }
+  if (Importer::HasInput(n, 2)) {
+    TRY(NodeId hi, im.Input(n, 2));
+    TRY(hi, im.BroadcastTo(im.Cast(hi, im.dtype(x)), im.shape(x)));
+    y = im.Binary(Op::kMin, y, hi);
+  }
+  im.SetOutput(n, 0, y);
+  return absl::OkStatus();
+}
+
+absl::Status PRelu(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(NodeId slope, im.Input(n, 1));
+  TRY(slope, im.BroadcastTo(slope, im.shape(x)));
+  NodeId neg = im.Binary(Op::kLt, x, im.Like(0, x));
+  im.SetOutput(n, 0, im.Select(neg, im.Binary(Op::kMul, x, slope), x));
+  return absl::OkStatus();
+}
+
+absl::Status Where(Importer& im, const NodeProto& n) {
+  TRY(NodeId c, im.Input(n, 0));
+  TRY(NodeId x, im.Input(n, 1));
+  TRY(NodeId y, im.Input(n, 2));
+  if (im.dtype(c) != ir::DType::kBool) return Bad("condition must be bool");
+  TRY(std::vector<NodeId> v, im.Broadcasted({c, x, y}, /*same_dtype=*/false));
+  if (im.dtype(v[1]) != im.dtype(v[2])) return Bad("X and Y types differ");
+  im.SetOutput(n, 0, im.Select(v[0], v[1], v[2]));
+  return absl::OkStatus();
+}
+
+absl::Status Identity(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  im.SetOutput(n, 0, x);
+  return absl::OkStatus();
+}
+
+absl::Status Dropout(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  if (Importer::HasInput(n, 2)) {
+    TRY(ir::TensorData training, im.ConstInput(n, 2));
+    if (training.num_elements() != 1 || training.GetDouble(0) != 0) {
+      return Unsupported("training_mode=true is not supported (inference only)");
+    }
+  }
+  im.SetOutput(n, 0, x);
+  if (Importer::HasOutput(n, 1)) im.SetOutput(n, 1, im.Full(1, ir::DType::kBool, im.shape(x)));
+  return absl::OkStatus();
+}
+
+absl::Status Cast(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(ir::DType to, DTypeFromOnnx(static_cast<int32_t>(AttrInt(n, "to", 0)), "attribute 'to'"));
+  im.SetOutput(n, 0, im.Cast(x, to));
+  return absl::OkStatus();
+}
+
+absl::Status CastLike(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(NodeId like, im.Input(n, 1));
+  im.SetOutput(n, 0, im.Cast(x, im.dtype(like)));
+  return absl::OkStatus();
+}
+
+absl::Status IsInf(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  if (!ir::IsFloat(im.dtype(x))) return Bad("needs a float input");
+  const double inf = std::numeric_limits<double>::infinity();
+  NodeId pos = im.Binary(Op::kEq, x, im.Like(inf, x));
+  NodeId neg = im.Binary(Op::kEq, x, im.Like(-inf, x));
+  const bool p = AttrInt(n, "detect_positive", 1) != 0, q = AttrInt(n, "detect_negative", 1) != 0;
+  NodeId y = p && q ? im.Binary(Op::kOr, pos, neg)
+             : p    ? pos
+             : q    ? neg
+                    : im.Full(0, ir::DType::kBool, im.shape(x));
+  im.SetOutput(n, 0, y);
+  return absl::OkStatus();
+}
+
+// ---- Constants and shapes --------------------------------------------------------------------
+
+absl::Status Constant(Importer& im, const NodeProto& n) {
+  if (n.attribute_size() != 1) return Bad("needs exactly one attribute");
+  const auto& a = n.attribute(0);
+  ir::TensorData t;
+  if (a.name() == "value") {
+    TRY(t, TensorFromProto(a.t(), "attribute 'value'"));
+  } else if (a.name() == "value_float") {
+    t = ir::TensorData::FromVector(ir::DType::kF32, {}, std::vector<float>{a.f()});
+  } else if (a.name() == "value_floats") {
+    std::vector<float> v(a.floats().begin(), a.floats().end());
+    t = ir::TensorData::FromVector(ir::DType::kF32, {static_cast<int64_t>(v.size())}, v);
+  } else if (a.name() == "value_int") {
+    t = ir::TensorData(ir::DType::kI64, {});
+    t.SetInt64(0, a.i());
+  } else if (a.name() == "value_ints") {
+    t = ir::TensorData(ir::DType::kI64, {a.ints_size()});
+    for (int i = 0; i < a.ints_size(); ++i) t.SetInt64(i, a.ints(i));
+  } else {
+    return Unsupported(absl::StrCat("attribute '", a.name(), "' is not supported"));
+  }
+  im.SetOutput(n, 0, im.Const(std::move(t)));
+  return absl::OkStatus();
+}
+
+ir::TensorData Int64Vector(const std::vector<int64_t>& v) {
+  ir::TensorData t(ir::DType::kI64, {static_cast<int64_t>(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) t.SetInt64(static_cast<int64_t>(i), v[i]);
+  return t;
+}
+
+absl::Status ShapeOp(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  const Shape& s = im.shape(x);
+  const int64_t r = static_cast<int64_t>(s.size());
+  int64_t start = AttrInt(n, "start", 0), end = AttrInt(n, "end", r);
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = std::clamp<int64_t>(start, 0, r);
+  end = std::clamp<int64_t>(end, start, r);
+  im.SetOutput(n, 0, im.Const(Int64Vector(Shape(s.begin() + start, s.begin() + end))));
+  return absl::OkStatus();
+}
+
+absl::Status Size(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  ir::TensorData t(ir::DType::kI64, {});
+  t.SetInt64(0, im.type(x).num_elements());
+  im.SetOutput(n, 0, im.Const(std::move(t)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Shape> ShapeFromInts(const std::vector<int64_t>& v) {
+  int64_t count = 1;
+  for (int64_t d : v) {
+    if (d < 0 || d > (int64_t{1} << 31) || (d != 0 && count > (int64_t{1} << 31) / d)) {
+      return Bad(absl::StrCat("bad shape [", absl::StrJoin(v, ","), "]"));
+    }
+    count *= d;
+  }
+  return Shape(v);
+}
+
+absl::Status ConstantOfShape(Importer& im, const NodeProto& n) {
+  TRY(std::vector<int64_t> dims, im.ConstInts(n, 0));
+  TRY(Shape s, ShapeFromInts(dims));
+  ir::DType d = ir::DType::kF32;
+  double v = 0;
+  if (const auto* a = FindAttr(n, "value")) {
+    TRY(ir::TensorData t, TensorFromProto(a->t(), "attribute 'value'"));
+    if (t.num_elements() != 1) return Bad("attribute 'value' must have one element");
+    d = t.dtype();
+    v = t.GetDouble(0);
+  }
+  im.SetOutput(n, 0, im.Full(v, d, s));
+  return absl::OkStatus();
+}
+
+absl::Status Range(Importer& im, const NodeProto& n) {
+  TRY(ir::TensorData start, im.ConstInput(n, 0));
+  TRY(ir::TensorData limit, im.ConstInput(n, 1));
+  TRY(ir::TensorData delta, im.ConstInput(n, 2));
+  if (start.num_elements() != 1 || limit.num_elements() != 1 || delta.num_elements() != 1) {
+    return Bad("start, limit and delta must be scalars");
+  }
+  const ir::DType d = start.dtype();
+  const bool integer = ir::IsInteger(d);
+  double s = start.GetDouble(0), l = limit.GetDouble(0), dl = delta.GetDouble(0);
+  if (dl == 0 || !std::isfinite(s) || !std::isfinite(l) || !std::isfinite(dl)) {
+    return Bad("delta must be non-zero and all of start, limit, delta finite");
+  }
+  double count = std::max(std::ceil((l - s) / dl), 0.0);
+  if (count > (1 << 24)) return Bad(absl::StrCat("Range of ", count, " elements is too large"));
+  ir::TensorData t(d, {static_cast<int64_t>(count)});
+  for (int64_t i = 0; i < static_cast<int64_t>(count); ++i) {
+    if (integer) {
+      t.SetInt64(i, start.GetInt64(0) + i * delta.GetInt64(0));
+    } else {
+      t.SetDouble(i, s + static_cast<double>(i) * dl);
+    }
+  }
+  im.SetOutput(n, 0, im.Const(std::move(t)));
+  return absl::OkStatus();
+}
+
+absl::Status EyeLike(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  if (im.rank(x) != 2) return Bad("needs a 2-D input");
+  ir::DType d = im.dtype(x);
+  if (const auto* a = FindAttr(n, "dtype")) {
+    TRY(d, DTypeFromOnnx(static_cast<int32_t>(a->i()), "attribute 'dtype'"));
+  }
+  const int64_t k = AttrInt(n, "k", 0);
+  const Shape s = im.shape(x);
+  if (im.type(x).num_elements() > (1 << 24)) return Unsupported("EyeLike above 2^24 elements");
+  ir::TensorData t(d, s);
+  for (int64_t i = 0; i < s[0]; ++i) {
+    if (i + k >= 0 && i + k < s[1]) t.SetDouble(i * s[1] + i + k, 1);
+  }
+  im.SetOutput(n, 0, im.Const(std::move(t)));
+  return absl::OkStatus();
+}
+
+// ---- Movement ----------------------------------------------------------------------------------
+
+absl::Status Reshape(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(std::vector<int64_t> dims, im.ConstInts(n, 1));
+  const bool allowzero = AttrInt(n, "allowzero", 0) != 0;
+  const Shape& in = im.shape(x);
+  int infer = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == 0 && !allowzero) {
+      if (i >= in.size())
+        return Bad(absl::StrCat("shape entry ", i, " is 0 but the input has rank ", in.size()));
+      dims[i] = in[i];
+    }
+    if (dims[i] == -1) {
+      if (infer >= 0) return Bad("more than one -1 in the shape");
+      infer = static_cast<int>(i);
+      continue;
+    }
+    if (dims[i] < 0 || dims[i] > (int64_t{1} << 31)) {
+      return Bad(absl::StrCat("bad shape entry ", dims[i]));
+    }
+    known *= dims[i];
+    if (known > (int64_t{1} << 31)) return Bad("shape too large");
+  }
+  const int64_t count = im.type(x).num_elements();
+  if (infer >= 0) {
+    if (known == 0 || count % known != 0) {
+      return Bad(absl::StrCat("cannot reshape ", ir::TypeToString(im.type(x)), " to [",
+                              absl::StrJoin(dims, ","), "]"));
+    }
+    dims[static_cast<size_t>(infer)] = count / known;
+  }
+  TRY(Shape s, ShapeFromInts(dims));
+  if (ir::NumElements(s) != count) {
+    return Bad(absl::StrCat("cannot reshape ", ir::TypeToString(im.type(x)), " to ",
+                            ir::ShapeToString(s)));
+  }
+  im.SetOutput(n, 0, im.Reshape(x, s));
+  return absl::OkStatus();
+}
+
+absl::Status Flatten(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  const int64_t r = im.rank(x);
+  int64_t axis = AttrInt(n, "axis", 1);
+  if (axis < -r || axis > r) return Bad(absl::StrCat("axis ", axis, " out of range"));
+  if (axis < 0) axis += r;
+  const Shape& s = im.shape(x);
+  im.SetOutput(n, 0,
+               im.Reshape(x, {Product(s, 0, static_cast<size_t>(axis)),
+                              Product(s, static_cast<size_t>(axis), s.size())}));
+  return absl::OkStatus();
+}
+
+absl::Status Transpose(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  const int64_t r = im.rank(x);
+  std::vector<int64_t> perm;
+  if (auto p = AttrInts(n, "perm")) {
+    perm = *p;
+  } else {
+    for (int64_t i = r - 1; i >= 0; --i) perm.push_back(i);
+  }
+  std::vector<bool> seen(static_cast<size_t>(r), false);
+  if (static_cast<int64_t>(perm.size()) != r) return Bad("perm has the wrong length");
+  for (int64_t& p : perm) {
+    TRY(p, NormAxis(p, r, "perm entry"));
+    if (seen[static_cast<size_t>(p)]) return Bad("perm is not a permutation");
+    seen[static_cast<size_t>(p)] = true;
+  }
+  im.SetOutput(n, 0, im.Permute(x, perm));
+  return absl::OkStatus();
+}
+
+// Axes from input `i` (opset 13 form) or attribute "axes" (older form / other ops).
+absl::StatusOr<std::optional<std::vector<int64_t>>> AxesOf(Importer& im, const NodeProto& n,
+                                                           int i) {
+  if (Importer::HasInput(n, i)) {
+    TRY(std::vector<int64_t> v, im.ConstInts(n, i));
+    return std::optional<std::vector<int64_t>>(v);
+  }
+  return AttrInts(n, "axes");
+}
+
+absl::StatusOr<std::vector<int64_t>> NormAxes(std::vector<int64_t> axes, int64_t rank) {
+  for (int64_t& a : axes) {
+    TRY(a, NormAxis(a, rank));
+  }
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) return Bad("repeated axis");
+  return axes;
+}
+
+absl::Status Squeeze(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(auto axes_opt, AxesOf(im, n, 1));
+  const Shape& s = im.shape(x);
+  std::vector<int64_t> axes;
+  if (axes_opt) {
+    TRY(axes, NormAxes(*axes_opt, im.rank(x)));
+  } else {
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == 1) axes.push_back(static_cast<int64_t>(i));
+    }
+  }
+  Shape out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (std::find(axes.begin(), axes.end(), static_cast<int64_t>(i)) != axes.end()) {
+      if (s[i] != 1) return Bad(absl::StrCat("cannot squeeze axis ", i, " of size ", s[i]));
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  im.SetOutput(n, 0, im.Reshape(x, out));
+  return absl::OkStatus();
+}
+
+absl::Status Unsqueeze(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(auto axes_opt, AxesOf(im, n, 1));
+  if (!axes_opt) return Bad("axes are missing");
+  const Shape& s = im.shape(x);
+  const int64_t out_rank = im.rank(x) + static_cast<int64_t>(axes_opt->size());
+  TRY(std::vector<int64_t> axes, NormAxes(*axes_opt, out_rank));
+  Shape out;
+  size_t k = 0;
+  for (int64_t i = 0; i < out_rank; ++i) {
+    if (std::find(axes.begin(), axes.end(), i) != axes.end()) {
+      out.push_back(1);
+    } else {
+      out.push_back(s[k++]);
+    }
+  }
+  im.SetOutput(n, 0, im.Reshape(x, out));
+  return absl::OkStatus();
+}
+
+absl::Status Concat(Importer& im, const NodeProto& n) {
+  std::vector<NodeId> xs;
+  for (int i = 0; i < Importer::NumInputs(n); ++i) {
+    if (!Importer::HasInput(n, i)) continue;
+    TRY(NodeId x, im.Input(n, i));
+    xs.push_back(x);
+  }
+  if (xs.empty()) return Bad("needs inputs");
+  TRY(int64_t axis, NormAxis(AttrInt(n, "axis", 0), im.rank(xs[0])));
+  // Empty operands are dropped (the IR accepts them, but they only cost a copy).
+  std::vector<NodeId> kept;
+  for (NodeId x : xs) {
+    if (im.type(x).num_elements() > 0) kept.push_back(x);
+  }
+  if (kept.empty()) kept.push_back(xs[0]);
+  if (kept.size() == 1 && xs.size() > 1) {
+    // Still check that all agree, through the IR's rule.
+    im.SetOutput(n, 0, im.Concat(xs, axis));
+  } else {
+    im.SetOutput(n, 0, im.Concat(kept, axis));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Split(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(int64_t axis, NormAxis(AttrInt(n, "axis", 0), im.rank(x)));
+  const int64_t dim = im.shape(x)[static_cast<size_t>(axis)];
+  const int64_t outs = n.output_size();
+  std::vector<int64_t> sizes;
+  if (Importer::HasInput(n, 1)) {
+    TRY(sizes, im.ConstInts(n, 1));
+  } else if (auto s = AttrInts(n, "split")) {
+    sizes = *s;
+  } else {
+    if (outs <= 0) return Bad("no outputs");
+    const int64_t chunk = (dim + outs - 1) / outs;
+    for (int64_t i = 0; i < outs; ++i)
+      sizes.push_back(std::max<int64_t>(0, std::min(chunk, dim - i * chunk)));
+  }
+  if (static_cast<int64_t>(sizes.size()) != outs) {
+    return Bad(absl::StrCat("split has ", sizes.size(), " sizes for ", outs, " outputs"));
+  }
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    if (s < 0 || s > (int64_t{1} << 31)) return Bad("bad split size");
+    total += s;
+  }
+  if (total != dim) return Bad(absl::StrCat("split sizes sum to ", total, ", the axis has ", dim));
+  int64_t at = 0;
+  for (int64_t i = 0; i < outs; ++i) {
+    std::vector<int64_t> starts(static_cast<size_t>(im.rank(x)), 0);
+    std::vector<int64_t> limits = im.shape(x);
+    starts[static_cast<size_t>(axis)] = at;
+    limits[static_cast<size_t>(axis)] = at + sizes[static_cast<size_t>(i)];
+    im.SetOutput(n, static_cast<int>(i), im.Slice(x, starts, limits));
+    at += sizes[static_cast<size_t>(i)];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SliceOp(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(std::vector<int64_t> starts, im.ConstInts(n, 1));
+  TRY(std::vector<int64_t> ends, im.ConstInts(n, 2));
+  const int64_t r = im.rank(x);
+  std::vector<int64_t> axes, steps;
+  if (Importer::HasInput(n, 3)) {
+    TRY(axes, im.ConstInts(n, 3));
+  } else {
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  }
+  if (Importer::HasInput(n, 4)) {
+    TRY(steps, im.ConstInts(n, 4));
+  } else {
+    steps.assign(starts.size(), 1);
+  }
+  if (ends.size() != starts.size() || axes.size() != starts.size() ||
+      steps.size() != starts.size()) {
+    return Bad("starts, ends, axes and steps differ in length");
+  }
+  const Shape& s = im.shape(x);
+  std::vector<int64_t> lo(static_cast<size_t>(r), 0), hi = s, st(static_cast<size_t>(r), 1);
+  std::vector<int64_t> flip;
+  std::vector<bool> seen(static_cast<size_t>(r), false);
+  for (size_t i = 0; i < starts.size(); ++i) {
+    TRY(int64_t a, NormAxis(axes[i], r));
+    if (seen[static_cast<size_t>(a)]) return Bad("repeated axis");
+    seen[static_cast<size_t>(a)] = true;
+    const int64_t d = s[static_cast<size_t>(a)];
+    const int64_t step = steps[i];
+    if (step == 0) return Bad("step 0");
+    // Clamp like ONNX (starts/ends may be huge, e.g. INT64_MAX, or negative).
+    int64_t b = starts[i], e = ends[i];
+    if (step > 0) {
+      b = std::clamp<int64_t>(b < 0 ? std::max<int64_t>(b, -d) + d : b, 0, d);
+      e = std::clamp<int64_t>(e < 0 ? std::max<int64_t>(e, -d) + d : e, 0, d);
+      lo[static_cast<size_t>(a)] = b;
+      hi[static_cast<size_t>(a)] = std::max(b, e);
+      st[static_cast<size_t>(a)] = step;
+    } else {
+      // Negative step: starts clamp to [0, d-1], ends to [-1, d-1]; read the flipped axis.
+      b = b < 0 ? b + d : b;
+      e = e < 0 ? e + d : e;
+      b = std::clamp<int64_t>(b, -1, d - 1);
+      e = std::clamp<int64_t>(e, -1, d - 1);
+      if (ends[i] < -d) e = -1;
+      const int64_t fb = d - 1 - b, fe = d - 1 - e;  // on the flipped axis: [fb, fe)
+      lo[static_cast<size_t>(a)] = std::clamp<int64_t>(fb, 0, d);
+      hi[static_cast<size_t>(a)] =
+          std::max(lo[static_cast<size_t>(a)], std::clamp<int64_t>(fe, 0, d));
+      st[static_cast<size_t>(a)] = step == std::numeric_limits<int64_t>::min() ? d + 1 : -step;
+      if (d > 0) flip.push_back(a);
+    }
+    // A stride beyond the axis reads one element at most.
+    if (st[static_cast<size_t>(a)] > d) st[static_cast<size_t>(a)] = std::max<int64_t>(d, 1);
+  }
+  std::sort(flip.begin(), flip.end());
+  NodeId y = flip.empty() ? x : im.Fold(im.b().Flip(x, flip));
+  im.SetOutput(n, 0, im.Slice(y, lo, hi, st));
+  return absl::OkStatus();
+}
+
+absl::Status Expand(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(std::vector<int64_t> dims, im.ConstInts(n, 1));
+  TRY(Shape target, ShapeFromInts(dims));
+  TRY(Shape out, Importer::BroadcastShape(im.shape(x), target));
+  TRY(NodeId y, im.BroadcastTo(x, out));
+  im.SetOutput(n, 0, y);
+  return absl::OkStatus();
+}
+
+absl::Status Tile(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(std::vector<int64_t> reps, im.ConstInts(n, 1));
+  const Shape& s = im.shape(x);
+  if (reps.size() != s.size()) return Bad("repeats must have one entry per axis");
+  Shape inter, target, out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (reps[i] < 0 || reps[i] > (int64_t{1} << 31)) return Bad("bad repeat");
+    inter.push_back(1);
+    inter.push_back(s[i]);
+    target.push_back(reps[i]);
+    target.push_back(s[i]);
+    out.push_back(reps[i] * s[i]);
+  }
+  TRY(out, ShapeFromInts(out));
+  im.SetOutput(n, 0, im.Reshape(im.Broadcast(im.Reshape(x, inter), target), out));
+  return absl::OkStatus();
+}
+
+absl::Status Pad(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  const int64_t r = im.rank(x);
+  TRY(std::vector<int64_t> pads, im.ConstInts(n, 1));
+  if (static_cast<int64_t>(pads.size()) != 2 * r) return Bad("pads must have 2 * rank entries");
+  double value = 0;
+  if (Importer::HasInput(n, 2)) {
+    TRY(ir::TensorData v, im.ConstInput(n, 2));
+    if (v.num_elements() != 1) return Bad("constant_value must be a scalar");
+    value = v.GetDouble(0);
+  }
+  const std::string mode = AttrString(n, "mode", "constant");
+  const Shape& s = im.shape(x);
+  // Negative pads crop first.
+  std::vector<int64_t> starts(static_cast<size_t>(r), 0), limits = s, lo(static_cast<size_t>(r)),
+                                                          hi(static_cast<size_t>(r));
+  for (int64_t i = 0; i < r; ++i) {
+    int64_t b = pads[static_cast<size_t>(i)], e = pads[static_cast<size_t>(i + r)];
+    const int64_t d = s[static_cast<size_t>(i)];
+    if (b < -d || e < -d || b > (1 << 24) || e > (1 << 24) || b + e < -d) {
+      return Bad(
+          absl::StrCat("pads [", absl::StrJoin(pads, ","), "] do not fit ", ir::ShapeToString(s)));
+    }
+    starts[static_cast<size_t>(i)] = std::max<int64_t>(-b, 0);
+    limits[static_cast<size_t>(i)] = d - std::max<int64_t>(-e, 0);
+    lo[static_cast<size_t>(i)] = std::max<int64_t>(b, 0);
+    hi[static_cast<size_t>(i)] = std::max<int64_t>(e, 0);
+  }
+  NodeId y = im.Slice(x, starts, limits);
+  if (mode == "constant") {
+    bool any = false;
+    for (int64_t i = 0; i < r; ++i)
+      any = any || lo[static_cast<size_t>(i)] || hi[static_cast<size_t>(i)];
+    if (any) y = im.Fold(im.b().Pad(y, lo, hi, value));
+  } else if (mode == "edge" || mode == "reflect") {
+    for (int64_t a = 0; a < r; ++a) {
+      const int64_t l = lo[static_cast<size_t>(a)], h = hi[static_cast<size_t>(a)];
+      if (l == 0 && h == 0) continue;
+      const Shape cur = im.shape(y);
+      const int64_t d = cur[static_cast<size_t>(a)];
+      if (d == 0 || (mode == "reflect" && (l >= d || h >= d))) {
+        return Bad(
+            absl::StrCat("mode ", mode, " pads axis ", a, " of size ", d, " by ", l, "/", h));
+      }
+      auto part = [&](int64_t b, int64_t e) {
+        std::vector<int64_t> st(cur.size(), 0), li = cur;
+        st[static_cast<size_t>(a)] = b;
+        li[static_cast<size_t>(a)] = e;
+        return im.Slice(y, st, li);
+      };
+      std::vector<NodeId> pieces;
+      if (l > 0) {
+        if (mode == "edge") {
+          Shape t = cur;
+          t[static_cast<size_t>(a)] = l;
+          pieces.push_back(im.Broadcast(part(0, 1), t));
+        } else {
+          pieces.push_back(im.Fold(im.b().Flip(part(1, l + 1), {a})));
+        }
+      }
+      pieces.push_back(y);
+      if (h > 0) {
+        if (mode == "edge") {
+          Shape t = cur;
+          t[static_cast<size_t>(a)] = h;
+          pieces.push_back(im.Broadcast(part(d - 1, d), t));
+        } else {
+          pieces.push_back(im.Fold(im.b().Flip(part(d - 1 - h, d - 1), {a})));
+        }
+      }
+      y = im.Concat(pieces, a);
+    }
+  } else {
+    return Unsupported(absl::StrCat("mode '", mode, "' is not supported"));
+  }
+  im.SetOutput(n, 0, y);
+  return absl::OkStatus();
+}
+
+// x[..., idx[k], ...] along `axis` for constant indices (already in range).
+NodeId GatherConst(Importer& im, NodeId x, int64_t axis, const std::vector<int64_t>& idx) {
+  const Shape s = im.shape(x);
+  const size_t a = static_cast<size_t>(axis);
+  const int64_t k = static_cast<int64_t>(idx.size());
+  // A contiguous range is a slice.
+  bool contiguous = k > 0;
+  for (int64_t i = 1; i < k && contiguous; ++i)
+    contiguous = idx[static_cast<size_t>(i)] == idx[0] + i;
+  if (contiguous) {
+    std::vector<int64_t> st(s.size(), 0), li = s;
+    st[a] = idx[0];
+    li[a] = idx[0] + k;
+    return im.Slice(x, st, li);
+  }
+  const int64_t p = Product(s, 0, a), q = Product(s, a + 1, s.size());
+  NodeId flat = im.Reshape(x, {p, s[a], q});
+  ir::TensorData t(ir::DType::kI64, {1, k, 1});
+  for (int64_t i = 0; i < k; ++i) t.SetInt64(i, idx[static_cast<size_t>(i)]);
+  NodeId index = im.Broadcast(im.Const(std::move(t)), {p, k, q});
+  NodeId g = im.Fold(im.b().Gather(flat, index, 1));
+  Shape out = s;
+  out[a] = k;
+  return im.Reshape(g, out);
+}
+
+absl::Status Gather(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(NodeId ind, im.Input(n, 1));
+  if (!ir::IsInteger(im.dtype(ind))) return Bad("indices must be integers");
+  TRY(int64_t axis, NormAxis(AttrInt(n, "axis", 0), im.rank(x)));
+  const Shape s = im.shape(x);
+  const size_t a = static_cast<size_t>(axis);
+  const int64_t d = s[a];
+  const Shape is = im.shape(ind);
+  Shape out(s.begin(), s.begin() + axis);
+  out.insert(out.end(), is.begin(), is.end());
+  out.insert(out.end(), s.begin() + axis + 1, s.end());
+  if (std::optional<ir::TensorData> known = im.KnownValue(ind)) {
+    std::vector<int64_t> idx = known->ToInt64s();
+    for (int64_t& i : idx) {
+      if (i < -d || i >= d)
+        return Bad(absl::StrCat("index ", i, " is out of range for axis size ", d));
+      if (i < 0) i += d;
+    }
+    im.SetOutput(n, 0, im.Reshape(GatherConst(im, x, axis, idx), out));
+    return absl::OkStatus();
+  }
+  const int64_t p = Product(s, 0, a), q = Product(s, a + 1, s.size());
+  const int64_t k = im.type(ind).num_elements();
+  NodeId fixed = im.Select(im.Binary(Op::kLt, ind, im.Like(0, ind)),
+                           im.Binary(Op::kAdd, ind, im.Like(static_cast<double>(d), ind)), ind);
+  NodeId index = im.Broadcast(im.Reshape(fixed, {1, k, 1}), {p, k, q});
+  NodeId g = im.Fold(im.b().Gather(im.Reshape(x, {p, d, q}), index, 1));
+  im.SetOutput(n, 0, im.Reshape(g, out));
+  return absl::OkStatus();
+}
+
+absl::Status GatherElements(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(NodeId ind, im.Input(n, 1));
+  if (!ir::IsInteger(im.dtype(ind))) return Bad("indices must be integers");
+  TRY(int64_t axis, NormAxis(AttrInt(n, "axis", 0), im.rank(x)));
+  const double d = static_cast<double>(im.shape(x)[static_cast<size_t>(axis)]);
+  NodeId fixed = im.Select(im.Binary(Op::kLt, ind, im.Like(0, ind)),
+                           im.Binary(Op::kAdd, ind, im.Like(d, ind)), ind);
+  im.SetOutput(n, 0, im.Fold(im.b().Gather(x, fixed, axis)));
+  return absl::OkStatus();
+}
+
+absl::Status Trilu(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  if (im.rank(x) < 2) return Bad("needs rank >= 2");
+  int64_t k = 0;
+  if (Importer::HasInput(n, 1)) {
+    TRY(ir::TensorData kt, im.ConstInput(n, 1));
+    if (kt.num_elements() != 1) return Bad("k must be a scalar");
+    k = kt.GetInt64(0);
+  }
+  const bool upper = AttrInt(n, "upper", 1) != 0;
+  const Shape s = im.shape(x);
+  const int64_t rows = s[s.size() - 2], cols = s[s.size() - 1];
+  if (rows * cols > (1 << 24)) return Unsupported("Trilu on matrices above 2^24 elements");
+  ir::TensorData mask(ir::DType::kBool, {rows, cols});
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j)
+      mask.SetDouble(i * cols + j, upper ? j - i >= k : j - i <= k);
+  }
+  TRY(NodeId m, im.BroadcastTo(im.Const(std::move(mask)), s));
+  im.SetOutput(n, 0, im.Select(m, x, im.Like(0, x)));
+  return absl::OkStatus();
+}
+
+absl::Status CumSum(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(ir::TensorData at, im.ConstInput(n, 1));
+  if (at.num_elements() != 1) return Bad("axis must be a scalar");
+  TRY(int64_t axis, NormAxis(at.GetInt64(0), im.rank(x)));
+  const bool exclusive = AttrInt(n, "exclusive", 0) != 0, reverse = AttrInt(n, "reverse", 0) != 0;
+  const int64_t r = im.rank(x), d = im.shape(x)[static_cast<size_t>(axis)];
+  if (d > 4096) return Unsupported("CumSum along an axis longer than 4096");
+  // Move the axis last, multiply by a 0/1 matrix M[j][i] = (element j counts towards output i).
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < r; ++i) {
+    if (i != axis) perm.push_back(i);
+  }
+  perm.push_back(axis);
+  std::vector<int64_t> inverse(static_cast<size_t>(r));
+  for (int64_t i = 0; i < r; ++i) inverse[static_cast<size_t>(perm[static_cast<size_t>(i)])] = i;
+  ir::TensorData m(im.dtype(x), {d, d});
+  for (int64_t j = 0; j < d; ++j) {
+    for (int64_t i = 0; i < d; ++i) {
+      bool in = reverse ? (exclusive ? j > i : j >= i) : (exclusive ? j < i : j <= i);
+      m.SetDouble(j * d + i, in ? 1 : 0);
+    }
+  }
+  NodeId moved = im.Permute(x, perm);
+  Shape ms = im.shape(moved);
+  NodeId flat = im.Reshape(moved, {Product(ms, 0, ms.size() - 1), d});
+  NodeId y = im.Reshape(im.Fold(im.b().MatMul(flat, im.Const(std::move(m)))), ms);
+  im.SetOutput(n, 0, im.Permute(y, inverse));
+  return absl::OkStatus();
+}
+
+absl::Status DepthToSpace(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  if (im.rank(x) != 4) return Bad("needs a 4-D input");
+  const int64_t bs = AttrInt(n, "blocksize", 0);
+  const Shape s = im.shape(x);
+  if (bs <= 0 || bs > (1 << 15) || s[1] % (bs * bs) != 0) return Bad("bad blocksize");
+  const int64_t c = s[1] / (bs * bs);
+  NodeId y;
+  if (AttrString(n, "mode", "DCR") == "DCR") {
+    y = im.Permute(im.Reshape(x, {s[0], bs, bs, c, s[2], s[3]}), {0, 3, 4, 1, 5, 2});
+  } else {
+    y = im.Permute(im.Reshape(x, {s[0], c, bs, bs, s[2], s[3]}), {0, 1, 4, 2, 5, 3});
+  }
+  im.SetOutput(n, 0, im.Reshape(y, {s[0], c, s[2] * bs, s[3] * bs}));
+  return absl::OkStatus();
+}
+
+absl::Status SpaceToDepth(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  if (im.rank(x) != 4) return Bad("needs a 4-D input");
+  const int64_t bs = AttrInt(n, "blocksize", 0);
+  const Shape s = im.shape(x);
+  if (bs <= 0 || bs > (1 << 15) || s[2] % bs != 0 || s[3] % bs != 0) return Bad("bad blocksize");
+  NodeId y =
+      im.Permute(im.Reshape(x, {s[0], s[1], s[2] / bs, bs, s[3] / bs, bs}), {0, 3, 5, 1, 2, 4});
+  im.SetOutput(n, 0, im.Reshape(y, {s[0], s[1] * bs * bs, s[2] / bs, s[3] / bs}));
+  return absl::OkStatus();
+}
+
+// ---- Reductions --------------------------------------------------------------------------------
+
+enum class Red { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kSumSquare, kLogSum, kLogSumExp };
+
+Lowering Reduction(Red kind) {
+  return [kind](Importer& im, const NodeProto& n) -> absl::Status {
+    TRY(NodeId x, im.Input(n, 0));
+    const int64_t r = im.rank(x);
+    // Axes are an input from opset 13 for ReduceSum (18 for the others).
+    const bool axes_input = kind == Red::kSum;
+    std::optional<std::vector<int64_t>> axes_opt;
+    if (axes_input) {
+      if (Importer::HasInput(n, 1)) {
+        TRY(std::vector<int64_t> v, im.ConstInts(n, 1));
+        axes_opt = v;
+      }
+    } else {
+      axes_opt = AttrInts(n, "axes");
+    }
+    if (axes_opt && axes_opt->empty()) axes_opt.reset();
+    if (!axes_opt && AttrInt(n, "noop_with_empty_axes", 0) != 0) {
+      im.SetOutput(n, 0, x);
+      return absl::OkStatus();
+    }
+    std::vector<int64_t> axes;
+    if (axes_opt) {
+      TRY(axes, NormAxes(*axes_opt, r));
+    } else {
+      for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+    }
+    if (im.dtype(x) == ir::DType::kBool) return Bad("bool inputs are not supported");
+    int64_t count = 1;
+    for (int64_t a : axes) count *= im.shape(x)[static_cast<size_t>(a)];
+    NodeId y = ir::kInvalidNode;
+    switch (kind) {
+      case Red::kSum:
+        y = im.Reduce(Op::kReduceSum, x, axes);
+        break;
+      case Red::kMean:
+        y = im.Reduce(Op::kReduceSum, x, axes);
+        y = im.Binary(Op::kDiv, y, im.Like(static_cast<double>(count), y));
+        break;
+      case Red::kMax:
+        y = im.Reduce(Op::kReduceMax, x, axes);
+        break;
+      case Red::kMin:
+        y = im.Reduce(Op::kReduceMin, x, axes);
+        break;
+      case Red::kProd:
+        y = im.Reduce(Op::kReduceProd, x, axes);
+        break;
+      case Red::kL1:
+        y = im.Reduce(Op::kReduceSum, im.Unary(Op::kAbs, x), axes);
+        break;
+      case Red::kL2:
+        y = im.Unary(Op::kSqrt, im.Reduce(Op::kReduceSum, im.Binary(Op::kMul, x, x), axes));
+        break;
+      case Red::kSumSquare:
+        y = im.Reduce(Op::kReduceSum, im.Binary(Op::kMul, x, x), axes);
+        break;
+      case Red::kLogSum:
+        y = im.Unary(Op::kLog, im.Reduce(Op::kReduceSum, x, axes));
+        break;
+      case Red::kLogSumExp: {
+        NodeId m = im.Reduce(Op::kReduceMax, x, axes);
+        // A -inf maximum (all -inf) would give nan from -inf - -inf: use 0 there.
+        NodeId finite = im.Binary(Op::kEq, m, m);
+        NodeId inf = im.Binary(Op::kEq, m, im.Like(-std::numeric_limits<double>::infinity(), m));
+        NodeId mm =
+            im.Select(im.Binary(Op::kAnd, finite, im.Unary(Op::kNot, inf)), m, im.Like(0, m));
+        NodeId e = im.Unary(Op::kExp, im.Binary(Op::kSub, x, im.Broadcast(mm, im.shape(x))));
+        y = im.Binary(Op::kAdd, im.Unary(Op::kLog, im.Reduce(Op::kReduceSum, e, axes)), mm);
+        break;
+      }
+    }
+    if (AttrInt(n, "keepdims", 1) == 0) {
+      Shape out;
+      for (int64_t i = 0; i < r; ++i) {
+        if (std::find(axes.begin(), axes.end(), i) == axes.end()) {
+          out.push_back(im.shape(x)[static_cast<size_t>(i)]);
+        }
+      }
+      y = im.Reshape(y, out);
+    }
+    im.SetOutput(n, 0, y);
+    return absl::OkStatus();
+  };
+}
+
+Lowering ArgReduce(Op op) {
+  return [op](Importer& im, const NodeProto& n) -> absl::Status {
+    TRY(NodeId x, im.Input(n, 0));
+    TRY(int64_t axis, NormAxis(AttrInt(n, "axis", 0), im.rank(x)));
+    const int64_t d = im.shape(x)[static_cast<size_t>(axis)];
+    NodeId y;
+    if (AttrInt(n, "select_last_index", 0) != 0) {
+      // The last extreme = d - 1 - (the first extreme of the reversed axis).
+      NodeId first = im.Fold(im.b().ArgReduce(op, im.Fold(im.b().Flip(x, {axis})), axis));
+      y = im.Binary(Op::kSub, im.Like(static_cast<double>(d - 1), first), first);
+    } else {
+      y = im.Fold(im.b().ArgReduce(op, x, axis));
+    }
+    if (AttrInt(n, "keepdims", 1) == 0) {
+      Shape out = im.shape(y);
+      out.erase(out.begin() + axis);
+      y = im.Reshape(y, out);
+    }
+    im.SetOutput(n, 0, y);
+    return absl::OkStatus();
+  };
+}
+
+// softmax / log-softmax / hardmax along one axis (opset 13 semantics).
+enum class SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
+
+Lowering SoftmaxOp(SoftmaxKind kind) {
+  return [kind](Importer& im, const NodeProto& n) -> absl::Status {
+    TRY(NodeId x, im.Input(n, 0));
+    if (!ir::IsFloat(im.dtype(x))) return Bad("needs a float input");
+    TRY(int64_t axis, NormAxis(AttrInt(n, "axis", -1), im.rank(x)));
+    const Shape s = im.shape(x);
+    NodeId m = im.Broadcast(im.Reduce(Op::kReduceMax, x, {axis}), s);
+    NodeId y;
+    if (kind == SoftmaxKind::kHardmax) {
+      NodeId arg = im.Broadcast(im.Fold(im.b().ArgReduce(Op::kArgMax, x, axis)), s);
+      NodeId iota = im.b().Iota({ir::DType::kI64, s}, axis);
+      y = im.Cast(im.Binary(Op::kEq, iota, arg), im.dtype(x));
+    } else {
+      NodeId shifted = im.Binary(Op::kSub, x, m);
+      NodeId e = im.Unary(Op::kExp, shifted);
+      NodeId sum = im.Broadcast(im.Reduce(Op::kReduceSum, e, {axis}), s);
+      y = kind == SoftmaxKind::kSoftmax ? im.Binary(Op::kDiv, e, sum)
+                                        : im.Binary(Op::kSub, shifted, im.Unary(Op::kLog, sum));
+    }
+    im.SetOutput(n, 0, y);
+    return absl::OkStatus();
+  };
+}
+
+// ---- Contractions ------------------------------------------------------------------------------
+
+absl::StatusOr<NodeId> MatMulND(Importer& im, NodeId a, NodeId b) {
+  bool drop_m = false, drop_n = false;
+  if (im.rank(a) == 0 || im.rank(b) == 0) return Bad("MatMul needs operands of rank >= 1");
+  if (im.rank(a) == 1) {
+    a = im.Reshape(a, {1, im.shape(a)[0]});
+    drop_m = true;
+  }
+  if (im.rank(b) == 1) {
+    b = im.Reshape(b, {im.shape(b)[0], 1});
+    drop_n = true;
+  }
+  if (im.dtype(a) != im.dtype(b)) return Bad("operand types differ");
+  Shape sa = im.shape(a), sb = im.shape(b);
+  const int64_t m = sa[sa.size() - 2], k = sa.back(), kb = sb[sb.size() - 2], nn = sb.back();
+  if (k != kb) {
+    return Bad(absl::StrCat("contracting dimensions differ: ", ir::ShapeToString(sa), " x ",
+                            ir::ShapeToString(sb)));
+  }
+  Shape batch_a(sa.begin(), sa.end() - 2), batch_b(sb.begin(), sb.end() - 2);
+  NodeId y;
+  Shape batch;
+  if (batch_b.empty()) {
+    // [batch..., M, K] x [K, N]: one 2-D product over the flattened rows (no copy of b).
+    batch = batch_a;
+    y = im.b().MatMul(im.Reshape(a, {Product(sa, 0, sa.size() - 1), k}), b);
+  } else {
+    TRY(batch, Importer::BroadcastShape(batch_a, batch_b));
+    Shape ta = batch, tb = batch;
+    ta.insert(ta.end(), {m, k});
+    tb.insert(tb.end(), {k, nn});
+    TRY(a, im.BroadcastTo(a, ta));
+    TRY(b, im.BroadcastTo(b, tb));
+    y = im.b().MatMul(a, b);
+  }
+  y = im.Fold(y);
+  Shape out = batch;
+  if (!drop_m) out.push_back(m);
+  if (!drop_n) out.push_back(nn);
+  return im.Reshape(y, out);
+}
+
+absl::Status MatMul(Importer& im, const NodeProto& n) {
+  TRY(NodeId a, im.Input(n, 0));
+  TRY(NodeId b, im.Input(n, 1));
+  TRY(NodeId y, MatMulND(im, a, b));
+  im.SetOutput(n, 0, y);
+  return absl::OkStatus();
+}
+
+absl::Status Gemm(Importer& im, const NodeProto& n) {
+  TRY(NodeId a, im.Input(n, 0));
+  TRY(NodeId b, im.Input(n, 1));
+  if (im.rank(a) != 2 || im.rank(b) != 2) return Bad("A and B must be 2-D");
+  if (AttrInt(n, "transA", 0)) a = im.Permute(a, {1, 0});
+  if (AttrInt(n, "transB", 0)) b = im.Permute(b, {1, 0});
+  TRY(NodeId y, MatMulND(im, a, b));
+  const double alpha = AttrFloat(n, "alpha", 1.0f), beta = AttrFloat(n, "beta", 1.0f);
+  y = Scaled(im, y, alpha);
+  if (Importer::HasInput(n, 2) && beta != 0) {
+    TRY(NodeId c, im.Input(n, 2));
+    TRY(c, im.BroadcastTo(c, im.shape(y)));
+    y = im.Binary(Op::kAdd, y, Scaled(im, c, beta));
+  }
+  im.SetOutput(n, 0, y);
+  return absl::OkStatus();
+}
+
+// Window geometry of Conv / pools on the spatial axes.
+struct Window {
+  std::vector<int64_t> kernel, strides, dilations, low, high;
+  /// ceil_mode's overhang, included in `high` (padding that is not the model's).
+  std::vector<int64_t> overhang;
+};
+
+absl::StatusOr<Window> GetWindow(const NodeProto& n, const Shape& spatial,
+                                 const std::vector<int64_t>& kernel, bool ceil_mode) {
+  const size_t k = spatial.size();
+  Window w;
+  w.kernel = kernel;
+  w.strides = AttrInts(n, "strides").value_or(std::vector<int64_t>(k, 1));
+  w.dilations = AttrInts(n, "dilations").value_or(std::vector<int64_t>(k, 1));
+  std::vector<int64_t> pads = AttrInts(n, "pads").value_or(std::vector<int64_t>(2 * k, 0));
+  if (w.kernel.size() != k || w.strides.size() != k || w.dilations.size() != k ||
+      pads.size() != 2 * k) {
+    return Bad(
+        absl::StrCat("kernel_shape/strides/dilations/pads do not match ", k, " spatial axes"));
+  }
+  for (size_t i = 0; i < k; ++i) {
+    if (w.kernel[i] < 1 || w.strides[i] < 1 || w.dilations[i] < 1 || pads[i] < 0 ||
+        pads[i + k] < 0 || w.kernel[i] > (1 << 20) || w.strides[i] > (1 << 20) ||
+        w.dilations[i] > (1 << 20) || pads[i] > (1 << 20) || pads[i + k] > (1 << 20)) {
+      return Bad("bad kernel_shape, strides, dilations or pads");
+    }
+  }
+  const std::string auto_pad = AttrString(n, "auto_pad", "NOTSET");
+  w.low.assign(pads.begin(), pads.begin() + static_cast<std::ptrdiff_t>(k));
+  w.high.assign(pads.begin() + static_cast<std::ptrdiff_t>(k), pads.end());
+  w.overhang.assign(k, 0);
+  for (size_t i = 0; i < k; ++i) {
+    const int64_t dk = (w.kernel[i] - 1) * w.dilations[i] + 1;
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      const int64_t out = (spatial[i] + w.strides[i] - 1) / w.strides[i];
+      const int64_t total = std::max<int64_t>((out - 1) * w.strides[i] + dk - spatial[i], 0);
+      const int64_t small = total / 2;
+      w.low[i] = auto_pad == "SAME_UPPER" ? small : total - small;
+      w.high[i] = total - w.low[i];
+    } else if (auto_pad == "VALID") {
+      w.low[i] = w.high[i] = 0;
+    } else if (auto_pad != "NOTSET") {
+      return Bad(absl::StrCat("bad auto_pad '", auto_pad, "'"));
+    }
+    const int64_t span = spatial[i] + w.low[i] + w.high[i];
+    if (span < dk) {
+      return Bad(absl::StrCat("the window (", dk, ") does not fit spatial axis ", i, " of size ",
+                              spatial[i], " plus padding"));
+    }
+    if (ceil_mode) {
+      // PyTorch's rule: ceil, but the last window must start inside the input or left padding.
+      int64_t out = (span - dk + w.strides[i] - 1) / w.strides[i] + 1;
+      if ((out - 1) * w.strides[i] >= spatial[i] + w.low[i]) --out;
+      w.overhang[i] = std::max<int64_t>(0, (out - 1) * w.strides[i] + dk - span);
+      w.high[i] += w.overhang[i];
+    }
+  }
+  return w;
+}
+
+absl::Status Conv(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(NodeId wt, im.Input(n, 1));
+  if (im.rank(x) < 3 || im.rank(wt) != im.rank(x)) return Bad("X and W must have equal rank >= 3");
+  const Shape xs = im.shape(x), ws = im.shape(wt);
+  Shape spatial(xs.begin() + 2, xs.end());
+  std::vector<int64_t> kernel(ws.begin() + 2, ws.end());
+  if (auto ks = AttrInts(n, "kernel_shape"); ks && *ks != kernel) {
+    return Bad("kernel_shape differs from W's shape");
+  }
+  TRY(Window w, GetWindow(n, spatial, kernel, false));
+  ir::Attrs attrs;
+  attrs.strides = w.strides;
+  attrs.low = w.low;
+  attrs.high = w.high;
+  attrs.dilation = w.dilations;
+  attrs.groups = AttrInt(n, "group", 1);
+  NodeId y = im.Fold(im.b().Conv(x, wt, attrs));
+  if (Importer::HasInput(n, 2)) {
+    TRY(NodeId bias, im.Input(n, 2));
+    Shape bs(static_cast<size_t>(im.rank(x)), 1);
+    bs[1] = ws[0];
+    if (im.type(bias).num_elements() != ws[0])
+      return Bad("B must have one value per output channel");
+    y = im.Binary(Op::kAdd, y, im.Broadcast(im.Reshape(bias, bs), im.shape(y)));
+  }
+  im.SetOutput(n, 0, y);
+  return absl::OkStatus();
+}
+
+absl::Status ConvTranspose(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(NodeId wt, im.Input(n, 1));
+  if (im.rank(x) < 3 || im.rank(wt) != im.rank(x)) return Bad("X and W must have equal rank >= 3");
+  const Shape xs = im.shape(x), ws = im.shape(wt);
+  const size_t k = xs.size() - 2;
+  const int64_t g = AttrInt(n, "group", 1);
+  if (g < 1 || xs[1] != ws[0] || ws[0] % g != 0)
+    return Bad("W's first axis must be X's channels, divisible by group");
+  const int64_t cg = ws[0] / g, og = ws[1], out_c = og * g;
+  std::vector<int64_t> kernel(ws.begin() + 2, ws.end());
+  auto strides = AttrInts(n, "strides").value_or(std::vector<int64_t>(k, 1));
+  auto dil = AttrInts(n, "dilations").value_or(std::vector<int64_t>(k, 1));
+  auto pads = AttrInts(n, "pads").value_or(std::vector<int64_t>(2 * k, 0));
+  auto outpad = AttrInts(n, "output_padding").value_or(std::vector<int64_t>(k, 0));
+  if (strides.size() != k || dil.size() != k || pads.size() != 2 * k || outpad.size() != k) {
+    return Bad("strides/dilations/pads/output_padding do not match the spatial axes");
+  }
+  const std::string auto_pad = AttrString(n, "auto_pad", "NOTSET");
+  auto out_shape = AttrInts(n, "output_shape");
+  for (size_t i = 0; i < k; ++i) {
+    if (strides[i] < 1 || dil[i] < 1 || strides[i] > (1 << 20) || dil[i] > (1 << 20) ||
+        pads[i] < -(1 << 20) || pads[i] > (1 << 20) || pads[i + k] < -(1 << 20) ||
+        pads[i + k] > (1 << 20) || outpad[i] < 0 || kernel[i] > (1 << 20) ||
+        outpad[i] > (1 << 20)) {
+      return Bad("bad strides, dilations, pads or output_padding");
+    }
+    const int64_t dk = (kernel[i] - 1) * dil[i] + 1;
+    int64_t target = -1;
+    if (out_shape) {
+      if (out_shape->size() != k && out_shape->size() != k + 2) return Bad("bad output_shape");
+      target = (*out_shape)[out_shape->size() - k + i];
+      if (target < 0 || target > (1 << 30)) return Bad("bad output_shape");
+    } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      target = xs[i + 2] * strides[i];
+    }
+    if (target >= 0) {
+      const int64_t total = strides[i] * (xs[i + 2] - 1) + outpad[i] + dk - target;
+      if (auto_pad == "SAME_UPPER") {
+        pads[i] = total / 2;
+        pads[i + k] = total - total / 2;
+      } else {
+        pads[i] = total - total / 2;
+        pads[i + k] = total / 2;
+      }
+    }
+  }
+  // W [C, O/g, k...] → [O, C/g, k...] with the kernel flipped: an ordinary convolution of the
+  // input dilated by the strides.
+  Shape w5 = {g, cg, og};
+  w5.insert(w5.end(), kernel.begin(), kernel.end());
+  std::vector<int64_t> perm = {0, 2, 1};
+  for (size_t i = 0; i < k; ++i) perm.push_back(static_cast<int64_t>(3 + i));
+  Shape wk = {out_c, cg};
+  wk.insert(wk.end(), kernel.begin(), kernel.end());
+  NodeId w2 = im.Reshape(im.Permute(im.Reshape(wt, w5), perm), wk);
+  std::vector<int64_t> flip;
+  for (size_t i = 0; i < k; ++i) flip.push_back(static_cast<int64_t>(2 + i));
+  w2 = im.Fold(im.b().Flip(w2, flip));
+  ir::Attrs attrs;
+  attrs.strides.assign(k, 1);
+  attrs.dilation = dil;
+  attrs.input_dilation = strides;
+  attrs.groups = g;
+  std::vector<int64_t> crop_lo(k, 0), crop_hi(k, 0);
+  for (size_t i = 0; i < k; ++i) {
+    const int64_t edge = dil[i] * (kernel[i] - 1);
+    int64_t lo = edge - pads[i], hi = edge - pads[i + k] + outpad[i];
+    crop_lo[i] = std::max<int64_t>(-lo, 0);
+    crop_hi[i] = std::max<int64_t>(-hi, 0);
+    attrs.low.push_back(std::max<int64_t>(lo, 0));
+    attrs.high.push_back(std::max<int64_t>(hi, 0));
+  }
+  NodeId y = im.Fold(im.b().Conv(x, w2, attrs));
+  if (!im.b().status().ok()) return absl::OkStatus();
+  Shape ys = im.shape(y);
+  std::vector<int64_t> st(ys.size(), 0), li = ys;
+  for (size_t i = 0; i < k; ++i) {
+    st[i + 2] = crop_lo[i];
+    li[i + 2] = ys[i + 2] - crop_hi[i];
+    if (li[i + 2] < st[i + 2]) return Bad("pads remove the whole output");
+  }
+  y = im.Slice(y, st, li);
+  if (Importer::HasInput(n, 2)) {
+    TRY(NodeId bias, im.Input(n, 2));
+    if (im.type(bias).num_elements() != out_c)
+      return Bad("B must have one value per output channel");
+    Shape bs(xs.size(), 1);
+    bs[1] = out_c;
+    y = im.Binary(Op::kAdd, y, im.Broadcast(im.Reshape(bias, bs), im.shape(y)));
+  }
+  im.SetOutput(n, 0, y);
+  return absl::OkStatus();
+}
+
+// A per-channel vector [C] as [1, C, 1, ...] broadcast to `s`.
+NodeId PerChannel(Importer& im, NodeId v, const Shape& s) {
+  Shape cs(s.size(), 1);
+  cs[1] = s[1];
+  return im.Broadcast(im.Reshape(v, cs), s);
+}
+
+absl::Status BatchNorm(Importer& im, const NodeProto& n) {
+  if (AttrInt(n, "training_mode", 0) != 0) {
+    return Unsupported("training_mode=1 is not supported (inference only)");
+  }
+  TRY(NodeId x, im.Input(n, 0));
+  std::vector<NodeId> p;
+  for (int i = 1; i <= 4; ++i) {
+    TRY(NodeId v, im.Input(n, i));
+    if (im.rank(x) < 2 || im.type(v).num_elements() != im.shape(x)[1]) {
+      return Bad(absl::StrCat("input ", i, " must have one value per channel"));
+    }
+    p.push_back(im.Reshape(im.Cast(v, im.dtype(x)), {im.shape(x)[1]}));
+  }
+  const double eps = AttrFloat(n, "epsilon", 1e-5f);
+  // y = x * a + c with a = scale / sqrt(var + eps), c = B - mean * a: two ops per element, and
+  // the [C] vectors fold away when the statistics are constants.
+  NodeId a = im.Binary(Op::kMul, p[0], im.Unary(Op::kRsqrt, Shifted(im, p[3], eps)));
+  NodeId c = im.Binary(Op::kSub, p[1], im.Binary(Op::kMul, p[2], a));
+  const Shape s = im.shape(x);
+  im.SetOutput(
+      n, 0,
+      im.Binary(Op::kAdd, im.Binary(Op::kMul, x, PerChannel(im, a, s)), PerChannel(im, c, s)));
+  return absl::OkStatus();
+}
+
+absl::Status InstanceNorm(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(NodeId scale, im.Input(n, 1));
+  TRY(NodeId bias, im.Input(n, 2));
+  if (im.rank(x) < 3) return Bad("needs rank >= 3");
+  const Shape s = im.shape(x);
+  std::vector<int64_t> axes;
+  for (int64_t i = 2; i < im.rank(x); ++i) axes.push_back(i);
+  const double count = static_cast<double>(Product(s, 2, s.size()));
+  const double eps = AttrFloat(n, "epsilon", 1e-5f);
+  NodeId mean = im.Broadcast(Scaled(im, im.Reduce(Op::kReduceSum, x, axes), 1.0 / count), s);
+  NodeId d = im.Binary(Op::kSub, x, mean);
+  NodeId var = Scaled(im, im.Reduce(Op::kReduceSum, im.Binary(Op::kMul, d, d), axes), 1.0 / count);
+  NodeId inv = im.Broadcast(im.Unary(Op::kRsqrt, Shifted(im, var, eps)), s);
+  NodeId y = im.Binary(Op::kMul, im.Binary(Op::kMul, d, inv), PerChannel(im, scale, s));
+  im.SetOutput(n, 0, im.Binary(Op::kAdd, y, PerChannel(im, bias, s)));
+  return absl::OkStatus();
+}
+
+absl::Status LayerNorm(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(NodeId scale, im.Input(n, 1));
+  if (!ir::IsFloat(im.dtype(x))) return Bad("needs a float input");
+  TRY(int64_t axis, NormAxis(AttrInt(n, "axis", -1), im.rank(x)));
+  const Shape s = im.shape(x);
+  std::vector<int64_t> axes;
+  for (int64_t i = axis; i < im.rank(x); ++i) axes.push_back(i);
+  const double count = static_cast<double>(Product(s, static_cast<size_t>(axis), s.size()));
+  const double eps = AttrFloat(n, "epsilon", 1e-5f);
+  NodeId mean = im.Broadcast(Scaled(im, im.Reduce(Op::kReduceSum, x, axes), 1.0 / count), s);
+  NodeId d = im.Binary(Op::kSub, x, mean);
+  NodeId var = Scaled(im, im.Reduce(Op::kReduceSum, im.Binary(Op::kMul, d, d), axes), 1.0 / count);
+  NodeId inv = im.Broadcast(im.Unary(Op::kRsqrt, Shifted(im, var, eps)), s);
+  TRY(NodeId sc, im.BroadcastTo(scale, s));
+  NodeId y = im.Binary(Op::kMul, im.Binary(Op::kMul, d, inv), sc);
+  if (Importer::HasInput(n, 2)) {
+    TRY(NodeId bias, im.Input(n, 2));
+    TRY(bias, im.BroadcastTo(bias, s));
+    y = im.Binary(Op::kAdd, y, bias);
+  }
+  im.SetOutput(n, 0, y);
+  return absl::OkStatus();
+}
+
+absl::Status LpNorm(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(int64_t axis, NormAxis(AttrInt(n, "axis", -1), im.rank(x)));
+  const int64_t p = AttrInt(n, "p", 2);
+  NodeId norm;
+  if (p == 1) {
+    norm = im.Reduce(Op::kReduceSum, im.Unary(Op::kAbs, x), {axis});
+  } else if (p == 2) {
+    norm = im.Unary(Op::kSqrt, im.Reduce(Op::kReduceSum, im.Binary(Op::kMul, x, x), {axis}));
+  } else {
+    return Bad("p must be 1 or 2");
+  }
+  im.SetOutput(n, 0, im.Binary(Op::kDiv, x, im.Broadcast(norm, im.shape(x))));
+  return absl::OkStatus();
+}
+
+Lowering Pool(bool max) {
+  return [max](Importer& im, const NodeProto& n) -> absl::Status {
+    TRY(NodeId x, im.Input(n, 0));
+    if (im.rank(x) < 3) return Bad("needs rank >= 3");
+    if (AttrInt(n, "storage_order", 0) != 0) return Unsupported("storage_order=1 is not supported");
+    const Shape s = im.shape(x);
+    Shape spatial(s.begin() + 2, s.end());
+    auto kernel = AttrInts(n, "kernel_shape");
+    if (!kernel) return Bad("kernel_shape is missing");
+    const bool ceil_mode = AttrInt(n, "ceil_mode", 0) != 0;
+    TRY(Window w, GetWindow(n, spatial, *kernel, ceil_mode));
+    if (!max &&
+        std::any_of(w.dilations.begin(), w.dilations.end(), [](int64_t d) { return d != 1; })) {
+      return Unsupported("AveragePool with dilations is not supported");
+    }
+    ir::Attrs a;
+    a.window = {1, 1};
+    a.strides = {1, 1};
+    a.low = {0, 0};
+    a.high = {0, 0};
+    a.dilation = {1, 1};
+    for (size_t i = 0; i < spatial.size(); ++i) {
+      a.window.push_back(w.kernel[i]);
+      a.strides.push_back(w.strides[i]);
+      a.low.push_back(w.low[i]);
+      a.high.push_back(w.high[i]);
+      a.dilation.push_back(w.dilations[i]);
+    }
+    if (max) {
+      im.SetOutput(n, 0, im.Fold(im.b().WindowReduce(Op::kWindowMax, x, a)));
+      return absl::OkStatus();
+    }
+    NodeId sum = im.Fold(im.b().WindowReduce(Op::kWindowSum, x, a));
+    if (!im.b().status().ok()) return absl::OkStatus();
+    // The divisor per output position: the window's elements inside the input (plus the explicit
+    // pads with count_include_pad, never the ceil_mode overhang), as a window sum of ones.
+    const bool include_pad = AttrInt(n, "count_include_pad", 0) != 0;
+    Shape ones_shape = {1, 1};
+    ir::Attrs ca = a;
+    for (size_t i = 0; i < spatial.size(); ++i) {
+      if (include_pad) {  // ones over input + explicit pads; only the overhang is zero
+        ones_shape.push_back(spatial[i] + w.low[i] + w.high[i] - w.overhang[i]);
+        ca.low[i + 2] = 0;
+        ca.high[i + 2] = w.overhang[i];
+      } else {
+        ones_shape.push_back(spatial[i]);
+      }
+    }
+    NodeId count =
+        im.Fold(im.b().WindowReduce(Op::kWindowSum, im.Full(1, im.dtype(x), ones_shape), ca));
+    im.SetOutput(n, 0, im.Binary(Op::kDiv, sum, im.Broadcast(count, im.shape(sum))));
+    return absl::OkStatus();
+  };
+}
+
+Lowering GlobalPool(bool max) {
+  return [max](Importer& im, const NodeProto& n) -> absl::Status {
+    TRY(NodeId x, im.Input(n, 0));
+    if (im.rank(x) < 3) return Bad("needs rank >= 3");
+    std::vector<int64_t> axes;
+    for (int64_t i = 2; i < im.rank(x); ++i) axes.push_back(i);
+    const Shape s = im.shape(x);
+    NodeId y = im.Reduce(max ? Op::kReduceMax : Op::kReduceSum, x, axes);
+    if (!max) y = Scaled(im, y, 1.0 / static_cast<double>(Product(s, 2, s.size())));
+    im.SetOutput(n, 0, y);
+    return absl::OkStatus();
+  };
+}
+
+// ---- Resize ------------------------------------------------------------------------------------
+
+absl::Status Resize(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  const Shape s = im.shape(x);
+  const size_t r = s.size();
+  const std::string mode = AttrString(n, "mode", "nearest");
+  const std::string ctm = AttrString(n, "coordinate_transformation_mode", "half_pixel");
+  const std::string nearest_mode = AttrString(n, "nearest_mode", "round_prefer_floor");
+  if (mode != "nearest" && mode != "linear") {
+    return Unsupported(absl::StrCat("mode '", mode, "' is not supported (nearest, linear are)"));
+  }
+  if (ctm == "tf_crop_and_resize") return Unsupported("tf_crop_and_resize is not supported");
+  std::vector<double> scales(r, 1.0);
+  Shape out = s;
+  bool have_sizes = false;
+  if (Importer::HasInput(n, 3)) {
+    TRY(std::vector<int64_t> sizes, im.ConstInts(n, 3));
+    if (!sizes.empty()) {
+      if (sizes.size() != r) return Bad("sizes must have one entry per axis");
+      TRY(out, ShapeFromInts(sizes));
+      for (size_t i = 0; i < r; ++i) {
+        scales[i] = s[i] == 0 ? 1.0 : static_cast<double>(out[i]) / static_cast<double>(s[i]);
+      }
+      have_sizes = true;
+    }
+  }
+  if (!have_sizes) {
+    if (!Importer::HasInput(n, 2)) return Bad("needs scales or sizes");
+    TRY(ir::TensorData st, im.ConstInput(n, 2));
+    if (st.num_elements() != static_cast<int64_t>(r))
+      return Bad("scales must have one entry per axis");
+    for (size_t i = 0; i < r; ++i) {
+      scales[i] = st.GetDouble(static_cast<int64_t>(i));
+      if (!(scales[i] > 0) || scales[i] > (1 << 16)) return Bad("scales must be positive");
+      out[i] = static_cast<int64_t>(std::floor(static_cast<double>(s[i]) * scales[i]));
+    }
+    TRY(out, ShapeFromInts(out));
+  }
+  NodeId y = x;
+  for (size_t a = 0; a < r; ++a) {
+    const int64_t in = s[a], o = out[a];
+    if (in == o && scales[a] == 1.0) continue;
+    if (o > (1 << 24)) return Unsupported("Resize to an axis longer than 2^24");
+    if (in == 0) return Bad("cannot resize an empty axis");
+    auto original = [&](int64_t i) -> double {
+      const double xo = static_cast<double>(i), sc = scales[a];
+      if (ctm == "half_pixel") return (xo + 0.5) / sc - 0.5;
+      if (ctm == "pytorch_half_pixel") return o > 1 ? (xo + 0.5) / sc - 0.5 : 0.0;
+      if (ctm == "align_corners")
+        return o == 1 ? 0.0 : xo * static_cast<double>(in - 1) / static_cast<double>(o - 1);
+      if (ctm == "asymmetric") return xo / sc;
+      if (ctm == "tf_half_pixel_for_nearest") return (xo + 0.5) / sc;
+      return xo / sc;
+    };
+    if (ctm != "half_pixel" && ctm != "pytorch_half_pixel" && ctm != "align_corners" &&
+        ctm != "asymmetric" && ctm != "tf_half_pixel_for_nearest") {
+      return Unsupported(absl::StrCat("coordinate_transformation_mode '", ctm, "'"));
+    }
+    if (mode == "nearest") {
+      std::vector<int64_t> idx;
+      for (int64_t i = 0; i < o; ++i) {
+        const double xf = original(i);
+        double v;
+        if (nearest_mode == "floor") {
+          v = std::floor(xf);
+        } else if (nearest_mode == "ceil") {
+          v = std::ceil(xf);
+        } else if (nearest_mode == "round_prefer_ceil") {
+          v = std::floor(xf + 0.5);
+        } else if (nearest_mode == "round_prefer_floor") {
+          v = xf == std::floor(xf) + 0.5 ? std::floor(xf) : std::round(xf);
+        } else {
+          return Bad(absl::StrCat("bad nearest_mode '", nearest_mode, "'"));
+        }
+        idx.push_back(std::clamp<int64_t>(static_cast<int64_t>(v), 0, in - 1));
+      }
+      // An integer upscale that repeats each element is a broadcast, not a gather.
+      const int64_t rep = o % in == 0 ? o / in : 0;
+      bool repeat = rep > 0;
+      for (int64_t i = 0; repeat && i < o; ++i) repeat = idx[static_cast<size_t>(i)] == i / rep;
+      const Shape cur = im.shape(y);
+      if (repeat) {
+        Shape split(cur.begin(), cur.begin() + static_cast<std::ptrdiff_t>(a) + 1);
+        split.push_back(1);
+        split.insert(split.end(), cur.begin() + static_cast<std::ptrdiff_t>(a) + 1, cur.end());
+        Shape wide = split;
+        wide[a + 1] = rep;
+        Shape res = cur;
+        res[a] = o;
+        y = im.Reshape(im.Broadcast(im.Reshape(y, split), wide), res);
+      } else {
+        y = GatherConst(im, y, static_cast<int64_t>(a), idx);
+      }
+    } else {
+      std::vector<int64_t> i0, i1;
+      std::vector<double> wt;
+      for (int64_t i = 0; i < o; ++i) {
+        double xf = std::clamp(original(i), 0.0, static_cast<double>(in - 1));
+        int64_t f = static_cast<int64_t>(std::floor(xf));
+        i0.push_back(f);
+        i1.push_back(std::min(f + 1, in - 1));
+        wt.push_back(xf - static_cast<double>(f));
+      }
+      NodeId lo = GatherConst(im, y, static_cast<int64_t>(a), i0);
+      NodeId hi = GatherConst(im, y, static_cast<int64_t>(a), i1);
+      Shape ws(im.shape(lo).size(), 1);
+      ws[a] = o;
+      ir::TensorData wd(im.dtype(y), ws);
+      for (int64_t i = 0; i < o; ++i) wd.SetDouble(i, wt[static_cast<size_t>(i)]);
+      NodeId w = im.Broadcast(im.Const(std::move(wd)), im.shape(lo));
+      y = im.Binary(Op::kAdd, lo, im.Binary(Op::kMul, im.Binary(Op::kSub, hi, lo), w));
+    }
+  }
+  im.SetOutput(n, 0, y);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::map<std::string, Lowering>& Lowerings() {
+  static const auto* table = [] {
+    auto* t = new std::map<std::string, Lowering>;
+    auto& m = *t;
+    // Elementwise, one IR op.
+    const std::pair<const char*, Op> unary[] = {
+        {"Neg", Op::kNeg},     {"Abs", Op::kAbs},
+        {"Sign", Op::kSign},   {"Exp", Op::kExp},
+        {"Log", Op::kLog},     {"Sqrt", Op::kSqrt},
+        {"Sin", Op::kSin},     {"Cos", Op::kCos},
+        {"Tanh", Op::kTanh},   {"Erf", Op::kErf},
+        {"Floor", Op::kFloor}, {"Ceil", Op::kCeil},
+        {"Round", Op::kRound}, {"Reciprocal", Op::kReciprocal},
+        {"Not", Op::kNot}};
+    for (const auto& [name, op] : unary) m[name] = UnaryOp(op);
+    const std::pair<const char*, Op> binary[] = {
+        {"Add", Op::kAdd},        {"Sub", Op::kSub},
+        {"Mul", Op::kMul},        {"Equal", Op::kEq},
+        {"Less", Op::kLt},        {"Greater", Op::kGt},
+        {"LessOrEqual", Op::kLe}, {"GreaterOrEqual", Op::kGe},
+        {"And", Op::kAnd},        {"Or", Op::kOr},
+        {"Xor", Op::kXor}};
+    for (const auto& [name, op] : binary) m[name] = BinaryOp(op);
+    m["Div"] = BinaryWith(Div);
+    m["Mod"] = BinaryWith(Mod);
+    m["Pow"] = Pow;
+    m["Sum"] = Variadic(Op::kAdd);
+    m["Mean"] = Variadic(Op::kAdd, /*mean=*/true);
+    m["Max"] = Variadic(Op::kMax);
+    m["Min"] = Variadic(Op::kMin);
+    // Activations.
+    m["Relu"] = [](Importer& im, const NodeProto& n) -> absl::Status {
+      TRY(NodeId x, im.Input(n, 0));
+      im.SetOutput(n, 0, im.Binary(Op::kMax, x, im.Like(0, x)));
+      return absl::OkStatus();
+    };
+    m["LeakyRelu"] = Activation([](Importer& im, const NodeProto& n, NodeId x) {
+      return im.Select(im.Binary(Op::kGe, x, im.Like(0, x)), x,
+                       Scaled(im, x, AttrFloat(n, "alpha", 0.01f)));
+    });
+    m["Elu"] = Activation([](Importer& im, const NodeProto& n, NodeId x) {
+      return im.Select(im.Binary(Op::kGt, x, im.Like(0, x)), x,
+                       ExpM1Scaled(im, x, AttrFloat(n, "alpha", 1.0f)));
+    });
+    m["Selu"] = Activation([](Importer& im, const NodeProto& n, NodeId x) {
+      const double alpha = AttrFloat(n, "alpha", 1.67326319217681884765625f);
+      const double gamma = AttrFloat(n, "gamma", 1.05070102214813232421875f);
+      return Scaled(
+          im, im.Select(im.Binary(Op::kGt, x, im.Like(0, x)), x, ExpM1Scaled(im, x, alpha)), gamma);
+    });
+    m["Celu"] = Activation([](Importer& im, const NodeProto& n, NodeId x) {
+      const double alpha = AttrFloat(n, "alpha", 1.0f);
+      NodeId neg = ExpM1Scaled(im, Scaled(im, x, 1.0 / alpha), alpha);
+      return im.Binary(Op::kAdd, im.Binary(Op::kMax, x, im.Like(0, x)),
+                       im.Binary(Op::kMin, neg, im.Like(0, x)));
+    });
+    m["ThresholdedRelu"] = Activation([](Importer& im, const NodeProto& n, NodeId x) {
+      return im.Select(im.Binary(Op::kGt, x, im.Like(AttrFloat(n, "alpha", 1.0f), x)), x,
+                       im.Like(0, x));
+    });
+    m["Sigmoid"] =
+        Activation([](Importer& im, const NodeProto&, NodeId x) { return Sigmoid(im, x); });
+    m["HardSigmoid"] = Activation([](Importer& im, const NodeProto& n, NodeId x) {
+      return ClampUnit(
+          im, Shifted(im, Scaled(im, x, AttrFloat(n, "alpha", 0.2f)), AttrFloat(n, "beta", 0.5f)));
+    });
+    m["HardSwish"] = Activation([](Importer& im, const NodeProto&, NodeId x) {
+      return im.Binary(Op::kMul, x, ClampUnit(im, Shifted(im, Scaled(im, x, 1.0 / 6.0), 0.5)));
+    });
+    m["Softplus"] = Activation([](Importer& im, const NodeProto&, NodeId x) {
+      // max(x, 0) + log(1 + exp(-|x|)): no overflow for large |x|.
+      NodeId e = im.Unary(Op::kExp, im.Unary(Op::kNeg, im.Unary(Op::kAbs, x)));
+      return im.Binary(Op::kAdd, im.Binary(Op::kMax, x, im.Like(0, x)),
+                       im.Unary(Op::kLog, Shifted(im, e, 1.0)));
+    });
+    m["Softsign"] = Activation([](Importer& im, const NodeProto&, NodeId x) {
+      return im.Binary(Op::kDiv, x, Shifted(im, im.Unary(Op::kAbs, x), 1.0));
+    });
+    m["Tan"] = Activation([](Importer& im, const NodeProto&, NodeId x) {
+      return im.Binary(Op::kDiv, im.Unary(Op::kSin, x), im.Unary(Op::kCos, x));
+    });
+    m["Sinh"] = Activation([](Importer& im, const NodeProto&, NodeId x) {
+      return Scaled(
+          im, im.Binary(Op::kSub, im.Unary(Op::kExp, x), im.Unary(Op::kExp, im.Unary(Op::kNeg, x))),
+          0.5);
+    });
+    m["Cosh"] = Activation([](Importer& im, const NodeProto&, NodeId x) {
+      return Scaled(
+          im, im.Binary(Op::kAdd, im.Unary(Op::kExp, x), im.Unary(Op::kExp, im.Unary(Op::kNeg, x))),
+          0.5);
+    });
+    m["IsNaN"] = Activation(
+        [](Importer& im, const NodeProto&, NodeId x) { return im.Binary(Op::kNe, x, x); });
+    m["IsInf"] = IsInf;
+    m["PRelu"] = PRelu;
+    m["Clip"] = Clip;
+    m["Where"] = Where;
+    m["Identity"] = Identity;
+    m["Dropout"] = Dropout;
+    m["Cast"] = Cast;
+    m["CastLike"] = CastLike;
+    // Constants and shapes.
+    m["Constant"] = Constant;
+    m["Shape"] = ShapeOp;
+    m["Size"] = Size;
+    m["ConstantOfShape"] = ConstantOfShape;
+    m["Range"] = Range;
+    m["EyeLike"] = EyeLike;
+    // Movement and indexing.
+    m["Reshape"] = Reshape;
+    m["Flatten"] = Flatten;
+    m["Transpose"] = Transpose;
+    m["Squeeze"] = Squeeze;
+    m["Unsqueeze"] = Unsqueeze;
+    m["Concat"] = Concat;
+    m["Split"] = Split;
+    m["Slice"] = SliceOp;
+    m["Expand"] = Expand;
+    m["Tile"] = Tile;
+    m["Pad"] = Pad;
+    m["Gather"] = Gather;
+    m["GatherElements"] = GatherElements;
+    m["Trilu"] = Trilu;
+    m["CumSum"] = CumSum;
+    m["DepthToSpace"] = DepthToSpace;
+    m["SpaceToDepth"] = SpaceToDepth;
+    // Reductions.
+    m["ReduceSum"] = Reduction(Red::kSum);
+    m["ReduceMean"] = Reduction(Red::kMean);
+    m["ReduceMax"] = Reduction(Red::kMax);
+    m["ReduceMin"] = Reduction(Red::kMin);
+    m["ReduceProd"] = Reduction(Red::kProd);
+    m["ReduceL1"] = Reduction(Red::kL1);
+    m["ReduceL2"] = Reduction(Red::kL2);
+    m["ReduceSumSquare"] = Reduction(Red::kSumSquare);
+    m["ReduceLogSum"] = Reduction(Red::kLogSum);
+    m["ReduceLogSumExp"] = Reduction(Red::kLogSumExp);
+    m["ArgMax"] = ArgReduce(Op::kArgMax);
+    m["ArgMin"] = ArgReduce(Op::kArgMin);
+    m["Softmax"] = SoftmaxOp(SoftmaxKind::kSoftmax);
+    m["LogSoftmax"] = SoftmaxOp(SoftmaxKind::kLogSoftmax);
+    m["Hardmax"] = SoftmaxOp(SoftmaxKind::kHardmax);
+    // Networks.
+    m["MatMul"] = MatMul;
+    m["Gemm"] = Gemm;
+    m["Conv"] = Conv;
+    m["ConvTranspose"] = ConvTranspose;
+    m["BatchNormalization"] = BatchNorm;
+    m["InstanceNormalization"] = InstanceNorm;
+    m["LayerNormalization"] = LayerNorm;
+    m["LpNormalization"] = LpNorm;
+    m["MaxPool"] = Pool(true);
+    m["AveragePool"] = Pool(false);
+    m["GlobalAveragePool"] = GlobalPool(false);
+    m["GlobalMaxPool"] = GlobalPool(true);
+    m["Resize"] = Resize;
+    return t;
+  }();
+  return *table;
+}
+
+}  // namespace kiln::onnx::internal

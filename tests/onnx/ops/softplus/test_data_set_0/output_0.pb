@@ -1,0 +1,1 @@
+By0J`qxiAÅdcAGAì}–8<)B3zÞŽA;ý‘@Ý[1ŽTƒA#›ADNK9A¾HA‰"o3ð{¦=™TKA Ò<BŽ?Sän4ØöHAuÂ&?IÀ18S1AbZ™AKRÝ?
