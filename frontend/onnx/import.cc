@@ -296,6 +296,9 @@ ir::NodeId Importer::Fold(ir::NodeId id) {
   if (id == ir::kInvalidNode || !b_.status().ok()) return id;
   const ir::Node& n = b_.graph().node(id);
   if (ir::GetOpClass(n.op) == ir::OpClass::kLeaf || n.type.num_elements() > kFoldLimit) return id;
+  // A broadcast stays a broadcast unless it is shape-sized: backends fuse it into its user (e.g. a
+  // bias add into the GEMM's epilogue), which a materialized constant would prevent.
+  if (n.op == ir::Op::kBroadcast && n.type.num_elements() > 64) return id;
   ir::Graph g;
   std::vector<ir::NodeId> operands;
   for (ir::NodeId in : n.inputs) {
@@ -329,7 +332,7 @@ ir::NodeId Importer::Permute(ir::NodeId x, std::vector<int64_t> perm) {
 ir::NodeId Importer::Slice(ir::NodeId x, std::vector<int64_t> starts, std::vector<int64_t> limits,
                            std::vector<int64_t> strides) {
   bool whole = true;
-  const ir::Shape& s = shape(x);
+  const ir::Shape s = shape(x);
   for (size_t i = 0; i < starts.size() && i < s.size(); ++i) {
     whole = whole && starts[i] == 0 && limits[i] == s[i] && (strides.empty() || strides[i] == 1);
   }
@@ -351,8 +354,8 @@ absl::StatusOr<ir::Shape> Importer::BroadcastShape(const ir::Shape& a, const ir:
   return out;
 }
 
-absl::StatusOr<ir::NodeId> Importer::BroadcastTo(ir::NodeId x, const ir::Shape& target) {
-  const ir::Shape& s = shape(x);
+absl::StatusOr<ir::NodeId> Importer::BroadcastTo(ir::NodeId x, ir::Shape target) {
+  const ir::Shape s = shape(x);
   if (s == target) return x;
   if (s.size() > target.size()) {
     return absl::InvalidArgumentError(

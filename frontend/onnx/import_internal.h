@@ -92,7 +92,7 @@ class Importer {
   ir::NodeId Like(double value, ir::NodeId x) { return Full(value, dtype(x), shape(x)); }
 
   /// numpy broadcasting: x (rank ≤ target rank) reshaped with leading 1s and broadcast.
-  absl::StatusOr<ir::NodeId> BroadcastTo(ir::NodeId x, const ir::Shape& target);
+  absl::StatusOr<ir::NodeId> BroadcastTo(ir::NodeId x, ir::Shape target);
   /// The numpy broadcast shape of several shapes, or an error naming both.
   static absl::StatusOr<ir::Shape> BroadcastShape(const ir::Shape& a, const ir::Shape& b);
   /// Brings operands to one shape (numpy rules) and checks they share a dtype.

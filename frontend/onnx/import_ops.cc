@@ -281,7 +281,7 @@ ir::TensorData Int64Vector(const std::vector<int64_t>& v) {
 
 absl::Status ShapeOp(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
-  const Shape& s = im.shape(x);
+  const Shape s = im.shape(x);
   const int64_t r = static_cast<int64_t>(s.size());
   int64_t start = AttrInt(n, "start", 0), end = AttrInt(n, "end", r);
   if (start < 0) start += r;
@@ -377,7 +377,7 @@ absl::Status Reshape(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY(std::vector<int64_t> dims, im.ConstInts(n, 1));
   const bool allowzero = AttrInt(n, "allowzero", 0) != 0;
-  const Shape& in = im.shape(x);
+  const Shape in = im.shape(x);
   int infer = -1;
   int64_t known = 1;
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -420,7 +420,7 @@ absl::Status Flatten(Importer& im, const NodeProto& n) {
   int64_t axis = AttrInt(n, "axis", 1);
   if (axis < -r || axis > r) return Bad(absl::StrCat("axis ", axis, " out of range"));
   if (axis < 0) axis += r;
-  const Shape& s = im.shape(x);
+  const Shape s = im.shape(x);
   im.SetOutput(n, 0,
                im.Reshape(x, {Product(s, 0, static_cast<size_t>(axis)),
                               Product(s, static_cast<size_t>(axis), s.size())}));
@@ -469,7 +469,7 @@ absl::StatusOr<std::vector<int64_t>> NormAxes(std::vector<int64_t> axes, int64_t
 absl::Status Squeeze(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY(auto axes_opt, AxesOf(im, n, 1));
-  const Shape& s = im.shape(x);
+  const Shape s = im.shape(x);
   std::vector<int64_t> axes;
   if (axes_opt) {
     TRY(axes, NormAxes(*axes_opt, im.rank(x)));
@@ -494,7 +494,7 @@ absl::Status Unsqueeze(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY(auto axes_opt, AxesOf(im, n, 1));
   if (!axes_opt) return Bad("axes are missing");
-  const Shape& s = im.shape(x);
+  const Shape s = im.shape(x);
   const int64_t out_rank = im.rank(x) + static_cast<int64_t>(axes_opt->size());
   TRY(std::vector<int64_t> axes, NormAxes(*axes_opt, out_rank));
   Shape out;
@@ -591,7 +591,7 @@ absl::Status SliceOp(Importer& im, const NodeProto& n) {
       steps.size() != starts.size()) {
     return Bad("starts, ends, axes and steps differ in length");
   }
-  const Shape& s = im.shape(x);
+  const Shape s = im.shape(x);
   std::vector<int64_t> lo(static_cast<size_t>(r), 0), hi = s, st(static_cast<size_t>(r), 1);
   std::vector<int64_t> flip;
   std::vector<bool> seen(static_cast<size_t>(r), false);
@@ -646,7 +646,7 @@ absl::Status Expand(Importer& im, const NodeProto& n) {
 absl::Status Tile(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY(std::vector<int64_t> reps, im.ConstInts(n, 1));
-  const Shape& s = im.shape(x);
+  const Shape s = im.shape(x);
   if (reps.size() != s.size()) return Bad("repeats must have one entry per axis");
   Shape inter, target, out;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -674,7 +674,7 @@ absl::Status Pad(Importer& im, const NodeProto& n) {
     value = v.GetDouble(0);
   }
   const std::string mode = AttrString(n, "mode", "constant");
-  const Shape& s = im.shape(x);
+  const Shape s = im.shape(x);
   // Negative pads crop first.
   std::vector<int64_t> starts(static_cast<size_t>(r), 0), limits = s, lo(static_cast<size_t>(r)),
                                                           hi(static_cast<size_t>(r));

@@ -387,5 +387,27 @@ TEST(OnnxErrors, MalformedBytesAndOpsets) {
   }
 }
 
+// Inputs the fuzzer found crashing (tests/onnx/fuzz/regressions): each must import or fail
+// cleanly, and an imported graph must run on the interpreter or fail cleanly.
+TEST(OnnxErrors, FuzzRegressions) {
+  int count = 0;
+  for (const auto& e : fs::directory_iterator(kDir + "fuzz/regressions")) {
+    std::ifstream in(e.path(), std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    absl::StatusOr<ImportedModel> m = ImportBytes(ss.str());
+    if (m.ok()) {
+      std::vector<ir::TensorData> inputs;
+      for (ir::NodeId id : m->graph.Parameters()) {
+        const ir::Node& n = m->graph.node(id);
+        if (!m->weights.count(n.attrs.name)) inputs.emplace_back(n.type.dtype, n.type.shape);
+      }
+      if (auto args = m->Arguments(inputs); args.ok()) (void)ir::Interpret(m->graph, *args);
+    }
+    ++count;
+  }
+  EXPECT_GT(count, 0);
+}
+
 }  // namespace
 }  // namespace kiln::onnx
