@@ -1032,11 +1032,10 @@ absl::StatusOr<std::string> Writer::Run(const MlirExportOptions& options) {
     result_decls.push_back(o.name.empty() ? t
                                           : absl::StrCat(t, " {kiln.name = \"", escaped, "\"}"));
   }
-  std::string text =
-      absl::StrCat(options.module ? "// Exported by kiln (codegen/mlir/mlir_text.h).\nmodule {\n" : "",
-                   "  func.func @",
-                   options.function_name, "(", absl::StrJoin(args, ", "), ") -> (",
-                   absl::StrJoin(result_decls, ", "), ") {\n");
+  std::string text = absl::StrCat(
+      options.module ? "// Exported by kiln (codegen/mlir/mlir_text.h).\nmodule {\n" : "",
+      "  func.func @", options.function_name, "(", absl::StrJoin(args, ", "), ") -> (",
+      absl::StrJoin(result_decls, ", "), ") {\n");
   absl::StrAppend(&text, out_);
   if (results.empty()) {
     absl::StrAppend(&text, "    return\n");

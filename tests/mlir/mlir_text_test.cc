@@ -2,7 +2,8 @@
 // the export of every per-op case of tests/codegen/op_cases (every IR op with its dtypes and
 // attribute variants), of random graphs and of three models (MLP + softmax, conv net, layer norm
 // + GELU), and lowers them all to the LLVM dialect (bufferization, linalg → loops, arith/math/
-// memref/func → llvm), which checks that the linalg ops are well-formed beyond the verifier.
+// memref/func → llvm) and through mlir-translate-16 to LLVM IR, which checks that the linalg
+// ops are well-formed beyond the verifier.
 #include "codegen/mlir/mlir_text.h"
 
 #include <stdio.h>
@@ -30,13 +31,14 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 constexpr const char* kMlirOpt = "/usr/bin/mlir-opt-16";
+constexpr const char* kMlirTranslate = "/usr/bin/mlir-translate-16";
 // The lowering of docs/onnx.md "MLIR" (MLIR 16 pass names).
 constexpr const char* kLowering =
     "--empty-tensor-to-alloc-tensor "
     "'--one-shot-bufferize=bufferize-function-boundaries allow-return-allocs "
     "function-boundary-type-conversion=identity-layout-map' "
     "--convert-linalg-to-loops --lower-affine --convert-scf-to-cf --expand-strided-metadata "
-    "--convert-memref-to-llvm --convert-math-to-llvm --convert-math-to-libm "
+    "--convert-memref-to-llvm --convert-math-to-llvm --convert-math-to-libm --arith-expand "
     "--convert-arith-to-llvm --convert-func-to-llvm --convert-cf-to-llvm "
     "--reconcile-unrealized-casts";
 
@@ -66,24 +68,35 @@ std::pair<int, std::string> Run(const std::string& cmd) {
 }
 
 // Writes each module to its own file and all of them, separated by "// -----", to all.mlir.
-// Checks all.mlir with one mlir-opt-16 run (--split-input-file: every module on its own); on a
-// failure, names the failing files.
+// Checks all.mlir with one mlir-opt-16 run (--split-input-file: every module on its own), and
+// with `lowering` translates the result to LLVM IR; on a failure, names the failing files.
 void CheckModules(const fs::path& dir, const std::vector<std::pair<std::string, std::string>>& mods,
-                  const std::string& flags) {
+                  const std::string& flags, bool lowering) {
   std::ofstream all(dir / "all.mlir");
   for (size_t i = 0; i < mods.size(); ++i) {
     std::ofstream(dir / (mods[i].first + ".mlir")) << mods[i].second;
     all << (i == 0 ? "" : "// -----\n") << mods[i].second;
   }
   all.close();
-  const auto [status, output] = Run(absl::StrCat(kMlirOpt, " --split-input-file ", flags, " '",
-                                                 (dir / "all.mlir").string(), "' -o /dev/null"));
+  // Lowered modules must also translate to LLVM IR: any op left outside the LLVM dialect fails.
+  const std::string lowered = (dir / "all.lowered.mlir").string();
+  const std::string translate =
+      lowering ? absl::StrCat(" && ", kMlirTranslate, " --split-input-file --mlir-to-llvmir '",
+                              lowered, "' -o /dev/null")
+               : "";
+  const auto [status, output] =
+      Run(absl::StrCat(kMlirOpt, " --split-input-file ", flags, " '", (dir / "all.mlir").string(),
+                       "' -o '", lowered, "'", translate));
   if (status == 0) return;
   std::string failures;
   int failed = 0;
   for (const auto& [name, text] : mods) {
-    const auto [s, out] = Run(absl::StrCat(kMlirOpt, " ", flags, " '",
-                                           (dir / (name + ".mlir")).string(), "' -o /dev/null"));
+    const std::string one = (dir / (name + ".mlir")).string();
+    const auto [s, out] =
+        Run(absl::StrCat(kMlirOpt, " ", flags, " '", one, "' -o '", one, ".lowered'",
+                         lowering ? absl::StrCat(" && ", kMlirTranslate, " --mlir-to-llvmir '", one,
+                                                 ".lowered' -o /dev/null")
+                                  : ""));
     if (s != 0 && ++failed <= 10) absl::StrAppend(&failures, name, ":\n", out.substr(0, 1500));
   }
   ADD_FAILURE() << failed << " of " << mods.size() << " modules fail `mlir-opt-16 " << flags
@@ -155,11 +168,11 @@ TEST_F(MlirExportTest, EveryOpCaseParsesAndVerifies) {
   ASSERT_THAT(test::OpsWithoutCase(), ::testing::IsEmpty());
   const auto mods = Modules();
   std::cout << mods.size() << " modules\n";
-  CheckModules(OutputDir("verify"), mods, "");
+  CheckModules(OutputDir("verify"), mods, "", false);
 }
 
 TEST_F(MlirExportTest, EveryOpCaseLowersToTheLlvmDialect) {
-  CheckModules(OutputDir("lower"), Modules(), kLowering);
+  CheckModules(OutputDir("lower"), Modules(), kLowering, true);
 }
 
 TEST(MlirExport, NamesAndErrors) {
