@@ -371,9 +371,9 @@ TEST_F(MlirExportTest, LoweredModulesRunLikeTheInterpreter) {
       RunCommand(absl::StrCat(kMlirOpt, " ", kLowerBuffers, " '", (dir / "run.mlir").string(),
                               "' -o '", (dir / "run.llvm.mlir").string(), "'"));
   ASSERT_EQ(s2, 0) << o2.substr(0, 3000);
-  auto [s3, o3] =
-      RunCommand(absl::StrCat(kRunner, " -e entry -entry-point-result=void -shared-libs=", kRunnerLibs,
-                       " '", (dir / "run.llvm.mlir").string(), "'"));
+  auto [s3, o3] = RunCommand(
+      absl::StrCat(kRunner, " -e entry -entry-point-result=void -shared-libs=", kRunnerLibs, " '",
+                   (dir / "run.llvm.mlir").string(), "'"));
   ASSERT_EQ(s3, 0) << o3.substr(0, 3000);
 
   // One "Unranked Memref ... data = [[...]]" block per printed output, in order.
