@@ -136,6 +136,7 @@ absl::StatusOr<ir::TensorData> TensorFromProto(const ::onnx::TensorProto& proto,
   }
   if (absl::Status s = check(n, field); !s.ok()) return s;
   ir::TensorData t(*dtype, shape);
+  if (count == 0) return t;  // (an empty repeated field's data() may be null)
   switch (*dtype) {
     case ir::DType::kF32: {
       if (auto s = check(proto.float_data_size(), "float_data"); !s.ok()) return s;
@@ -245,6 +246,7 @@ absl::StatusOr<ir::NodeId> Importer::Input(const ::onnx::NodeProto& node, int i)
 }
 
 std::optional<ir::TensorData> Importer::KnownValue(ir::NodeId id) {
+  if (id < 0 || id >= b_.graph().num_nodes()) return std::nullopt;
   const ir::Node& n = b_.graph().node(id);
   if (n.op == ir::Op::kConstant) return *n.attrs.literal;
   if ((n.op == ir::Op::kFill || n.op == ir::Op::kIota) && n.type.num_elements() <= kKnownLimit) {
@@ -528,10 +530,20 @@ absl::StatusOr<ImportedModel> Importer::Run(const ::onnx::ModelProto& model) {
   const auto& table = Lowerings();
   for (int i = 0; i < graph.node_size(); ++i) {
     const auto& node = graph.node(i);
-    absl::Status s = table.at(node.op_type())(*this, node);
+    absl::Status s;
+    try {
+      s = table.at(node.op_type())(*this, node);
+    } catch (const BuilderFailed&) {
+      s = b_.status().ok() ? absl::InternalError("a node was not built") : b_.status();
+    }
     if (s.ok() && !b_.status().ok()) s = b_.status();
     if (s.ok()) {
       for (int o = 0; o < node.output_size(); ++o) {
+        auto it = node.output(o).empty() ? values_.end() : values_.find(node.output(o));
+        if (it != values_.end() && (it->second < 0 || it->second >= b_.graph().num_nodes())) {
+          s = absl::InternalError(absl::StrCat("output ", o, " was not built"));
+          break;
+        }
         if (!node.output(o).empty() && !values_.count(node.output(o))) {
           s = absl::UnimplementedError(
               absl::StrCat("output ", o, " ('", node.output(o), "') is not supported"));

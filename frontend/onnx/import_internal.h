@@ -30,6 +30,9 @@ using Lowering = std::function<absl::Status(Importer&, const ::onnx::NodeProto&)
 /// The operator table: op_type → lowering (default domain).
 const std::map<std::string, Lowering>& Lowerings();
 
+/// Thrown by Importer::type for a node the builder refused (see there).
+struct BuilderFailed {};
+
 class Importer {
  public:
   Importer(const ImportOptions& options, int64_t opset) : options_(options), opset_(opset) {}
@@ -39,10 +42,16 @@ class Importer {
   // ---- For the lowerings ----
   int64_t opset() const { return opset_; }
   ir::Builder& b() { return b_; }
-  const ir::TensorType& type(ir::NodeId id) const { return b_.type(id); }
-  const ir::Shape& shape(ir::NodeId id) const { return b_.type(id).shape; }
-  int64_t rank(ir::NodeId id) const { return b_.type(id).rank(); }
-  ir::DType dtype(ir::NodeId id) const { return b_.type(id).dtype; }
+  /// The type of a built node. A node the builder refused (kInvalidNode: its error is in
+  /// b().status()) throws BuilderFailed, which unwinds the lowering to Run, which reports the
+  /// builder's error for the node: lowerings need not check every intermediate node.
+  const ir::TensorType& type(ir::NodeId id) const {
+    if (id < 0 || id >= b_.graph().num_nodes()) throw BuilderFailed{};
+    return b_.type(id);
+  }
+  const ir::Shape& shape(ir::NodeId id) const { return type(id).shape; }
+  int64_t rank(ir::NodeId id) const { return type(id).rank(); }
+  ir::DType dtype(ir::NodeId id) const { return type(id).dtype; }
 
   /// Number of inputs present (trailing empty names ignored).
   static int NumInputs(const ::onnx::NodeProto& node);

@@ -2,8 +2,10 @@
 // (docs/ir.md) through the Importer's folding builder wrappers. docs/onnx.md is the table of
 // what is supported; keep the two in step.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -1566,6 +1568,141 @@ absl::Status Resize(Importer& im, const NodeProto& n) {
   return absl::OkStatus();
 }
 
+// ---- Einsum ------------------------------------------------------------------------------------
+
+// An operand of an einsum with one letter per axis.
+struct Term {
+  NodeId node;
+  std::string letters;
+};
+
+// Sums away the letters of `t` that are not in `keep`.
+Term SumAway(Importer& im, Term t, const std::string& keep) {
+  std::vector<int64_t> axes;
+  std::string rest;
+  Shape out;
+  for (size_t i = 0; i < t.letters.size(); ++i) {
+    if (keep.find(t.letters[i]) == std::string::npos) {
+      axes.push_back(static_cast<int64_t>(i));
+    } else {
+      rest += t.letters[i];
+      out.push_back(im.shape(t.node)[i]);
+    }
+  }
+  if (axes.empty()) return t;
+  return {im.Reshape(im.Reduce(Op::kReduceSum, t.node, axes), out), rest};
+}
+
+// Permutes `t` into the letter order `order` (a permutation of t.letters).
+NodeId Arrange(Importer& im, const Term& t, const std::string& order) {
+  std::vector<int64_t> perm;
+  for (char c : order) perm.push_back(static_cast<int64_t>(t.letters.find(c)));
+  return im.Permute(t.node, perm);
+}
+
+// a x b keeping the letters in `keep`: batch letters (in both, kept), contracted (in both, not
+// kept), left-only and right-only, as one batched matmul [batch, L, K] x [batch, K, R].
+absl::StatusOr<Term> Contract(Importer& im, Term a, Term b, const std::string& keep) {
+  std::string both_keep, contract, left, right;
+  for (char c : a.letters) {
+    bool in_b = b.letters.find(c) != std::string::npos;
+    bool kept = keep.find(c) != std::string::npos;
+    if (in_b) {
+      const int64_t da = im.shape(a.node)[a.letters.find(c)],
+                    db = im.shape(b.node)[b.letters.find(c)];
+      if (da != db)
+        return Bad(absl::StrCat("letter '", std::string(1, c), "' has sizes ", da, " and ", db));
+      (kept ? both_keep : contract) += c;
+    } else {
+      left += c;
+    }
+  }
+  for (char c : b.letters) {
+    if (a.letters.find(c) == std::string::npos) right += c;
+  }
+  auto size_of = [&](const std::string& letters, const Term& t) {
+    int64_t p = 1;
+    for (char c : letters) p *= im.shape(t.node)[t.letters.find(c)];
+    return p;
+  };
+  const int64_t nb = size_of(both_keep, a), nl = size_of(left, a), nk = size_of(contract, a),
+                nr = size_of(right, b);
+  Shape out_shape;
+  for (char c : both_keep + left) out_shape.push_back(im.shape(a.node)[a.letters.find(c)]);
+  for (char c : right) out_shape.push_back(im.shape(b.node)[b.letters.find(c)]);
+  NodeId x = im.Reshape(Arrange(im, a, both_keep + left + contract), {nb, nl, nk});
+  NodeId y = im.Reshape(Arrange(im, b, both_keep + contract + right), {nb, nk, nr});
+  NodeId r = im.Fold(im.b().MatMul(x, y));
+  return Term{im.Reshape(r, out_shape), both_keep + left + right};
+}
+
+absl::Status Einsum(Importer& im, const NodeProto& n) {
+  std::string eq;
+  for (char c : AttrString(n, "equation", "")) {
+    if (c != ' ') eq += c;
+  }
+  if (eq.find("...") != std::string::npos) return Unsupported("ellipsis ('...') is not supported");
+  const size_t arrow = eq.find("->");
+  std::string lhs = eq.substr(0, arrow), out;
+  std::vector<std::string> terms;
+  for (size_t start = 0;;) {
+    size_t comma = lhs.find(',', start);
+    terms.push_back(lhs.substr(start, comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (static_cast<int>(terms.size()) != Importer::NumInputs(n)) {
+    return Bad(absl::StrCat("equation '", eq, "' has ", terms.size(), " operands, the node ",
+                            Importer::NumInputs(n)));
+  }
+  std::map<char, int> count;
+  for (const auto& t : terms) {
+    for (char c : t) {
+      if (!std::isalpha(static_cast<unsigned char>(c)))
+        return Bad(absl::StrCat("bad equation '", eq, "'"));
+      ++count[c];
+    }
+  }
+  if (arrow != std::string::npos) {
+    out = eq.substr(arrow + 2);
+    for (char c : out) {
+      if (!count.count(c))
+        return Bad(absl::StrCat("output letter '", std::string(1, c), "' is in no operand"));
+    }
+  } else {
+    for (const auto& [c, k] : count) {
+      if (k == 1) out += c;
+    }
+  }
+  std::vector<Term> ops;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    TRY(NodeId x, im.Input(n, static_cast<int>(i)));
+    if (static_cast<int64_t>(terms[i].size()) != im.rank(x)) {
+      return Bad(absl::StrCat("operand ", i, " has rank ", im.rank(x), ", its term '", terms[i],
+                              "' ", terms[i].size(), " letters"));
+    }
+    for (size_t j = 0; j < terms[i].size(); ++j) {
+      if (terms[i].find(terms[i][j]) != j)
+        return Unsupported("repeated letters in one term (diagonals)");
+    }
+    ops.push_back({x, terms[i]});
+  }
+  // Left to right: each step keeps the letters the output or a later operand needs.
+  auto needed_after = [&](size_t i) {
+    std::string keep = out;
+    for (size_t j = i + 1; j < ops.size(); ++j) keep += ops[j].letters;
+    return keep;
+  };
+  Term acc = SumAway(im, ops[0], needed_after(0) + (ops.size() > 1 ? ops[1].letters : ""));
+  for (size_t i = 1; i < ops.size(); ++i) {
+    Term next = SumAway(im, ops[i], needed_after(i) + acc.letters);
+    TRY(acc, Contract(im, acc, next, needed_after(i)));
+  }
+  acc = SumAway(im, acc, out);
+  im.SetOutput(n, 0, Arrange(im, acc, out));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const std::map<std::string, Lowering>& Lowerings() {
@@ -1724,6 +1861,7 @@ const std::map<std::string, Lowering>& Lowerings() {
     m["GlobalAveragePool"] = GlobalPool(false);
     m["GlobalMaxPool"] = GlobalPool(true);
     m["Resize"] = Resize;
+    m["Einsum"] = Einsum;
     return t;
   }();
   return *table;

@@ -385,6 +385,17 @@ case("resize_linear_pytorch_half_pixel", "Resize", [("x", rx), (None, None), (No
      oracle="torch")
 
 
+# ---- Einsum (numpy.einsum as the oracle) ---------------------------------------------------------
+for name, eq, shapes in [("einsum_attention", "bhqd,bhkd->bhqk", [(2, 2, 3, 4), (2, 2, 5, 4)]),
+                         ("einsum_outer", "i,j->ij", [(3,), (4,)]),
+                         ("einsum_implicit_matvec", "ij,j", [(3, 4), (4,)]),
+                         ("einsum_transpose_sum", "ijk->ki", [(2, 3, 4)]),
+                         ("einsum_three", "ab,bc,cd->ad", [(2, 3), (3, 4), (4, 5)])]:
+    arrays = [f32(*sh) for sh in shapes]
+    case(name, "Einsum", [(f"x{i}", a) for i, a in enumerate(arrays)],
+         np.einsum(eq, *arrays).astype(np.float32), {"equation": eq}, opset=13)
+
+
 def main():
     use_ort = "--ort" in sys.argv
     shutil.rmtree(ROOT, ignore_errors=True)
