@@ -62,6 +62,19 @@ fs::path OutputDir(const std::string& suite) {
   return p;
 }
 
+// Removes a temporary folder made by OutputDir (kept when $KILN_MLIR_EXPORT_DIR chose the folder,
+// for inspection).
+struct RemoveWhenDone {
+  fs::path dir;
+  ~RemoveWhenDone() {
+    const char* env = std::getenv("KILN_MLIR_EXPORT_DIR");
+    if (env == nullptr || *env == '\0') {
+      std::error_code ignored;
+      fs::remove_all(dir.parent_path(), ignored);
+    }
+  }
+};
+
 std::pair<int, std::string> RunCommand(const std::string& cmd) {
   FILE* pipe = popen(absl::StrCat(cmd, " 2>&1").c_str(), "r");
   if (pipe == nullptr) return {-1, "popen failed"};
@@ -173,11 +186,15 @@ TEST_F(MlirExportTest, EveryOpCaseParsesAndVerifies) {
   ASSERT_THAT(test::OpsWithoutCase(), ::testing::IsEmpty());
   const auto mods = Modules();
   std::cout << mods.size() << " modules\n";
-  CheckModules(OutputDir("verify"), mods, "", false);
+  const fs::path dir = OutputDir("verify");
+  const RemoveWhenDone cleanup{dir};
+  CheckModules(dir, mods, "", false);
 }
 
 TEST_F(MlirExportTest, EveryOpCaseLowersToTheLlvmDialect) {
-  CheckModules(OutputDir("lower"), Modules(), kLowering, true);
+  const fs::path dir = OutputDir("lower");
+  const RemoveWhenDone cleanup{dir};
+  CheckModules(dir, Modules(), kLowering, true);
 }
 
 // ---- Running the lowered modules (mlir-cpu-runner-16) ------------------------------------------
@@ -350,6 +367,8 @@ TEST_F(MlirExportTest, LoweredModulesRunLikeTheInterpreter) {
   absl::StrAppend(&funcs, "}\n");
 
   const fs::path dir = OutputDir("run");
+
+  const RemoveWhenDone cleanup_dir{dir};
   std::ofstream(dir / "cases.mlir") << funcs;
   auto [s1, o1] =
       RunCommand(absl::StrCat(kMlirOpt, " ", kBufferize, " '", (dir / "cases.mlir").string(),

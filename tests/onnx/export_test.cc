@@ -59,6 +59,19 @@ fs::path OutputDir(const std::string& suite) {
   return p;
 }
 
+// Removes a temporary folder made by OutputDir (kept when $KILN_ONNX_EXPORT_DIR chose the folder,
+// for inspection).
+struct RemoveWhenDone {
+  fs::path dir;
+  ~RemoveWhenDone() {
+    const char* env = std::getenv("KILN_ONNX_EXPORT_DIR");
+    if (env == nullptr || *env == '\0') {
+      std::error_code ignored;
+      fs::remove_all(dir.parent_path(), ignored);
+    }
+  }
+};
+
 void WriteFile(const fs::path& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary);
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -135,6 +148,7 @@ TEST(OnnxExportTable, OneRowPerOpInTableOrder) {
 TEST(OnnxExport, EveryOpCasePassesTheChecker) {
   ASSERT_THAT(test::OpsWithoutCase(), ::testing::IsEmpty());
   const fs::path dir = OutputDir("ops");
+  const RemoveWhenDone cleanup_dir{dir};
   std::set<ir::Op> exported_ops;
   int exported = 0, unsupported = 0;
   for (const test::Case& c : test::Cases()) {
@@ -187,6 +201,7 @@ TEST(OnnxExport, EveryOpCasePassesTheChecker) {
 
 TEST(OnnxExport, ModelsWithWeightsAsInitializers) {
   const fs::path dir = OutputDir("models");
+  const RemoveWhenDone cleanup_dir{dir};
   for (const test::ExportModel& m : test::ExportModels()) {
     SCOPED_TRACE(m.name);
     onnx::ExportOptions options;
