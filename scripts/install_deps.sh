@@ -18,6 +18,8 @@ BASE_PACKAGES=(
   nlohmann-json3-dev
   graphviz
   libonnx-dev libprotobuf-dev
+  python3-onnx   # tests/onnx/export_check.py (onnx.checker on exported models)
+  mlir-16-tools  # tests/mlir: mlir-opt-16 checks the MLIR export
 )
 BAZEL_PACKAGES=(bazel-bootstrap bazel-rules-java)
 FORMAT_PACKAGES=(clang-format)
