@@ -17,6 +17,8 @@ BASE_PACKAGES=(
   llvm-16-dev
   nlohmann-json3-dev
   graphviz
+  libcli11-dev
+  qemu-user g++-aarch64-linux-gnu
 )
 BAZEL_PACKAGES=(bazel-bootstrap bazel-rules-java)
 FORMAT_PACKAGES=(clang-format)
@@ -33,6 +35,10 @@ for arg in "$@"; do
     *) echo "install_deps.sh: unknown option '$arg'" >&2; usage >&2; exit 2 ;;
   esac
 done
+
+# The aarch64 abseil/xxHash of the cross-target test (tests/cross): unpacked into a sysroot folder,
+# not installed (see the script).
+"$(dirname "${BASH_SOURCE[0]}")/cross_sysroot.sh"
 
 missing=()
 for pkg in "${packages[@]}"; do
