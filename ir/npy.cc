@@ -18,7 +18,7 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicSize = 6;
-constexpr int kMaxRank = 64;                  // numpy 2's limit (numpy 1: 32)
+constexpr int kMaxRank = 64;  // numpy 2's limit (numpy 1: 32)
 constexpr uint64_t kMaxDim = uint64_t{1} << 62;
 // numpy's writer: the data starts at a multiple of 64 bytes, and the header leaves room for the
 // first axis to grow to 21 digits (numpy.lib.format.GROWTH_AXIS_MAX_DIGITS) without a rewrite.
@@ -37,8 +37,8 @@ struct Descr {
 // Maps a descr string ('<f4') to a kiln dtype; `at` is the descr's offset for errors.
 absl::StatusOr<Descr> ParseDescr(std::string_view name, size_t at, std::string_view descr) {
   auto fail = [&](std::string_view why) {
-    return absl::InvalidArgumentError(Err(name, at, absl::StrCat("descr '", std::string(descr),
-                                                                 "': ", std::string(why))));
+    return absl::InvalidArgumentError(
+        Err(name, at, absl::StrCat("descr '", std::string(descr), "': ", std::string(why))));
   };
   if (descr.empty()) return fail("empty");
   char order = descr[0];
@@ -47,7 +47,8 @@ absl::StatusOr<Descr> ParseDescr(std::string_view name, size_t at, std::string_v
     order = '=';  // numpy accepts a missing byte-order character as native
     code = descr;
   }
-  if (code.starts_with("O")) return fail("object arrays are not supported (they hold Python objects)");
+  if (code.starts_with("O"))
+    return fail("object arrays are not supported (they hold Python objects)");
   if (code.starts_with("U") || code.starts_with("S") || code.starts_with("a") ||
       code.starts_with("V")) {
     return fail("string and void (raw/structured) dtypes are not supported");
@@ -223,9 +224,10 @@ absl::StatusOr<Header> ParseHeader(std::string_view name, std::string_view text,
       if (!parsed.ok()) return parsed.status();
       shape = *std::move(parsed);
     } else {
-      return absl::InvalidArgumentError(Err(
-          name, key_at,
-          absl::StrCat("unknown key '", std::string(*key), "' (expected descr, fortran_order, shape)")));
+      return absl::InvalidArgumentError(
+          Err(name, key_at,
+              absl::StrCat("unknown key '", std::string(*key),
+                           "' (expected descr, fortran_order, shape)")));
     }
     p.SkipSpaces();
     need_comma = !p.Consume(',');
@@ -252,15 +254,15 @@ uint32_t ReadLittle(const std::byte* p, int n) {
 
 absl::StatusOr<TensorData> ParseNpy(std::span<const std::byte> bytes, std::string_view name) {
   const size_t size = bytes.size();
-  if (size < kMagicSize ||
-      std::memcmp(bytes.data(), kMagic, kMagicSize) != 0) {
+  if (size < kMagicSize || std::memcmp(bytes.data(), kMagic, kMagicSize) != 0) {
     const size_t n = std::min(size, kMagicSize);
     size_t bad = 0;
     while (bad < n && bytes[bad] == static_cast<std::byte>(kMagic[bad])) ++bad;
     if (bad == n) {
       return absl::InvalidArgumentError(
-          Err(name, size, absl::StrCat("truncated: the file has ", size,
-                                       " bytes, fewer than the 6-byte magic \\x93NUMPY")));
+          Err(name, size,
+              absl::StrCat("truncated: the file has ", size,
+                           " bytes, fewer than the 6-byte magic \\x93NUMPY")));
     }
     return absl::InvalidArgumentError(
         Err(name, bad, "bad magic: a .npy file starts with \\x93NUMPY"));
@@ -271,27 +273,28 @@ absl::StatusOr<TensorData> ParseNpy(std::span<const std::byte> bytes, std::strin
   const int major = static_cast<int>(bytes[6]);
   const int minor = static_cast<int>(bytes[7]);
   if (major < 1 || major > 3) {
-    return absl::InvalidArgumentError(
-        Err(name, 6, absl::StrCat("unsupported format version ", major, ".", minor,
-                                  " (kiln reads 1.0, 2.0 and 3.0)")));
+    return absl::InvalidArgumentError(Err(name, 6,
+                                          absl::StrCat("unsupported format version ", major, ".",
+                                                       minor, " (kiln reads 1.0, 2.0 and 3.0)")));
   }
   if (minor != 0) {
-    return absl::InvalidArgumentError(
-        Err(name, 7, absl::StrCat("unsupported format version ", major, ".", minor,
-                                  " (kiln reads 1.0, 2.0 and 3.0)")));
+    return absl::InvalidArgumentError(Err(name, 7,
+                                          absl::StrCat("unsupported format version ", major, ".",
+                                                       minor, " (kiln reads 1.0, 2.0 and 3.0)")));
   }
   const int len_bytes = major == 1 ? 2 : 4;
   const size_t header_start = 8 + static_cast<size_t>(len_bytes);
   if (size < header_start) {
-    return absl::InvalidArgumentError(
-        Err(name, size, absl::StrCat("truncated: the ", len_bytes,
-                                     "-byte header length at byte 8 is cut off")));
+    return absl::InvalidArgumentError(Err(
+        name, size,
+        absl::StrCat("truncated: the ", len_bytes, "-byte header length at byte 8 is cut off")));
   }
   const size_t header_len = ReadLittle(bytes.data() + 8, len_bytes);
   if (header_len > size - header_start) {
     return absl::InvalidArgumentError(
-        Err(name, 8, absl::StrCat("header length ", header_len, " runs past the end of the file (",
-                                  size - header_start, " bytes after the length field)")));
+        Err(name, 8,
+            absl::StrCat("header length ", header_len, " runs past the end of the file (",
+                         size - header_start, " bytes after the length field)")));
   }
   const std::string_view header_text(reinterpret_cast<const char*>(bytes.data() + header_start),
                                      header_len);
@@ -320,11 +323,11 @@ absl::StatusOr<TensorData> ParseNpy(std::span<const std::byte> bytes, std::strin
   const size_t data_start = header_start + header_len;
   const uint64_t available = size - data_start;
   if (data_bytes > available) {
-    return absl::InvalidArgumentError(
-        Err(name, size,
-            absl::StrCat("truncated data: shape ", ShapeToString(header->shape), " of ",
-                         DTypeName(dtype), " needs ", data_bytes, " bytes after the header (from byte ",
-                         data_start, "), the file has ", available)));
+    return absl::InvalidArgumentError(Err(
+        name, size,
+        absl::StrCat("truncated data: shape ", ShapeToString(header->shape), " of ",
+                     DTypeName(dtype), " needs ", data_bytes, " bytes after the header (from byte ",
+                     data_start, "), the file has ", available)));
   }
   if (data_bytes < available) {
     return absl::InvalidArgumentError(
@@ -358,19 +361,34 @@ absl::StatusOr<TensorData> ReadNpy(const std::string& path) {
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": npy: cannot open the file"));
   std::vector<char> buffer((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": npy: read error"));
-  return ParseNpy(std::span(reinterpret_cast<const std::byte*>(buffer.data()), buffer.size()), path);
+  return ParseNpy(std::span(reinterpret_cast<const std::byte*>(buffer.data()), buffer.size()),
+                  path);
 }
 
 absl::StatusOr<std::vector<std::byte>> EncodeNpy(const TensorData& tensor) {
   const char* code = nullptr;
   switch (tensor.dtype()) {
-    case DType::kF32: code = "<f4"; break;
-    case DType::kF64: code = "<f8"; break;
-    case DType::kF16: code = "<f2"; break;
-    case DType::kI32: code = "<i4"; break;
-    case DType::kI64: code = "<i8"; break;
-    case DType::kU8: code = "|u1"; break;
-    case DType::kBool: code = "|b1"; break;
+    case DType::kF32:
+      code = "<f4";
+      break;
+    case DType::kF64:
+      code = "<f8";
+      break;
+    case DType::kF16:
+      code = "<f2";
+      break;
+    case DType::kI32:
+      code = "<i4";
+      break;
+    case DType::kI64:
+      code = "<i8";
+      break;
+    case DType::kU8:
+      code = "|u1";
+      break;
+    case DType::kBool:
+      code = "|b1";
+      break;
     case DType::kBF16:
       return absl::InvalidArgumentError(
           "npy: numpy has no bfloat16 dtype; cast the tensor to f32 before writing it");
@@ -411,9 +429,10 @@ absl::StatusOr<std::vector<std::byte>> EncodeNpy(const TensorData& tensor) {
   put(dict.data(), dict.size());
   out.insert(out.end(), header_len - dict.size() - 1, std::byte{' '});
   out.push_back(std::byte{'\n'});
-  const size_t payload = tensor.num_elements() == 0
-                             ? 0
-                             : static_cast<size_t>(tensor.num_elements() * DTypeSize(tensor.dtype()));
+  const size_t payload =
+      tensor.num_elements() == 0
+          ? 0
+          : static_cast<size_t>(tensor.num_elements() * DTypeSize(tensor.dtype()));
   put(tensor.data(), payload);
   return out;
 }
@@ -425,7 +444,8 @@ absl::Status WriteNpy(const std::string& path, const TensorData& tensor) {
   }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return absl::PermissionDeniedError(absl::StrCat(path, ": npy: cannot create the file"));
-  out.write(reinterpret_cast<const char*>(bytes->data()), static_cast<std::streamsize>(bytes->size()));
+  out.write(reinterpret_cast<const char*>(bytes->data()),
+            static_cast<std::streamsize>(bytes->size()));
   out.close();
   if (!out) return absl::DataLossError(absl::StrCat(path, ": npy: write failed"));
   return absl::OkStatus();

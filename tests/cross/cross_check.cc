@@ -33,7 +33,8 @@ absl::StatusOr<kiln::ir::Graph> Load(const std::string& path) {
   if (!in) return absl::NotFoundError(path + ": cannot open");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   absl::StatusOr<kiln::ir::Graph> graph = kiln::ir::ParseGraph(text);
-  if (!graph.ok()) return absl::InvalidArgumentError(path + ":" + std::string(graph.status().message()));
+  if (!graph.ok())
+    return absl::InvalidArgumentError(path + ":" + std::string(graph.status().message()));
   return graph;
 }
 
@@ -53,7 +54,8 @@ int Prepare(const kiln::ir::Graph& graph, const std::string& dir) {
       }
     }
     const std::string path = dir + "/in_" + std::to_string(i) + ".npy";
-    if (absl::Status s = kiln::ir::WriteNpy(path, t); !s.ok()) return Fail(std::string(s.message()));
+    if (absl::Status s = kiln::ir::WriteNpy(path, t); !s.ok())
+      return Fail(std::string(s.message()));
   }
   std::printf("cross_check: wrote %zu inputs to %s\n", params.size(), dir.c_str());
   return 0;
@@ -103,7 +105,8 @@ int Compare(const kiln::ir::Graph& graph, const std::string& dir, int argc, char
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    return Fail("usage: cross_check prepare <graph.kir> <dir> | compare <graph.kir> <dir> label=dir ...");
+    return Fail(
+        "usage: cross_check prepare <graph.kir> <dir> | compare <graph.kir> <dir> label=dir ...");
   }
   const std::string mode = argv[1];
   absl::StatusOr<kiln::ir::Graph> graph = Load(argv[2]);

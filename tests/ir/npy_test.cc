@@ -5,18 +5,16 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
-
 
 namespace kiln::ir {
 namespace {
@@ -105,10 +103,11 @@ TEST(Npy, RankAboveNumpysLimitIsRefused) {
 }
 
 TEST(Npy, WriteAndReadFile) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("kiln_npy_test_" + std::to_string(getpid()) + ".npy"))
-          .string();
-  absl::StatusOr<TensorData> t = TensorData::FromDoubles(DType::kF64, {3}, std::vector<double>{1, 2, 3});
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("kiln_npy_test_" + std::to_string(getpid()) + ".npy"))
+                               .string();
+  absl::StatusOr<TensorData> t =
+      TensorData::FromDoubles(DType::kF64, {3}, std::vector<double>{1, 2, 3});
   ASSERT_TRUE(t.ok());
   ASSERT_TRUE(WriteNpy(path, *t).ok());
   absl::StatusOr<TensorData> back = ReadNpy(path);

@@ -61,8 +61,8 @@ class KilnCli : public ::testing::Test {
   // Runs `kiln <args>` through the shell (args are quoted by the caller where needed).
   Result Kiln(const std::string& args, const std::string& env = "") {
     const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    const std::string command = env + " " + KILN_TOOL_PATH + " " + args + " >" + out.string() +
-                                " 2>" + err.string();
+    const std::string command =
+        env + " " + KILN_TOOL_PATH + " " + args + " >" + out.string() + " 2>" + err.string();
     const int status = std::system(command.c_str());
     Result r;
     r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -123,8 +123,9 @@ TEST_F(KilnCli, CompileInspectRunMatchesTheInterpreter) {
   }
   EXPECT_THAT(i.out, HasSubstr("reduce_max"));  // the IR text section
 
-  Result r = Kiln("run " + P("m.kiln") + " --input x=" + P("in_x.npy") + " --input w2=" +
-                  P("in_w2.npy") + " -i w1=" + P("in_w1.npy") + " --output " + P("out"));
+  Result r =
+      Kiln("run " + P("m.kiln") + " --input x=" + P("in_x.npy") + " --input w2=" + P("in_w2.npy") +
+           " -i w1=" + P("in_w1.npy") + " --output " + P("out"));
   ASSERT_EQ(r.code, 0) << r.err;
   for (size_t o = 0; o < graph.outputs().size(); ++o) {
     const std::string name = graph.outputs()[o].name;
@@ -134,8 +135,8 @@ TEST_F(KilnCli, CompileInspectRunMatchesTheInterpreter) {
   }
 
   // Without --output: a summary on stdout. Positional inputs fill the inputs in order.
-  Result s = Kiln("run " + P("m.kiln") + " -i " + P("in_x.npy") + " -i " + P("in_w1.npy") +
-                  " -i " + P("in_w2.npy"));
+  Result s = Kiln("run " + P("m.kiln") + " -i " + P("in_x.npy") + " -i " + P("in_w1.npy") + " -i " +
+                  P("in_w2.npy"));
   ASSERT_EQ(s.code, 0) << s.err;
   EXPECT_THAT(s.out, HasSubstr("probs: f32[4,3] ["));
 }
@@ -267,10 +268,11 @@ TEST_F(KilnCli, BadInputGivesNonZeroExitAndNamesTheFile) {
       {"run " + std::string(kMlp) + " -i " + P("in_x.npy"), std::string(kMlp) + ": "},
       {"run " + blob + " -i x=" + P("in_x.npy"), blob + ": input 'w1' (f32[16,8]) is not given"},
       {"run " + blob + " -i q=" + P("in_x.npy"), blob + ": the model has no input named 'q'"},
-      {"run " + blob + " -i x=" + P("in_w1.npy") + " -i w1=" + P("in_w1.npy") + " -i w2=" +
-           P("in_w2.npy"),
+      {"run " + blob + " -i x=" + P("in_w1.npy") + " -i w1=" + P("in_w1.npy") +
+           " -i w2=" + P("in_w2.npy"),
        P("in_w1.npy") + ": input 'x' of " + blob + " is f32[4,16], the file holds f32[16,8]"},
-      {"run " + blob + " -i x=" + std::string(kMlp), std::string(kMlp) + ": npy: byte 0: bad magic"},
+      {"run " + blob + " -i x=" + std::string(kMlp),
+       std::string(kMlp) + ": npy: byte 0: bad magic"},
       {"bench " + P("missing.kiln"), P("missing.kiln")},
       {"frobnicate", "frobnicate"},
       {"", "A subcommand is required"},

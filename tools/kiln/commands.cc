@@ -84,9 +84,9 @@ absl::StatusOr<std::vector<std::optional<ir::TensorData>>> BindInputs(
         if (specs[i].name == name) index = i;
       }
       if (index == specs.size()) {
-        return absl::InvalidArgumentError(absl::StrCat(blob, ": the model has no input named '",
-                                                       name, "' (inputs: ",
-                                                       absl::StrJoin(names, ", "), ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(blob, ": the model has no input named '", name,
+                         "' (inputs: ", absl::StrJoin(names, ", "), ")"));
       }
     } else {
       while (next_positional < specs.size() && values[next_positional]) ++next_positional;
@@ -105,8 +105,8 @@ absl::StatusOr<std::vector<std::optional<ir::TensorData>>> BindInputs(
     const TensorSpec& spec = specs[index];
     if (ir::DTypeName(value->dtype()) != spec.dtype || value->shape() != spec.shape) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": input '", spec.name, "' of ", blob,
-                                                     " is ", TypeString(spec),
-                                                     ", the file holds ", TypeString(*value)));
+                                                     " is ", TypeString(spec), ", the file holds ",
+                                                     TypeString(*value)));
     }
     values[index] = *std::move(value);
   }
@@ -154,7 +154,8 @@ absl::Status RunModel(const Model& model, const std::vector<ir::TensorData>& inp
 std::string OutputFileName(const std::string& name, size_t index, std::set<std::string>& used) {
   std::string base;
   for (char c : name) {
-    base += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_') ? c : '_';
+    base +=
+        (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_') ? c : '_';
   }
   if (base.empty() || base == "." || base == "..") base = absl::StrCat("output_", index);
   std::string file = base + ".npy";
@@ -215,8 +216,9 @@ absl::Status Spawn(const std::vector<std::string>& argv) {
 absl::StatusOr<LoadedModel> ImportOnnx(const std::string& path) {
   // Issue #7 replaces this body with kiln::onnx::ImportFile(path) (graph + initializers).
   return absl::UnimplementedError(
-      absl::StrCat(path, ": ONNX import is not available in this build yet (issue #7); "
-                         "write the graph as IR text (.kir, docs/ir.md) instead"));
+      absl::StrCat(path,
+                   ": ONNX import is not available in this build yet (issue #7); "
+                   "write the graph as IR text (.kir, docs/ir.md) instead"));
 }
 
 absl::StatusOr<LoadedModel> LoadModel(const std::string& path) {
@@ -295,12 +297,14 @@ int Inspect(const InspectArgs& args) {
                                         bytes->size());
   absl::StatusOr<runtime::blob::BlobView> view = runtime::blob::ParseBlob(span);
   if (!view.ok()) return Fail("inspect", absl::StrCat(args.blob, ": ", view.status().message()));
-  std::cout << args.blob << ": " << bytes->size() << " bytes\n" << runtime::blob::DescribeBlob(*view);
+  std::cout << args.blob << ": " << bytes->size() << " bytes\n"
+            << runtime::blob::DescribeBlob(*view);
   if (args.ir_text) {
     if (view->ir_text_section < 0) {
       return Fail("inspect", args.blob + ": the blob has no IR text (compiled with --no-ir-text)");
     }
-    const runtime::blob::SectionEntry& s = view->sections[static_cast<size_t>(view->ir_text_section)];
+    const runtime::blob::SectionEntry& s =
+        view->sections[static_cast<size_t>(view->ir_text_section)];
     std::cout << "\nIR text:\n" << std::string_view(bytes->data() + s.offset, s.size) << "\n";
   }
   return 0;
@@ -316,7 +320,8 @@ int Dump(const DumpArgs& args) {
   }
   absl::StatusOr<std::shared_ptr<const codegen::cpu::CompiledGraph>> compiled =
       codegen::cpu::CompileGraph(model->graph);
-  if (!compiled.ok()) return Fail("dump", absl::StrCat(args.input, ": ", compiled.status().message()));
+  if (!compiled.ok())
+    return Fail("dump", absl::StrCat(args.input, ": ", compiled.status().message()));
   if ((*compiled)->dump_directory.empty()) {
     return Fail("dump", absl::StrCat(args.dir, ": could not create the dump folder"));
   }
@@ -404,8 +409,8 @@ int Bench(const BenchArgs& args) {
     ms.push_back(Millis(Clock::now() - a));
   }
   std::sort(ms.begin(), ms.end());
-  const double median = ms.size() % 2 == 1 ? ms[ms.size() / 2]
-                                           : (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]) / 2;
+  const double median =
+      ms.size() % 2 == 1 ? ms[ms.size() / 2] : (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]) / 2;
   double mean = 0;
   for (double m : ms) mean += m / static_cast<double>(ms.size());
   std::printf("%s (%s)\n", args.blob.c_str(), sig.name.c_str());
