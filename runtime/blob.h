@@ -83,6 +83,8 @@ struct CodeTarget {
   int vector_bits = 128;       // the GEMM micro-kernels' vector width ...
   int vector_registers = 16;   // ... and register count (they pick the tile shape)
   bool fma = false;
+  /// The GEMM micro-kernel symbols the code exports (MicroKernelName).
+  std::vector<std::string> micro_kernels;
   int section = -1;  // index into BlobView::sections
 };
 

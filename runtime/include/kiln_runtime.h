@@ -27,6 +27,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#if defined(__GNUC__)
+#define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -70,34 +76,34 @@ typedef struct kiln_tensor_info {
 } kiln_tensor_info;
 
 /* "ok", "invalid argument", "i/o error", "bad blob", "unsupported", "run error", "internal". */
-const char* kiln_status_string(kiln_status status);
+KILN_API const char* kiln_status_string(kiln_status status);
 /* "f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"; "?" for other values. */
-const char* kiln_dtype_name(kiln_dtype dtype);
+KILN_API const char* kiln_dtype_name(kiln_dtype dtype);
 /* Bytes per element of `dtype` (0 for unknown values). */
-size_t kiln_dtype_size(kiln_dtype dtype);
+KILN_API size_t kiln_dtype_size(kiln_dtype dtype);
 
 /* The message of the last failed call on this thread ("" when none failed yet). */
-const char* kiln_last_error(void);
+KILN_API const char* kiln_last_error(void);
 
 /* Loads a blob from a file. The weights section is used in place from a read-only mapping of
  * the file. On success *out owns the model; on failure *out is NULL. */
-kiln_status kiln_model_load_file(const char* path, kiln_model** out);
+KILN_API kiln_status kiln_model_load_file(const char* path, kiln_model** out);
 /* Loads a blob from memory; the bytes are copied, so `data` may be freed afterwards. */
-kiln_status kiln_model_load_memory(const void* data, size_t size, kiln_model** out);
+KILN_API kiln_status kiln_model_load_memory(const void* data, size_t size, kiln_model** out);
 /* Frees a model (NULL is accepted). */
-void kiln_model_free(kiln_model* model);
+KILN_API void kiln_model_free(kiln_model* model);
 
 /* The model's name (CompileOptions::name), or NULL for a NULL model. */
-const char* kiln_model_name(const kiln_model* model);
-size_t kiln_model_num_inputs(const kiln_model* model);
-size_t kiln_model_num_outputs(const kiln_model* model);
-kiln_status kiln_model_input_info(const kiln_model* model, size_t index, kiln_tensor_info* out);
-kiln_status kiln_model_output_info(const kiln_model* model, size_t index, kiln_tensor_info* out);
+KILN_API const char* kiln_model_name(const kiln_model* model);
+KILN_API size_t kiln_model_num_inputs(const kiln_model* model);
+KILN_API size_t kiln_model_num_outputs(const kiln_model* model);
+KILN_API kiln_status kiln_model_input_info(const kiln_model* model, size_t index, kiln_tensor_info* out);
+KILN_API kiln_status kiln_model_output_info(const kiln_model* model, size_t index, kiln_tensor_info* out);
 
 /* Runs the model once: inputs[i] points to input i's size_bytes bytes (dense, row-major),
  * outputs[i] to output i's. Any alignment works (64-byte aligned data avoids a copy). Outputs are
  * unspecified after an error. */
-kiln_status kiln_model_run(const kiln_model* model, const void* const* inputs,
+KILN_API kiln_status kiln_model_run(const kiln_model* model, const void* const* inputs,
                            void* const* outputs);
 
 #ifdef __cplusplus
