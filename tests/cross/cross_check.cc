@@ -4,7 +4,8 @@
 //   cross_check compare <graph.kir> <dir> <label>=<out_dir> ...
 //     runs the graph on the reference interpreter (ir::Interpret) and checks that each out_dir
 //     holds the same outputs (out_<i>.npy, or <output name>.npy as `kiln run --output` writes),
-//     within a tolerance for the different float code of each target; prints the largest error.
+//     within a tolerance for the different float code of each target, and the first out_dir
+//     against the others; prints the largest errors.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -71,7 +72,9 @@ int Compare(const kiln::ir::Graph& graph, const std::string& dir, int argc, char
   absl::StatusOr<std::vector<TensorData>> expected = kiln::ir::Interpret(graph, inputs);
   if (!expected.ok()) return Fail(std::string(expected.status().message()));
   int failures = 0;
+  std::vector<std::vector<TensorData>> all;  // per label, its outputs
   for (int a = 0; a < argc; ++a) {
+    all.emplace_back();
     const std::string arg = argv[a];
     const size_t eq = arg.find('=');
     const std::string label = arg.substr(0, eq), out_dir = arg.substr(eq + 1);
@@ -96,6 +99,21 @@ int Compare(const kiln::ir::Graph& graph, const std::string& dir, int argc, char
                   label.c_str(), o, graph.outputs()[o].name.c_str(), worst,
                   static_cast<long long>(bad));
       if (bad > 0) ++failures;
+      all.back().push_back(*std::move(got));
+    }
+  }
+  // The targets against each other (the first label against the others): they run different
+  // machine code, so equal within the same tolerance, not bit for bit.
+  for (size_t a = 1; a < all.size(); ++a) {
+    for (size_t o = 0; o < all[0].size(); ++o) {
+      double worst = 0;
+      for (int64_t k = 0; k < all[0][o].num_elements(); ++k) {
+        worst = std::max(worst, std::fabs(all[0][o].GetDouble(k) - all[a][o].GetDouble(k)));
+      }
+      std::printf("cross_check: output %zu: max |%s - %s| = %.3g\n", o,
+                  std::string(argv[0]).substr(0, std::string(argv[0]).find('=')).c_str(),
+                  std::string(argv[a]).substr(0, std::string(argv[a]).find('=')).c_str(), worst);
+      if (!(worst <= 1e-4)) ++failures;
     }
   }
   return failures == 0 ? 0 : Fail(std::to_string(failures) + " outputs differ");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The cross-target proof (CTest: cross.aarch64_qemu): an aarch64 blob runs under qemu-user and
 # gives the host blob's and the reference interpreter's outputs.
-#   1. cross-build kiln_ir, kiln_runtime and tests/cross/runner.cc for aarch64
+#   1. cross-build kiln_ir, libkiln_runtime.so and tests/cross/runner.cc for aarch64
 #      (tests/cross/aarch64/, cmake/toolchains/aarch64-linux-gnu.cmake)
 #   2. kiln compile tests/tools/graphs/mlp.kir --triple aarch64-linux-gnu: one blob, code for both CPUs
 #   3. run it on the host (kiln run) and on aarch64 (qemu-aarch64 kiln_cross_runner)
@@ -29,7 +29,7 @@ cmake -S "$ROOT/tests/cross/aarch64" -B "$WORK/aarch64" -G Ninja \
 cmake --build "$WORK/aarch64" --target kiln_cross_runner -j2 >"$WORK/build.log" 2>&1 ||
   { tail -50 "$WORK/build.log"; exit 1; }
 echo "   built in $((SECONDS - start)) s"
-file "$WORK/aarch64/kiln_cross_runner" 2>/dev/null || true
+file "$WORK/aarch64/kiln_cross_runner" "$WORK/aarch64/runtime/libkiln_runtime.so" 2>/dev/null || true
 
 echo "== compiling the blob for the host and aarch64-linux-gnu"
 run="$WORK/run"

@@ -413,13 +413,15 @@ int Bench(const BenchArgs& args) {
       ms.size() % 2 == 1 ? ms[ms.size() / 2] : (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]) / 2;
   double mean = 0;
   for (double m : ms) mean += m / static_cast<double>(ms.size());
+  // Microseconds: a small model's run takes a few of them.
+  auto us = [](double ms_value) { return ms_value * 1000.0; };
   std::printf("%s (%s)\n", args.blob.c_str(), sig.name.c_str());
-  std::printf("  load        %10.3f ms\n", Millis(t1 - t0));
-  std::printf("  first run   %10.3f ms\n", Millis(t3 - t2));
-  std::printf("  median      %10.3f ms  (%d runs after %d warm-up)\n", median, args.runs,
+  std::printf("  load        %12.1f us\n", us(Millis(t1 - t0)));
+  std::printf("  first run   %12.1f us\n", us(Millis(t3 - t2)));
+  std::printf("  median      %12.2f us  (%d runs after %d warm-up)\n", us(median), args.runs,
               args.warmup);
-  std::printf("  min         %10.3f ms\n", ms.front());
-  std::printf("  mean        %10.3f ms\n", mean);
+  std::printf("  min         %12.2f us\n", us(ms.front()));
+  std::printf("  mean        %12.2f us\n", us(mean));
   return 0;
 }
 

@@ -1,6 +1,7 @@
 // `kiln`: compile graphs into .kiln blobs, run, inspect and benchmark blobs, dump every compile
 // stage, draw graphs. docs/cli.md has every command with an example.
 #include <CLI/CLI.hpp>
+#include <iostream>
 #include <string>
 
 #include "tools/kiln/commands.h"
@@ -76,6 +77,18 @@ int main(int argc, char** argv) {
   b->add_option("--seed", bench.seed, "seed of the random inputs")->default_val(0);
   b->callback([&] { result = Bench(bench); });
 
+  // CLI11 reports an unknown command only as "a subcommand is required": name it.
+  bool known = true;
+  try {
+    if (argc > 1 && argv[1][0] != '-') app.get_subcommand(argv[1]);
+  } catch (const CLI::OptionNotFound&) {
+    known = false;
+  }
+  if (!known) {
+    std::cerr << "kiln: unknown command '" << argv[1]
+              << "' (commands: compile, run, inspect, dump, viz, bench; see kiln --help)\n";
+    return 2;
+  }
   CLI11_PARSE(app, argc, argv);
   return result;
 }
