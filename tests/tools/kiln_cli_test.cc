@@ -141,6 +141,33 @@ TEST_F(KilnCli, CompileInspectRunMatchesTheInterpreter) {
   EXPECT_THAT(s.out, HasSubstr("probs: f32[4,3] ["));
 }
 
+TEST_F(KilnCli, OutputFilesStayInTheOutputFolder) {
+  const std::string graph_path = "tests/tools/graphs/output_names.kir";
+  absl::StatusOr<ir::Graph> graph = ir::ParseGraph(ReadText(graph_path));
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const std::vector<ir::TensorData> inputs = WriteInputs(*graph);
+  ASSERT_EQ(Kiln("compile " + graph_path + " -o " + P("m.kiln")).code, 0);
+  fs::create_directories(P("sub"));
+  Result r = Kiln("run " + P("m.kiln") + " -i x=" + P("in_x.npy") + " --output " + P("sub/out"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::set<std::string> files;
+  for (const fs::directory_entry& e : fs::directory_iterator(P("sub/out"))) {
+    files.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(files, (std::set<std::string>{".._up.npy", "a_b.npy", "output2.npy", "y.npy",
+                                          "a_b_1.npy", "output_5.npy"}));
+  EXPECT_FALSE(fs::exists(P("sub/up.npy")));
+  absl::StatusOr<std::vector<ir::TensorData>> expected = ir::Interpret(*graph, inputs);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  const char* order[] = {".._up.npy", "a_b.npy",   "output2.npy",
+                         "y.npy",     "a_b_1.npy", "output_5.npy"};
+  for (size_t o = 0; o < 6; ++o) {
+    absl::StatusOr<ir::TensorData> got = ir::ReadNpy(P("sub/out/") + order[o]);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == (*expected)[o]) << order[o];
+  }
+}
+
 TEST_F(KilnCli, NoIrTextLeavesTheSectionOut) {
   ASSERT_EQ(Kiln(std::string("compile ") + kMlp + " -o " + P("m.kiln") + " --no-ir-text").code, 0);
   Result i = Kiln("inspect " + P("m.kiln") + " --ir");
