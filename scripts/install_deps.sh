@@ -17,6 +17,7 @@ BASE_PACKAGES=(
   llvm-16-dev
   nlohmann-json3-dev
   graphviz
+  lld  # ld.lld: links the code sections of .kiln blobs for non-host triples (codegen/aot)
 )
 BAZEL_PACKAGES=(bazel-bootstrap bazel-rules-java)
 FORMAT_PACKAGES=(clang-format)
