@@ -135,13 +135,13 @@ TEST(AotTest, LayerNormMatchesJit) {
   const int64_t n = 8, d = 48;
   ir::NodeId x = b.Parameter("x", F32({n, d}));
   ir::NodeId mean = b.Binary(ir::Op::kDiv, b.Reduce(ir::Op::kReduceSum, x, {1}),
-                             b.Fill(static_cast<double>(d), F32({n})));
+                             b.Fill(static_cast<double>(d), F32({n, 1})));
   ir::NodeId centered =
       b.Binary(ir::Op::kSub, x, b.Broadcast(b.Reshape(mean, {n, 1}), {n, d}));
   ir::NodeId var = b.Binary(ir::Op::kDiv,
                             b.Reduce(ir::Op::kReduceSum, b.Binary(ir::Op::kMul, centered, centered), {1}),
-                            b.Fill(static_cast<double>(d), F32({n})));
-  ir::NodeId inv = b.Unary(ir::Op::kRsqrt, b.Binary(ir::Op::kAdd, var, b.Fill(1e-5, F32({n}))));
+                            b.Fill(static_cast<double>(d), F32({n, 1})));
+  ir::NodeId inv = b.Unary(ir::Op::kRsqrt, b.Binary(ir::Op::kAdd, var, b.Fill(1e-5, F32({n, 1}))));
   ir::NodeId y = b.Binary(ir::Op::kMul, centered, b.Broadcast(b.Reshape(inv, {n, 1}), {n, d}));
   b.Output(y, "y");
   b.Output(mean, "mean");  // a second output
