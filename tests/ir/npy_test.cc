@@ -116,7 +116,11 @@ TEST(Npy, WriteAndReadFile) {
   std::filesystem::remove(path);
   absl::StatusOr<TensorData> missing = ReadNpy(path);
   ASSERT_FALSE(missing.ok());
-  EXPECT_THAT(missing.status().message(), HasSubstr(path));
+  EXPECT_THAT(missing.status().message(), HasSubstr(path + ": npy: cannot open"));
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  absl::StatusOr<TensorData> directory = ReadNpy(dir);
+  ASSERT_FALSE(directory.ok());
+  EXPECT_THAT(directory.status().message(), HasSubstr(dir + ": npy: is a directory"));
 }
 
 TEST(Npy, Bf16IsRefused) {
