@@ -50,7 +50,10 @@ int Prepare(const kiln::ir::Graph& graph, const std::string& dir) {
     for (int64_t k = 0; k < t.num_elements(); ++k) {
       if (kiln::ir::IsFloat(type.dtype)) {
         t.SetDouble(k, uniform(rng));
+      } else if (type.dtype == kiln::ir::DType::kU8) {
+        t.SetInt64(k, static_cast<int64_t>(rng() % 256));
       } else {
+        // i32/i64 are gather/scatter indices in the test graphs: 0 and 1 are in range for them.
         t.SetInt64(k, static_cast<int64_t>(rng() % 2));
       }
     }
