@@ -21,6 +21,7 @@ done
   exit 1
 }
 
+mkdir -p "$WORK"
 echo "== cross-building the runtime and the runner for aarch64"
 start=$SECONDS
 cmake -S "$ROOT/tests/cross/aarch64" -B "$WORK/aarch64" -G Ninja \
