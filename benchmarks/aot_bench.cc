@@ -108,7 +108,8 @@ int main(int argc, char** argv) {
   }
   std::printf("blob %s\n", path.c_str());
   std::printf("load + first run      median %8.3f ms  (min %.3f, target <= 5 ms)\n",
-              Median(load_first) * 1e3, *std::min_element(load_first.begin(), load_first.end()) * 1e3);
+              Median(load_first) * 1e3,
+              *std::min_element(load_first.begin(), load_first.end()) * 1e3);
   std::printf("batch-1 run, blob     median %8.2f us\n", Median(blob_runs) * 1e6);
   std::printf("batch-1 run, JIT      median %8.2f us  (RunCompiledGraph, same launch plan)\n",
               Median(jit_runs) * 1e6);

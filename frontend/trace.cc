@@ -25,16 +25,16 @@ TracedGraph BuildTrace(std::span<const TensorRef> placeholders, std::span<const 
                        std::span<const std::pair<std::string, TensorRef>> named,
                        const TraceNames& names, const Loc& loc) {
   if (!names.inputs.empty() && names.inputs.size() != placeholders.size()) {
-    ThrowStatus(absl::InvalidArgumentError(absl::StrCat("trace: ", names.inputs.size(),
-                                                        " input names for ", placeholders.size(),
-                                                        " inputs")),
-                loc);
+    ThrowStatus(
+        absl::InvalidArgumentError(absl::StrCat("trace: ", names.inputs.size(), " input names for ",
+                                                placeholders.size(), " inputs")),
+        loc);
   }
   if (!names.outputs.empty() && names.outputs.size() != outputs.size()) {
-    ThrowStatus(absl::InvalidArgumentError(absl::StrCat("trace: ", names.outputs.size(),
-                                                        " output names for ", outputs.size(),
-                                                        " outputs")),
-                loc);
+    ThrowStatus(
+        absl::InvalidArgumentError(absl::StrCat("trace: ", names.outputs.size(),
+                                                " output names for ", outputs.size(), " outputs")),
+        loc);
   }
   // A module's parameters may still be pending (a lazy initialiser): they are weights, so they
   // get their values now.
@@ -87,7 +87,8 @@ TracedGraph BuildTrace(std::span<const TensorRef> placeholders, std::span<const 
     }
     std::vector<ir::NodeId> inputs;
     for (const TensorRef& in : node->inputs) inputs.push_back(ids.at(in.get()));
-    ids[node] = graph.AddNode(ir::Node{node->op, std::move(inputs), node->attrs, node->type, node->loc});
+    ids[node] =
+        graph.AddNode(ir::Node{node->op, std::move(inputs), node->attrs, node->type, node->loc});
   }
   for (size_t k = 0; k < outputs.size(); ++k) {
     graph.AddOutput(ids.at(outputs[k].get()),

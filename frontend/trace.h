@@ -72,9 +72,8 @@ TracedGraph TraceImpl(const TraceNames& names, std::vector<std::pair<std::string
                       const Loc& loc, Fn&& fn, const Ts&... examples) {
   std::vector<TensorRef> placeholders = {Placeholder(examples.ref(), loc)...};
   size_t i = 0;
-  auto result = std::apply(
-      [&](const auto&... ph) { return fn(Ts(ph)...); },
-      std::tuple{(static_cast<void>(examples), placeholders[i++])...});
+  auto result = std::apply([&](const auto&... ph) { return fn(Ts(ph)...); },
+                           std::tuple{(static_cast<void>(examples), placeholders[i++])...});
   std::vector<TensorRef> outputs;
   CollectOutputs(result, outputs);
   return BuildTrace(placeholders, outputs, named, names, loc);
@@ -84,8 +83,8 @@ TracedGraph TraceImpl(const TraceNames& names, std::vector<std::pair<std::string
 
 /// Traces `fn(examples...)`, which returns a tensor or a std::tuple of tensors.
 template <class Fn, class... Ts>
-  requires(!requires(Fn f) { f.named_parameters(); })
-TracedGraph trace(Fn&& fn, const Ts&... examples) {
+requires(!requires(Fn f) { f.named_parameters(); }) TracedGraph
+    trace(Fn&& fn, const Ts&... examples) {
   return detail::TraceImpl({}, {}, std::source_location::current(), std::forward<Fn>(fn),
                            examples...);
 }
@@ -93,14 +92,14 @@ TracedGraph trace(Fn&& fn, const Ts&... examples) {
 /// Traces `model.forward(examples...)`; the module's parameters and buffers become weights
 /// under their dotted names.
 template <class Module, class... Ts>
-  requires requires(Module m) { m.named_parameters(); }
+requires requires(Module m) { m.named_parameters(); }
 TracedGraph trace(const Module& model, const Ts&... examples) {
   return trace_named(TraceNames{}, model, examples...);
 }
 
 /// trace with input and output names.
 template <class Module, class... Ts>
-  requires requires(Module m) { m.named_parameters(); }
+requires requires(Module m) { m.named_parameters(); }
 TracedGraph trace_named(const TraceNames& names, const Module& model, const Ts&... examples) {
   std::vector<std::pair<std::string, detail::TensorRef>> named;
   model.visit([&](const std::string& name, const auto& t) { named.emplace_back(name, t.ref()); });
@@ -112,8 +111,8 @@ TracedGraph trace_named(const TraceNames& names, const Module& model, const Ts&.
 }
 
 template <class Fn, class... Ts>
-  requires(!requires(Fn f) { f.named_parameters(); })
-TracedGraph trace_named(const TraceNames& names, Fn&& fn, const Ts&... examples) {
+requires(!requires(Fn f) { f.named_parameters(); }) TracedGraph
+    trace_named(const TraceNames& names, Fn&& fn, const Ts&... examples) {
   return detail::TraceImpl(names, {}, std::source_location::current(), std::forward<Fn>(fn),
                            examples...);
 }

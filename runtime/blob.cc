@@ -134,8 +134,8 @@ class Reader {
           e.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
         return Error(at, "is out of range");
       }
-      const int64_t v = e.is_number_unsigned() ? static_cast<int64_t>(e.get<uint64_t>())
-                                               : e.get<int64_t>();
+      const int64_t v =
+          e.is_number_unsigned() ? static_cast<int64_t>(e.get<uint64_t>()) : e.get<int64_t>();
       if (v < low || v > high) {
         return Error(at, absl::StrCat(v, " is outside [", low, ", ", high, "]"));
       }
@@ -148,8 +148,8 @@ class Reader {
   std::string where_;
 };
 
-#define KILN_ASSIGN(lhs, expr)              \
-  auto lhs##_or = (expr);                   \
+#define KILN_ASSIGN(lhs, expr)                  \
+  auto lhs##_or = (expr);                       \
   if (!lhs##_or.ok()) return lhs##_or.status(); \
   auto lhs = *std::move(lhs##_or)
 
@@ -227,8 +227,8 @@ absl::StatusOr<int64_t> ViewExtent(const Reader& r, const json& j, const std::st
   }
   // Each term is below 2^40 * 2^40; sums of at most 18 such terms stay below 2^63 only if
   // bounded: use long double-free checked arithmetic via __int128.
-  __int128 last = static_cast<__int128>(rows - 1) * row_stride +
-                  static_cast<__int128>(cols - 1) * col_stride;
+  __int128 last =
+      static_cast<__int128>(rows - 1) * row_stride + static_cast<__int128>(cols - 1) * col_stride;
   for (size_t d = 0; d < batch_strides.size(); ++d) {
     last += static_cast<__int128>(batch[d] - 1) * batch_strides[d];
   }
@@ -324,9 +324,9 @@ absl::StatusOr<Plan> ParsePlan(const json& j, const Signature& signature, uint64
       }
       if (static_cast<uint64_t>(offset) > weights_size ||
           static_cast<uint64_t>(size) > weights_size - static_cast<uint64_t>(offset)) {
-        return r.Error(path, absl::StrCat("bytes [", offset, ", ", offset + size,
-                                          ") lie outside the weights section (", weights_size,
-                                          " bytes)"));
+        return r.Error(
+            path, absl::StrCat("bytes [", offset, ", ", offset + size,
+                               ") lie outside the weights section (", weights_size, " bytes)"));
       }
       slot.kind = SlotKind::kConstant;
       slot.weights_offset = offset;
@@ -392,9 +392,9 @@ absl::StatusOr<Plan> ParsePlan(const json& j, const Signature& signature, uint64
       }
       for (size_t a = 0; a < arg_bytes.size(); ++a) {
         if (slot_of(static_cast<int>(a)).size < arg_bytes[a]) {
-          return r.Error(path, absl::StrCat("argument ", a, " needs ", arg_bytes[a],
-                                            " bytes, slot ", step.args[a], " has ",
-                                            slot_of(static_cast<int>(a)).size));
+          return r.Error(path,
+                         absl::StrCat("argument ", a, " needs ", arg_bytes[a], " bytes, slot ",
+                                      step.args[a], " has ", slot_of(static_cast<int>(a)).size));
         }
       }
     } else if (kind == "copy") {
@@ -427,7 +427,8 @@ absl::StatusOr<Plan> ParsePlan(const json& j, const Signature& signature, uint64
       const int64_t esize = ir::DTypeSize(*dtype);
       KILN_ASSIGN(activation_name, r.String(*d, dp, "activation"));
       absl::StatusOr<runtime::cpu::GemmActivation> activation = ParseActivation(activation_name);
-      if (!activation.ok()) return r.Error(dp + ".activation", std::string(activation.status().message()));
+      if (!activation.ok())
+        return r.Error(dp + ".activation", std::string(activation.status().message()));
       KILN_ASSIGN(has_bias, r.Bool(*d, dp, "has_bias"));
       if (has_bias != (step.args.size() == 5)) {
         return r.Error(path, "has_bias does not match the argument count");
@@ -437,9 +438,9 @@ absl::StatusOr<Plan> ParsePlan(const json& j, const Signature& signature, uint64
       auto need = [&](int arg, int64_t elements, const char* what) -> absl::Status {
         const __int128 bytes = static_cast<__int128>(elements) * esize;
         if (bytes > slot_of(arg).size) {
-          return r.Error(path, absl::StrCat(what, " needs ", static_cast<int64_t>(bytes),
-                                            " bytes, slot ", step.args[arg], " has ",
-                                            slot_of(arg).size));
+          return r.Error(path,
+                         absl::StrCat(what, " needs ", static_cast<int64_t>(bytes), " bytes, slot ",
+                                      step.args[arg], " has ", slot_of(arg).size));
         }
         return absl::OkStatus();
       };
@@ -481,8 +482,7 @@ absl::StatusOr<Plan> ParsePlan(const json& j, const Signature& signature, uint64
         KILN_ASSIGN(low, r.Ints(*d, dp, "low", kMaxRank, -kMaxDimension, kMaxDimension));
         KILN_ASSIGN(high, r.Ints(*d, dp, "high", kMaxRank, -kMaxDimension, kMaxDimension));
         KILN_ASSIGN(dilation, r.Ints(*d, dp, "dilation", kMaxRank, 1, kMaxDimension));
-        KILN_ASSIGN(input_dilation,
-                    r.Ints(*d, dp, "input_dilation", kMaxRank, 1, kMaxDimension));
+        KILN_ASSIGN(input_dilation, r.Ints(*d, dp, "input_dilation", kMaxRank, 1, kMaxDimension));
         KILN_ASSIGN(groups, r.Int(*d, dp, "groups", 1, kMaxDimension));
         p.input_shape = input_shape;
         p.weight_shape = weight_shape;
@@ -495,7 +495,8 @@ absl::StatusOr<Plan> ParsePlan(const json& j, const Signature& signature, uint64
         absl::StatusOr<ir::Shape> out = runtime::cpu::ConvOutputShape(p);
         if (!out.ok()) return r.Error(dp, std::string(out.status().message()));
         for (auto [shape, arg, what] : {std::tuple{&p.input_shape, 0, "input"},
-                                        {&p.weight_shape, 1, "weight"}, {&*out, 2, "output"}}) {
+                                        {&p.weight_shape, 1, "weight"},
+                                        {&*out, 2, "output"}}) {
           absl::StatusOr<int64_t> elements = CheckedProduct(*shape, 1);
           if (!elements.ok()) return r.Error(dp, absl::StrCat(what, " size overflows"));
           if (absl::Status st = need(arg, *elements, what); !st.ok()) return st;
@@ -540,8 +541,8 @@ absl::StatusOr<BlobView> ParseBlob(std::span<const std::byte> bytes) {
   BlobView view;
   view.version = ReadU32(base + 8);
   if (view.version != kFormatVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "blob: blob format version ", view.version, ", this runtime reads ", kFormatVersion));
+    return absl::FailedPreconditionError(absl::StrCat("blob: blob format version ", view.version,
+                                                      ", this runtime reads ", kFormatVersion));
   }
   const uint32_t count = ReadU32(base + 12);
   view.file_size = ReadU64(base + 16);
@@ -574,7 +575,8 @@ absl::StatusOr<BlobView> ParseBlob(std::span<const std::byte> bytes) {
     entry.checksum = ReadU64(e + 24);
     const char* name = reinterpret_cast<const char*>(e + 32);
     entry.name.assign(name, strnlen(name, kSectionNameBytes));
-    if (kind < 1 || kind > 5) return Bad("section ", i, ": unknown kind ", kind, " (byte offset ", at, ")");
+    if (kind < 1 || kind > 5)
+      return Bad("section ", i, ": unknown kind ", kind, " (byte offset ", at, ")");
     entry.kind = static_cast<SectionKind>(kind);
     const std::string what = absl::StrCat("section ", i, " (", SectionKindName(entry.kind), ")");
     if (entry.offset % kSectionAlignment != 0 || entry.offset > bytes.size() ||
@@ -641,7 +643,8 @@ absl::StatusOr<BlobView> ParseBlob(std::span<const std::byte> bytes) {
     KILN_ASSIGN(bits, r.Int(t, path, "vector_bits", 128, 512));
     KILN_ASSIGN(registers, r.Int(t, path, "vector_registers", 8, 64));
     KILN_ASSIGN(fma, r.Bool(t, path, "fma"));
-    if (bits != 128 && bits != 256 && bits != 512) return r.Error(path, "vector_bits must be 128, 256 or 512");
+    if (bits != 128 && bits != 256 && bits != 512)
+      return r.Error(path, "vector_bits must be 128, 256 or 512");
     target.triple = triple;
     target.cpu = cpu;
     target.features = features;
@@ -669,8 +672,8 @@ absl::StatusOr<BlobView> ParseBlob(std::span<const std::byte> bytes) {
 }
 
 std::string DescribeBlob(const BlobView& view) {
-  std::string text = absl::StrCat("kiln blob, format version ", view.version, ", ",
-                                  view.file_size, " bytes\n");
+  std::string text =
+      absl::StrCat("kiln blob, format version ", view.version, ", ", view.file_size, " bytes\n");
   absl::StrAppend(&text, "sections:\n");
   for (size_t i = 0; i < view.sections.size(); ++i) {
     const SectionEntry& s = view.sections[i];
@@ -682,8 +685,10 @@ std::string DescribeBlob(const BlobView& view) {
     return absl::StrCat(t.name, ": ", t.dtype, "[", absl::StrJoin(t.shape, ","), "]");
   };
   absl::StrAppend(&text, "signature \"", view.signature.name, "\":\n");
-  for (const TensorSpec& t : view.signature.inputs) absl::StrAppend(&text, "  input ", tensor(t), "\n");
-  for (const TensorSpec& t : view.signature.outputs) absl::StrAppend(&text, "  output ", tensor(t), "\n");
+  for (const TensorSpec& t : view.signature.inputs)
+    absl::StrAppend(&text, "  input ", tensor(t), "\n");
+  for (const TensorSpec& t : view.signature.outputs)
+    absl::StrAppend(&text, "  output ", tensor(t), "\n");
   absl::StrAppend(&text, "launch plan: ", view.num_slots, " slots, ", view.num_steps, " steps\n");
   for (const CodeTarget& t : view.targets) {
     absl::StrAppend(&text, "target ", t.triple, " cpu ", t.cpu, " (", t.vector_bits,
@@ -767,17 +772,17 @@ struct Model::Impl {
       std::vector<std::string> triples;
       for (const CodeTarget& t : view.targets) triples.push_back(t.triple + " (" + t.cpu + ")");
       return absl::FailedPreconditionError(absl::StrCat(
-          "blob: no code for this CPU (", HostArchitecture(), "); the blob has: ",
-          triples.empty() ? "none" : absl::StrJoin(triples, ", ")));
+          "blob: no code for this CPU (", HostArchitecture(),
+          "); the blob has: ", triples.empty() ? "none" : absl::StrJoin(triples, ", ")));
     }
     // The plan again (ParseBlob validated it; this parse cannot fail differently).
     const json plan_json = json::parse(view.launch_plan_json, nullptr, false);
     const uint64_t weights_size =
         view.weights_section >= 0 ? view.sections[view.weights_section].size : 0;
     KILN_ASSIGN(plan, ParsePlan(plan_json, view.signature, weights_size, "launch plan"));
-    const std::byte* weights =
-        view.weights_section >= 0 ? all.data() + view.sections[view.weights_section].offset
-                                  : nullptr;
+    const std::byte* weights = view.weights_section >= 0
+                                   ? all.data() + view.sections[view.weights_section].offset
+                                   : nullptr;
 
     // The code: an anonymous memory file, dlopen'ed through /proc/self/fd (works under
     // qemu-user too, unlike loaders of our own).
@@ -789,7 +794,8 @@ struct Model::Impl {
       const ssize_t n = write(fd, all.data() + section.offset + written, section.size - written);
       if (n <= 0) {
         close(fd);
-        return absl::InternalError(absl::StrCat("blob: writing the code to memory: ", strerror(errno)));
+        return absl::InternalError(
+            absl::StrCat("blob: writing the code to memory: ", strerror(errno)));
       }
       written += static_cast<size_t>(n);
     }
@@ -799,15 +805,15 @@ struct Model::Impl {
     close(fd);
     if (code->handle == nullptr) {
       const char* error = dlerror();
-      return absl::InvalidArgumentError(absl::StrCat(
-          "blob: the code section for ", target->triple, " does not load: ",
-          error != nullptr ? error : "unknown dlopen error"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("blob: the code section for ", target->triple,
+                       " does not load: ", error != nullptr ? error : "unknown dlopen error"));
     }
     auto resolve = [&](const std::string& symbol) -> absl::StatusOr<void*> {
       void* address = dlsym(code->handle, symbol.c_str());
       if (address == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "blob: the code section for ", target->triple, " has no symbol ", symbol));
+        return absl::InvalidArgumentError(
+            absl::StrCat("blob: the code section for ", target->triple, " has no symbol ", symbol));
       }
       return address;
     };
@@ -852,15 +858,15 @@ struct Model::Impl {
           std::memcpy(&count, weights + plan.slots[p.args[2]].weights_offset, 8);
           const int64_t limit = std::min(plan.slots[p.args[0]].size, plan.slots[p.args[1]].size);
           if (count < 0 || count > limit) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "blob: launch plan: step ", p.name, " copies ", count, " bytes between slots of ",
-                limit));
+            return absl::InvalidArgumentError(absl::StrCat("blob: launch plan: step ", p.name,
+                                                           " copies ", count,
+                                                           " bytes between slots of ", limit));
           }
           const int64_t blocks = count / kCopyBlockBytes + (count % kCopyBlockBytes != 0);
           if (p.extent > blocks) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "blob: launch plan: step ", p.name, " extent ", p.extent, " exceeds ", blocks,
-                " copy blocks"));
+            return absl::InvalidArgumentError(absl::StrCat("blob: launch plan: step ", p.name,
+                                                           " extent ", p.extent, " exceeds ",
+                                                           blocks, " copy blocks"));
           }
           step.fn = CopyBytesKernel;
           break;
@@ -887,11 +893,13 @@ struct Model::Impl {
         spec.slots[i].constant.resize(8);
       }
     }
-    spec.keep_alive = std::make_shared<std::pair<std::shared_ptr<LoadedCode>,
-                                                 std::shared_ptr<const std::byte>>>(code, bytes);
+    spec.keep_alive =
+        std::make_shared<std::pair<std::shared_ptr<LoadedCode>, std::shared_ptr<const std::byte>>>(
+            code, bytes);
     absl::StatusOr<Executable> exe = Executable::Create(std::move(spec));
     if (!exe.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("blob: launch plan: ", exe.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("blob: launch plan: ", exe.status().message()));
     }
     executable = std::make_unique<Executable>(*std::move(exe));
     return absl::OkStatus();
@@ -904,8 +912,7 @@ Model::~Model() = default;
 const Signature& Model::signature() const { return impl_->view.signature; }
 const BlobView& Model::view() const { return impl_->view; }
 
-absl::Status Model::Run(std::span<const void* const> inputs,
-                        std::span<void* const> outputs) const {
+absl::Status Model::Run(std::span<const void* const> inputs, std::span<void* const> outputs) const {
   return impl_->executable->Run(inputs, outputs, DefaultThreadPool());
 }
 
@@ -942,10 +949,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadFile(const std::string& path) 
   if (mapped == MAP_FAILED) {
     return absl::InternalError(absl::StrCat("blob: cannot map ", path, ": ", strerror(errno)));
   }
-  impl->bytes = std::shared_ptr<const std::byte>(static_cast<const std::byte*>(mapped),
-                                                 [size](const std::byte* p) {
-                                                   munmap(const_cast<std::byte*>(p), size);
-                                                 });
+  impl->bytes = std::shared_ptr<const std::byte>(
+      static_cast<const std::byte*>(mapped),
+      [size](const std::byte* p) { munmap(const_cast<std::byte*>(p), size); });
   impl->size = size;
   if (absl::Status s = impl->Load(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));

@@ -77,11 +77,11 @@ struct Signature {
 
 /// The machine code of one target: which section holds it and what it needs from the CPU.
 struct CodeTarget {
-  std::string triple;    // "x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"
-  std::string cpu;       // "znver3", "generic"
-  std::string features;  // LLVM feature string the code was compiled with
-  int vector_bits = 128;       // the GEMM micro-kernels' vector width ...
-  int vector_registers = 16;   // ... and register count (they pick the tile shape)
+  std::string triple;         // "x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"
+  std::string cpu;            // "znver3", "generic"
+  std::string features;       // LLVM feature string the code was compiled with
+  int vector_bits = 128;      // the GEMM micro-kernels' vector width ...
+  int vector_registers = 16;  // ... and register count (they pick the tile shape)
   bool fma = false;
   /// The GEMM micro-kernel symbols the code exports (MicroKernelName).
   std::vector<std::string> micro_kernels;

@@ -65,16 +65,16 @@ kiln_status Wrap(absl::StatusOr<std::unique_ptr<kiln::runtime::blob::Model>> loa
   for (const auto& [specs, infos] :
        {std::pair{&signature.inputs, &model->inputs}, {&signature.outputs, &model->outputs}}) {
     for (const auto& spec : *specs) {
-      infos->push_back({spec.name, DTypeOf(spec.dtype), spec.shape,
-                        static_cast<size_t>(spec.size_bytes)});
+      infos->push_back(
+          {spec.name, DTypeOf(spec.dtype), spec.shape, static_cast<size_t>(spec.size_bytes)});
     }
   }
   *out = model;
   return KILN_OK;
 }
 
-kiln_status Info(const std::vector<kiln_model::Info>& infos, size_t index,
-                 kiln_tensor_info* out, const char* what) {
+kiln_status Info(const std::vector<kiln_model::Info>& infos, size_t index, kiln_tensor_info* out,
+                 const char* what) {
   if (out == nullptr) return Fail(KILN_ERROR_INVALID_ARGUMENT, "kiln: null kiln_tensor_info");
   if (index >= infos.size()) {
     return Fail(KILN_ERROR_INVALID_ARGUMENT, std::string("kiln: ") + what + " " +
@@ -184,9 +184,9 @@ kiln_status kiln_model_run(const kiln_model* model, const void* const* inputs,
     return Fail(KILN_ERROR_INVALID_ARGUMENT, "kiln: null input or output array");
   }
   try {
-    absl::Status status = model->model->Run(
-        std::span<const void* const>(inputs, model->inputs.size()),
-        std::span<void* const>(outputs, model->outputs.size()));
+    absl::Status status =
+        model->model->Run(std::span<const void* const>(inputs, model->inputs.size()),
+                          std::span<void* const>(outputs, model->outputs.size()));
     return FromStatus(status, KILN_ERROR_INVALID_ARGUMENT);
   } catch (const std::exception& e) {
     return Fail(KILN_ERROR_INTERNAL, e.what());

@@ -70,7 +70,7 @@ struct Slot {
   /// long, kept alive by ExecutableSpec::keep_alive) instead of copying `constant`: a blob's
   /// weights used straight from the mapped file.
   const void* external = nullptr;
-  std::string label;                // optional, shown by ToString (e.g. "%7 f32[64,128]")
+  std::string label;  // optional, shown by ToString (e.g. "%7 f32[64,128]")
 
   static Slot Input(int64_t index, int64_t size_bytes);
   static Slot Output(int64_t index, int64_t size_bytes);

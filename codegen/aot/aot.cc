@@ -118,15 +118,16 @@ absl::StatusOr<ir::Graph> BindWeights(const ir::Graph& graph, const CompileOptio
 // Runs a command; an error quotes it and its output.
 absl::Status RunCommand(const std::vector<std::string>& argv, const std::string& log_path) {
   std::string command;
-  for (const std::string& a : argv) absl::StrAppend(&command, command.empty() ? "" : " ", "'", a, "'");
+  for (const std::string& a : argv)
+    absl::StrAppend(&command, command.empty() ? "" : " ", "'", a, "'");
   const std::string full = absl::StrCat(command, " >'", log_path, "' 2>&1");
   const int rc = std::system(full.c_str());
   if (rc != 0) {
     std::ifstream log(log_path);
     std::stringstream text;
     text << log.rdbuf();
-    return absl::InternalError(absl::StrCat("aot: `", command, "` failed (status ", rc, "): ",
-                                            text.str()));
+    return absl::InternalError(
+        absl::StrCat("aot: `", command, "` failed (status ", rc, "): ", text.str()));
   }
   return absl::OkStatus();
 }
@@ -139,7 +140,9 @@ struct Section {
 
 std::string Assemble(std::vector<Section> sections) {
   using runtime::blob::kSectionAlignment;
-  auto align = [](uint64_t v) { return (v + kSectionAlignment - 1) / kSectionAlignment * kSectionAlignment; };
+  auto align = [](uint64_t v) {
+    return (v + kSectionAlignment - 1) / kSectionAlignment * kSectionAlignment;
+  };
   const uint64_t table_offset = runtime::blob::kHeaderBytes;
   uint64_t offset = align(table_offset + sections.size() * runtime::blob::kSectionEntryBytes);
   std::string table(sections.size() * runtime::blob::kSectionEntryBytes, '\0');
@@ -154,7 +157,8 @@ std::string Assemble(std::vector<Section> sections) {
     std::memcpy(e + 8, &offset, 8);
     std::memcpy(e + 16, &size, 8);
     std::memcpy(e + 24, &checksum, 8);
-    std::memcpy(e + 32, s.name.data(), std::min<size_t>(s.name.size(), runtime::blob::kSectionNameBytes - 1));
+    std::memcpy(e + 32, s.name.data(),
+                std::min<size_t>(s.name.size(), runtime::blob::kSectionNameBytes - 1));
     offsets.push_back(offset);
     offset = align(offset + size);
   }
@@ -248,7 +252,8 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
         s["kind"] = "error_flag";
         break;
       case runtime::SlotKind::kScalar:
-        return absl::UnimplementedError("aot: graphs with scalar slots cannot be compiled to blobs");
+        return absl::UnimplementedError(
+            "aot: graphs with scalar slots cannot be compiled to blobs");
       case runtime::SlotKind::kConstant:
         if (descriptor_slots.count(i) != 0) {
           s["kind"] = "descriptor";
@@ -354,8 +359,8 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
     } else {
       auto it = (*compiled)->step_kernels.find(s);
       if (it == (*compiled)->step_kernels.end()) {
-        return absl::InternalError(absl::StrCat("aot: step ", s, " (", step.name,
-                                                ") has no kernel IR"));
+        return absl::InternalError(
+            absl::StrCat("aot: step ", s, " (", step.name, ") has no kernel IR"));
       }
       const codegen::Kernel& kernel = it->second;
       const std::string text = codegen::PrintKernel(kernel);
@@ -377,8 +382,9 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
 
   std::vector<Section> sections;
   plan["targets"] = json::array();
-  const fs::path work = fs::temp_directory_path() /
-                        absl::StrCat("kiln-aot-", getpid(), "-", reinterpret_cast<uintptr_t>(&graph));
+  const fs::path work =
+      fs::temp_directory_path() /
+      absl::StrCat("kiln-aot-", getpid(), "-", reinterpret_cast<uintptr_t>(&graph));
   std::error_code ec;
   fs::create_directories(work, ec);
   if (ec) return absl::InternalError(absl::StrCat("aot: cannot create ", work.string()));
@@ -405,20 +411,30 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
     {
       std::ofstream out(object_path, std::ios::binary);
       out.write(object->data(), static_cast<std::streamsize>(object->size()));
-      if (!out) return absl::InternalError(absl::StrCat("aot: cannot write ", object_path.string()));
+      if (!out)
+        return absl::InternalError(absl::StrCat("aot: cannot write ", object_path.string()));
     }
     std::vector<std::string> link;
     if (t == 0) {
       const char* cc = std::getenv("KILN_AOT_CC");
-      link = {cc != nullptr && *cc != '\0' ? cc : "cc", "-shared", "-o", library_path.string(),
-              object_path.string(), "-lm"};
+      link = {cc != nullptr && *cc != '\0' ? cc : "cc",
+              "-shared",
+              "-o",
+              library_path.string(),
+              object_path.string(),
+              "-lm"};
     } else {
       const char* lld = std::getenv("KILN_AOT_LLD");
-      link = {lld != nullptr && *lld != '\0' ? lld : "ld.lld", "-shared", "--no-undefined-version",
-              "-o", library_path.string(), object_path.string()};
+      link = {lld != nullptr && *lld != '\0' ? lld : "ld.lld",
+              "-shared",
+              "--no-undefined-version",
+              "-o",
+              library_path.string(),
+              object_path.string()};
     }
     if (absl::Status s = RunCommand(link, (work / "link.log").string()); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("aot: link for ", target.triple, ": ", s.message()));
+      return absl::Status(s.code(),
+                          absl::StrCat("aot: link for ", target.triple, ": ", s.message()));
     }
     std::ifstream in(library_path, std::ios::binary);
     std::stringstream bytes;
@@ -458,8 +474,8 @@ absl::Status CompileToFile(const ir::Graph& graph, const CompileOptions& options
   std::error_code ec;
   fs::rename(temporary, path, ec);
   if (ec) {
-    return absl::InternalError(absl::StrCat("aot: cannot rename ", temporary, " to ", path, ": ",
-                                            ec.message()));
+    return absl::InternalError(
+        absl::StrCat("aot: cannot rename ", temporary, " to ", path, ": ", ec.message()));
   }
   return absl::OkStatus();
 }

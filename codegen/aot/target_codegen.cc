@@ -88,8 +88,8 @@ absl::StatusOr<std::string> CompileObject(
       target.triple, target.cpu, target.features, target_options, llvm::Reloc::PIC_,
       llvm::CodeModel::Small, llvm::CodeGenOpt::Aggressive));
   if (machine == nullptr) {
-    return absl::InternalError(absl::StrCat("aot: cannot create a target machine for ",
-                                            target.triple));
+    return absl::InternalError(
+        absl::StrCat("aot: cannot create a target machine for ", target.triple));
   }
   llvm::LLVMContext context;
   llvm::Module module("kiln_blob", context);

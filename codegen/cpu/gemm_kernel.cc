@@ -14,6 +14,8 @@
 // exp over the clamped range [-87, 88] (f32) / [-708, 709] (f64). sigmoid(x) = 1 / (1 + exp(-x)),
 // gelu_tanh(x) = x * sigmoid(2 z), which equals 0.5 x (1 + tanh z) exactly in real arithmetic.
 
+#include "codegen/cpu/gemm_kernel.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -31,7 +33,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/cpu/gemm.h"
-#include "codegen/cpu/gemm_kernel.h"
 #include "codegen/cpu/llvm_jit.h"
 #include "codegen/cpu/object_cache.h"
 #include "llvm/IR/BasicBlock.h"
@@ -690,8 +691,8 @@ absl::StatusOr<GemmKernelInfo> DescribeGemmKernel(ir::DType dtype, const GemmEpi
   info.vector_bits = shape->vector_bits;
   info.llvm_ir = std::move(text->llvm_ir);
   info.assembly = std::move(text->assembly);
-  const runtime::cpu::gemm_internal::Blocking blocking = runtime::cpu::gemm_internal::ChooseBlocking(
-      *shape, dtype == ir::DType::kF64 ? 8 : 4, tuning);
+  const runtime::cpu::gemm_internal::Blocking blocking =
+      runtime::cpu::gemm_internal::ChooseBlocking(*shape, dtype == ir::DType::kF64 ? 8 : 4, tuning);
   info.mc = blocking.mc;
   info.nc = blocking.nc;
   info.kc = blocking.kc;

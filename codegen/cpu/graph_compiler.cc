@@ -107,10 +107,10 @@ class Compiler {
           absl::StrCat("cpu backend: invalid launch plan: ", executable.status().message()));
     }
     Dump("executable.txt", executable->ToString());
-    auto compiled = std::make_shared<CompiledGraph>(CompiledGraph{
-        source_, *std::move(executable), std::move(parameter_types), std::move(output_types),
-        num_kernels_, num_gemm_steps_, dump_.directory(), donatable_, std::move(donor_of_output_),
-        std::move(kernel_of_step_)});
+    auto compiled = std::make_shared<CompiledGraph>(
+        CompiledGraph{source_, *std::move(executable), std::move(parameter_types),
+                      std::move(output_types), num_kernels_, num_gemm_steps_, dump_.directory(),
+                      donatable_, std::move(donor_of_output_), std::move(kernel_of_step_)});
     return std::shared_ptr<const CompiledGraph>(std::move(compiled));
   }
 

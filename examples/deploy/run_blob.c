@@ -25,11 +25,20 @@ static void fill_pattern(void* data, const kiln_tensor_info* info) {
   for (i = 0; i < n; ++i) {
     const int v = (int)(i % 7);
     switch (info->dtype) {
-      case KILN_DTYPE_F32: ((float*)data)[i] = (float)v / 3.5f - 1.0f; break;
-      case KILN_DTYPE_F64: ((double*)data)[i] = (double)v / 3.5 - 1.0; break;
-      case KILN_DTYPE_I32: ((int*)data)[i] = v; break;
-      case KILN_DTYPE_I64: ((long long*)data)[i] = v; break;
-      default: ((unsigned char*)data)[i * kiln_dtype_size(info->dtype)] = (unsigned char)(v & 1);
+      case KILN_DTYPE_F32:
+        ((float*)data)[i] = (float)v / 3.5f - 1.0f;
+        break;
+      case KILN_DTYPE_F64:
+        ((double*)data)[i] = (double)v / 3.5 - 1.0;
+        break;
+      case KILN_DTYPE_I32:
+        ((int*)data)[i] = v;
+        break;
+      case KILN_DTYPE_I64:
+        ((long long*)data)[i] = v;
+        break;
+      default:
+        ((unsigned char*)data)[i * kiln_dtype_size(info->dtype)] = (unsigned char)(v & 1);
     }
   }
 }
@@ -102,10 +111,14 @@ int main(int argc, char** argv) {
     n = info.size_bytes / kiln_dtype_size(info.dtype);
     printf("%s:", info.name);
     for (j = 0; j < n && j < 10; ++j) {
-      if (info.dtype == KILN_DTYPE_F32) printf(" %.6g", ((float*)outputs[i])[j]);
-      else if (info.dtype == KILN_DTYPE_F64) printf(" %.9g", ((double*)outputs[i])[j]);
-      else if (info.dtype == KILN_DTYPE_I64) printf(" %lld", ((long long*)outputs[i])[j]);
-      else if (info.dtype == KILN_DTYPE_I32) printf(" %d", ((int*)outputs[i])[j]);
+      if (info.dtype == KILN_DTYPE_F32)
+        printf(" %.6g", ((float*)outputs[i])[j]);
+      else if (info.dtype == KILN_DTYPE_F64)
+        printf(" %.9g", ((double*)outputs[i])[j]);
+      else if (info.dtype == KILN_DTYPE_I64)
+        printf(" %lld", ((long long*)outputs[i])[j]);
+      else if (info.dtype == KILN_DTYPE_I32)
+        printf(" %d", ((int*)outputs[i])[j]);
     }
     printf(n > 10 ? " ...\n" : "\n");
   }

@@ -882,12 +882,13 @@ absl::Status RunGemm(const GemmParams& params, const gemm_internal::MicroKernelP
   // A single output row, unless a test asked for a particular kernel shape.
   if (params.m == 1 && params.tuning.mr == 0) return RunGemv(problem, params, pool);
   return gemm_internal::RunCore(problem, EpilogueVariant::Of(epilogue), params.tuning, kernels,
-                               pool);
+                                pool);
 }
 
 }  // namespace
 
-absl::Status ExecuteGemm(const GemmParams& params, const gemm_internal::MicroKernelProvider& kernels,
+absl::Status ExecuteGemm(const GemmParams& params,
+                         const gemm_internal::MicroKernelProvider& kernels,
                          runtime::ThreadPool* pool) {
   if (params.dtype != ir::DType::kF32 && params.dtype != ir::DType::kF64) {
     return absl::InvalidArgumentError(absl::StrCat("gemm: dtype ", ir::DTypeName(params.dtype),

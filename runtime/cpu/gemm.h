@@ -129,7 +129,8 @@ struct GemmParams {
 /// (nullptr: on the calling thread). Errors (InvalidArgument) name the offending field and its
 /// value; a micro-kernel the provider cannot give is its error. codegen::cpu::Gemm calls this
 /// with the JIT's provider.
-absl::Status ExecuteGemm(const GemmParams& params, const gemm_internal::MicroKernelProvider& kernels,
+absl::Status ExecuteGemm(const GemmParams& params,
+                         const gemm_internal::MicroKernelProvider& kernels,
                          runtime::ThreadPool* pool = nullptr);
 
 /// A convolution as the IR defines it (docs/ir.md, ir::InferType): input [N, C, S...], weight
@@ -161,7 +162,8 @@ absl::StatusOr<ir::Shape> ConvOutputShape(const ConvParams& params);
 /// fly (padding and input dilation read as zeros). A 2-d conv with at most 16 output positions,
 /// a depth of at least 1024 and no epilogue (a weight gradient: dW of a 3x3 kernel) runs as
 /// out^T = im2col^T * W^T instead, with im2col^T built explicitly (capped at 64 MiB).
-absl::Status ExecuteConv(const ConvParams& params, const gemm_internal::MicroKernelProvider& kernels,
+absl::Status ExecuteConv(const ConvParams& params,
+                         const gemm_internal::MicroKernelProvider& kernels,
                          runtime::ThreadPool* pool = nullptr);
 
 }  // namespace kiln::runtime::cpu

@@ -15,10 +15,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/cpu/gemm.h"
-#include "runtime/cpu/gemm_internal.h"
 #include "ir/graph.h"
 #include "ir/infer.h"
+#include "runtime/cpu/gemm.h"
+#include "runtime/cpu/gemm_internal.h"
 #include "runtime/thread_pool.h"
 
 #if defined(__x86_64__)
@@ -285,7 +285,7 @@ bool UseTransposedSmallOutput(const ConvParams& params, const ir::Shape& output_
 template <class T>
 absl::Status RunConvTransposed(const ConvParams& params, const ir::Shape& output_shape,
                                const gemm_internal::MicroKernelProvider& kernels,
-                     runtime::ThreadPool* pool) {
+                               runtime::ThreadPool* pool) {
   const int64_t images = params.input_shape[0], channels = params.input_shape[1];
   const int64_t in_h = params.input_shape[2], in_w = params.input_shape[3];
   const int64_t out_channels = params.weight_shape[0];
@@ -356,7 +356,8 @@ absl::Status RunConvTransposed(const ConvParams& params, const ir::Shape& output
   problem.c = result.data();
   problem.ldc = out_channels;
   problem.batches.push_back(BatchOffsets{});
-  absl::Status status = gemm_internal::RunCore(problem, EpilogueVariant{}, params.tuning, kernels, pool);
+  absl::Status status =
+      gemm_internal::RunCore(problem, EpilogueVariant{}, params.tuning, kernels, pool);
   if (!status.ok()) return status;
   // out[image, o, p] = result[(image, p), o]: P x O per image, small next to the GEMM.
   T* output = static_cast<T*>(params.output);
@@ -372,8 +373,7 @@ absl::Status RunConvTransposed(const ConvParams& params, const ir::Shape& output
 
 template <class T>
 absl::Status RunConv(const ConvParams& params, const ir::Shape& output_shape,
-                     const gemm_internal::MicroKernelProvider& kernels,
-                     runtime::ThreadPool* pool) {
+                     const gemm_internal::MicroKernelProvider& kernels, runtime::ThreadPool* pool) {
   if (UseTransposedSmallOutput(params, output_shape)) {
     return RunConvTransposed<T>(params, output_shape, kernels, pool);
   }
@@ -437,8 +437,9 @@ absl::StatusOr<ir::Shape> ConvOutputShape(const ConvParams& params) {
   return type->shape;
 }
 
-absl::Status ExecuteConv(const ConvParams& params, const gemm_internal::MicroKernelProvider& kernels,
-                     runtime::ThreadPool* pool) {
+absl::Status ExecuteConv(const ConvParams& params,
+                         const gemm_internal::MicroKernelProvider& kernels,
+                         runtime::ThreadPool* pool) {
   if (params.dtype != ir::DType::kF32 && params.dtype != ir::DType::kF64) {
     return absl::InvalidArgumentError(absl::StrCat("conv: dtype ", ir::DTypeName(params.dtype),
                                                    " is not supported (f32, f64 only)"));

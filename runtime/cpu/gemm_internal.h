@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "runtime/cpu/gemm.h"
 #include "ir/dtype.h"
+#include "runtime/cpu/gemm.h"
 
 namespace kiln::runtime {
 class ThreadPool;
@@ -156,7 +156,8 @@ struct CoreProblem {
 };
 
 /// Runs `problem` with `epilogue`'s variant (its pointers are already in `problem`) and the
-/// micro-kernels of `kernels`, on `pool` when given. Compiles the kernels first, so an error leaves C untouched.
+/// micro-kernels of `kernels`, on `pool` when given. Compiles the kernels first, so an error leaves
+/// C untouched.
 template <class T>
 absl::Status RunCore(const CoreProblem<T>& problem, const EpilogueVariant& epilogue,
                      const GemmTuning& tuning, const MicroKernelProvider& kernels,

@@ -68,7 +68,7 @@ typedef struct kiln_model kiln_model;
 
 /* One input or output of a model. The pointers stay valid until kiln_model_free. */
 typedef struct kiln_tensor_info {
-  const char* name;     /* as given to kiln::trace / the graph's parameter and output names */
+  const char* name; /* as given to kiln::trace / the graph's parameter and output names */
   kiln_dtype dtype;
   size_t rank;
   const int64_t* shape; /* rank entries; dense row-major layout */
@@ -97,14 +97,16 @@ KILN_API void kiln_model_free(kiln_model* model);
 KILN_API const char* kiln_model_name(const kiln_model* model);
 KILN_API size_t kiln_model_num_inputs(const kiln_model* model);
 KILN_API size_t kiln_model_num_outputs(const kiln_model* model);
-KILN_API kiln_status kiln_model_input_info(const kiln_model* model, size_t index, kiln_tensor_info* out);
-KILN_API kiln_status kiln_model_output_info(const kiln_model* model, size_t index, kiln_tensor_info* out);
+KILN_API kiln_status kiln_model_input_info(const kiln_model* model, size_t index,
+                                           kiln_tensor_info* out);
+KILN_API kiln_status kiln_model_output_info(const kiln_model* model, size_t index,
+                                            kiln_tensor_info* out);
 
 /* Runs the model once: inputs[i] points to input i's size_bytes bytes (dense, row-major),
  * outputs[i] to output i's. Any alignment works (64-byte aligned data avoids a copy). Outputs are
  * unspecified after an error. */
 KILN_API kiln_status kiln_model_run(const kiln_model* model, const void* const* inputs,
-                           void* const* outputs);
+                                    void* const* outputs);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1,5 +1,7 @@
 // Ahead-of-time blobs against the JIT: the same graph compiled by codegen/aot and loaded by
 // runtime/blob (the thin runtime) gives the same outputs as codegen::cpu::CompileAndRun.
+#include "codegen/aot/aot.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "codegen/aot/aot.h"
 #include "codegen/cpu/graph_compiler.h"
 #include "ir/builder.h"
 #include "ir/tensor_data.h"
@@ -37,7 +38,8 @@ std::vector<ir::TensorData> RunBlob(const Model& model, const std::vector<ir::Te
   return results;
 }
 
-std::vector<ir::TensorData> RunJit(const ir::Graph& graph, const std::vector<ir::TensorData>& args) {
+std::vector<ir::TensorData> RunJit(const ir::Graph& graph,
+                                   const std::vector<ir::TensorData>& args) {
   std::vector<std::shared_ptr<const ir::TensorData>> shared;
   for (const ir::TensorData& a : args) shared.push_back(std::make_shared<ir::TensorData>(a));
   absl::StatusOr<std::vector<ir::TensorData>> out = codegen::cpu::CompileAndRun(graph, shared);
@@ -81,12 +83,13 @@ ir::Graph Mlp(int64_t batch, std::vector<ir::TensorData>* args) {
   for (int l = 0; l < 3; ++l) {
     ir::NodeId w = b.Constant(Random(F32({sizes[l], sizes[l + 1]}), 10 + l));
     ir::NodeId bias = b.Constant(Random(F32({sizes[l + 1]}), 20 + l));
-    x = b.Binary(ir::Op::kAdd, b.MatMul(x, w), b.Broadcast(b.Reshape(bias, {1, sizes[l + 1]}), {batch, sizes[l + 1]}));
+    x = b.Binary(ir::Op::kAdd, b.MatMul(x, w),
+                 b.Broadcast(b.Reshape(bias, {1, sizes[l + 1]}), {batch, sizes[l + 1]}));
     if (l < 2) x = b.Binary(ir::Op::kMax, x, b.Fill(0.0, F32({batch, sizes[l + 1]})));
   }
   ir::NodeId m = b.Reduce(ir::Op::kReduceMax, x, {1});
-  ir::NodeId e = b.Unary(ir::Op::kExp,
-                         b.Binary(ir::Op::kSub, x, b.Broadcast(b.Reshape(m, {batch, 1}), {batch, 10})));
+  ir::NodeId e = b.Unary(
+      ir::Op::kExp, b.Binary(ir::Op::kSub, x, b.Broadcast(b.Reshape(m, {batch, 1}), {batch, 10})));
   ir::NodeId s = b.Reduce(ir::Op::kReduceSum, e, {1});
   b.Output(b.Binary(ir::Op::kDiv, e, b.Broadcast(b.Reshape(s, {batch, 1}), {batch, 10})), "probs");
   absl::StatusOr<ir::Graph> g = std::move(b).Build();
@@ -136,11 +139,10 @@ TEST(AotTest, LayerNormMatchesJit) {
   ir::NodeId x = b.Parameter("x", F32({n, d}));
   ir::NodeId mean = b.Binary(ir::Op::kDiv, b.Reduce(ir::Op::kReduceSum, x, {1}),
                              b.Fill(static_cast<double>(d), F32({n, 1})));
-  ir::NodeId centered =
-      b.Binary(ir::Op::kSub, x, b.Broadcast(b.Reshape(mean, {n, 1}), {n, d}));
-  ir::NodeId var = b.Binary(ir::Op::kDiv,
-                            b.Reduce(ir::Op::kReduceSum, b.Binary(ir::Op::kMul, centered, centered), {1}),
-                            b.Fill(static_cast<double>(d), F32({n, 1})));
+  ir::NodeId centered = b.Binary(ir::Op::kSub, x, b.Broadcast(b.Reshape(mean, {n, 1}), {n, d}));
+  ir::NodeId var = b.Binary(
+      ir::Op::kDiv, b.Reduce(ir::Op::kReduceSum, b.Binary(ir::Op::kMul, centered, centered), {1}),
+      b.Fill(static_cast<double>(d), F32({n, 1})));
   ir::NodeId inv = b.Unary(ir::Op::kRsqrt, b.Binary(ir::Op::kAdd, var, b.Fill(1e-5, F32({n, 1}))));
   ir::NodeId y = b.Binary(ir::Op::kMul, centered, b.Broadcast(b.Reshape(inv, {n, 1}), {n, d}));
   b.Output(y, "y");
@@ -163,14 +165,17 @@ template <class B>
 struct SmallMlp {
   nn::Linear<B> fc1, fc2;
   KILN_MODULE(SmallMlp, fc1, fc2);
-  Tensor<B, 2> forward(const Tensor<B, 2>& x) const { return fc2.forward(activation::relu(fc1.forward(x))); }
+  Tensor<B, 2> forward(const Tensor<B, 2>& x) const {
+    return fc2.forward(activation::relu(fc1.forward(x)));
+  }
 };
 
 TEST(AotTest, TracedModuleThroughTheCApi) {
   using B = Cpu;
   manual_seed(3);
   B::Device device;
-  SmallMlp<B> model{nn::LinearConfig(20, 16).init<B>(device), nn::LinearConfig(16, 5).init<B>(device)};
+  SmallMlp<B> model{nn::LinearConfig(20, 16).init<B>(device),
+                    nn::LinearConfig(16, 5).init<B>(device)};
   std::vector<float> xs(4 * 20);
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 7) * 0.25f - 0.5f;
   auto x = Tensor<B, 2>::from_vector(xs, {4, 20}, device);
@@ -226,7 +231,11 @@ TEST(AotTest, ForeignTripleSectionIsAarch64) {
   // An ELF shared object for EM_AARCH64 (183).
   const char* code = blob->data() + section.offset;
   ASSERT_GT(section.size, 64u);
-  EXPECT_EQ(std::memcmp(code, "\x7f" "ELF", 4), 0);
+  EXPECT_EQ(std::memcmp(code,
+                        "\x7f"
+                        "ELF",
+                        4),
+            0);
   uint16_t machine;
   std::memcpy(&machine, code + 18, 2);
   EXPECT_EQ(machine, 183);

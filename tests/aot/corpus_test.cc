@@ -45,8 +45,8 @@ TEST(CorpusTest, EveryBadFileGivesItsError) {
     const std::string path = std::string(KILN_CORPUS_DIR) + "/" + c.file;
     const std::string bytes = Read(path);
     if (c.expected.empty()) {
-      auto view = kiln::runtime::blob::ParseBlob(
-          std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
+      auto view = kiln::runtime::blob::ParseBlob(std::span<const std::byte>(
+          reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
       EXPECT_TRUE(view.ok()) << view.status();
       continue;
     }

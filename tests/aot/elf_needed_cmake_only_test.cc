@@ -29,7 +29,10 @@ std::vector<std::string> Needed(const std::string& path) {
   ss << in.rdbuf();
   const std::string elf = ss.str();
   EXPECT_GE(elf.size(), 64u) << path;
-  EXPECT_EQ(elf.substr(0, 4), "\x7f" "ELF") << path;
+  EXPECT_EQ(elf.substr(0, 4),
+            "\x7f"
+            "ELF")
+      << path;
   EXPECT_EQ(elf[4], 2) << path << " is not ELF64";
   const uint64_t shoff = At<uint64_t>(elf, 0x28);
   const uint16_t shentsize = At<uint16_t>(elf, 0x3a), shnum = At<uint16_t>(elf, 0x3c);
@@ -39,7 +42,8 @@ std::vector<std::string> Needed(const std::string& path) {
     if (At<uint32_t>(elf, sh + 4) != 6) continue;  // SHT_DYNAMIC
     const uint64_t offset = At<uint64_t>(elf, sh + 0x18), size = At<uint64_t>(elf, sh + 0x20);
     const uint32_t link = At<uint32_t>(elf, sh + 0x28);
-    const uint64_t strtab = At<uint64_t>(elf, shoff + static_cast<uint64_t>(link) * shentsize + 0x18);
+    const uint64_t strtab =
+        At<uint64_t>(elf, shoff + static_cast<uint64_t>(link) * shentsize + 0x18);
     for (uint64_t d = offset; d + 16 <= offset + size; d += 16) {
       const int64_t tag = At<int64_t>(elf, d);
       if (tag == 0) break;

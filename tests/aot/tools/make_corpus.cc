@@ -119,7 +119,8 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < bias.size(); ++i) bias[i] = static_cast<float>(i) * 0.25f;
   auto wn = b.Constant(kiln::ir::TensorData::FromVector(kiln::ir::DType::kF32, {4, 3}, w));
   auto bn = b.Constant(kiln::ir::TensorData::FromVector(kiln::ir::DType::kF32, {3}, bias));
-  auto y = b.Binary(kiln::ir::Op::kAdd, b.MatMul(x, wn), b.Broadcast(b.Reshape(bn, {1, 3}), {2, 3}));
+  auto y =
+      b.Binary(kiln::ir::Op::kAdd, b.MatMul(x, wn), b.Broadcast(b.Reshape(bn, {1, 3}), {2, 3}));
   y = b.Binary(kiln::ir::Op::kMax, y, b.Fill(0.0, TensorType{kiln::ir::DType::kF32, {2, 3}}));
   y = b.Unary(kiln::ir::Op::kExp, y);
   b.Output(y, "y");
@@ -181,55 +182,67 @@ int main(int argc, char** argv) {
     std::memcpy(bad.data() + 24, &table_offset, 8);
     add("hostile_table_offset.kiln", bad, "the section table [1099511627776");
   }
-  add("plan_bad_slot_index.kiln",
-      EditJson(v, 2, [](json& j) { j["steps"][0]["args"][0] = 99999; }),
+  add("plan_bad_slot_index.kiln", EditJson(v, 2, [](json& j) { j["steps"][0]["args"][0] = 99999; }),
       "steps[0].args[0]: 99999 is outside");
-  add("plan_constant_outside_weights.kiln", EditJson(v, 2, [](json& j) {
-        for (json& s : j["slots"]) {
-          if (s["kind"] == "constant") {
-            s["weights_offset"] = 1 << 20;
-            break;
-          }
-        }
-      }),
+  add("plan_constant_outside_weights.kiln",
+      EditJson(v, 2,
+               [](json& j) {
+                 for (json& s : j["slots"]) {
+                   if (s["kind"] == "constant") {
+                     s["weights_offset"] = 1 << 20;
+                     break;
+                   }
+                 }
+               }),
       "lie outside the weights section");
   add("plan_unknown_step_kind.kiln",
       EditJson(v, 2, [](json& j) { j["steps"][0]["kind"] = "syscall"; }),
       "unknown step kind \"syscall\"");
-  add("plan_gemm_too_large.kiln", EditJson(v, 2, [](json& j) {
-        for (json& s : j["steps"]) {
-          if (s["kind"] == "gemm") s["descriptor"]["m"] = 1000;
-        }
-      }),
+  add("plan_gemm_too_large.kiln",
+      EditJson(v, 2,
+               [](json& j) {
+                 for (json& s : j["steps"]) {
+                   if (s["kind"] == "gemm") s["descriptor"]["m"] = 1000;
+                 }
+               }),
       "a needs 16000 bytes, slot 0 has 32");
-  add("plan_kernel_arg_too_small.kiln", EditJson(v, 2, [](json& j) {
-        for (json& s : j["steps"]) {
-          if (s["kind"] == "kernel") s["arg_bytes"][0] = 1 << 30;
-        }
-      }),
+  add("plan_kernel_arg_too_small.kiln",
+      EditJson(v, 2,
+               [](json& j) {
+                 for (json& s : j["steps"]) {
+                   if (s["kind"] == "kernel") s["arg_bytes"][0] = 1 << 30;
+                 }
+               }),
       "needs 1073741824 bytes");
-  add("plan_output_index.kiln", EditJson(v, 2, [](json& j) {
-        for (json& s : j["slots"]) {
-          if (s["kind"] == "output") s["index"] = 5;
-        }
-      }),
+  add("plan_output_index.kiln",
+      EditJson(v, 2,
+               [](json& j) {
+                 for (json& s : j["slots"]) {
+                   if (s["kind"] == "output") s["index"] = 5;
+                 }
+               }),
       ".index: 5 is outside [0, 0]");
-  add("plan_bad_symbol.kiln", EditJson(v, 2, [](json& j) {
-        for (json& s : j["steps"]) {
-          if (s["kind"] == "kernel") s["symbol"] = "system";
-        }
-      }),
+  add("plan_bad_symbol.kiln",
+      EditJson(v, 2,
+               [](json& j) {
+                 for (json& s : j["steps"]) {
+                   if (s["kind"] == "kernel") s["symbol"] = "system";
+                 }
+               }),
       ".symbol: is not a kernel symbol");
-  add("plan_not_json.kiln", [&] {
+  add(
+      "plan_not_json.kiln",
+      [&] {
         std::vector<Raw> sections = Split(v);
         sections[1].bytes = "{\"slots\": [";
         return Join(sections);
       }(),
       "section 1 (launch plan): not valid JSON");
-  add("signature_bad_dtype.kiln",
-      EditJson(v, 1, [](json& j) { j["inputs"][0]["dtype"] = "f128"; }),
+  add("signature_bad_dtype.kiln", EditJson(v, 1, [](json& j) { j["inputs"][0]["dtype"] = "f128"; }),
       "unknown dtype \"f128\"");
-  add("no_code_for_this_cpu.kiln", [&] {
+  add(
+      "no_code_for_this_cpu.kiln",
+      [&] {
         std::vector<Raw> sections = Split(v);
         for (Raw& s : sections) {
           if (s.kind == 4) s.name = "riscv64-unknown-linux-gnu";
