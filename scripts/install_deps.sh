@@ -19,6 +19,7 @@ BASE_PACKAGES=(
   graphviz
   libcli11-dev
   qemu-user g++-aarch64-linux-gnu
+  nodejs  # runs the wasm32 kernel of tests/cross/wasm
   lld  # ld.lld: links the code sections of .kiln blobs for non-host triples (codegen/aot)
 )
 BAZEL_PACKAGES=(bazel-bootstrap bazel-rules-java)
