@@ -453,6 +453,11 @@ absl::StatusOr<Plan> ParsePlan(const json& j, const Signature& signature, uint64
         KILN_ASSIGN(k, r.Int(*d, dp, "k", 0, kMaxDimension));
         KILN_ASSIGN(alpha, r.Number(*d, dp, "alpha"));
         KILN_ASSIGN(beta, r.Number(*d, dp, "beta"));
+        // The driver materialises one offset record per batch entry: bound their number.
+        absl::StatusOr<int64_t> entries = CheckedProduct(batch, 1);
+        if (!entries.ok() || *entries > (int64_t{1} << 24)) {
+          return r.Error(dp + ".batch", "has more than 2^24 entries");
+        }
         p.batch = batch;
         p.m = m;
         p.n = n;

@@ -371,8 +371,9 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
       j["symbol"] = known->second;
       json arg_bytes = json::array();
       for (const codegen::KernelArg& arg : kernel.args) {
+        // The error flag is two int64 (runtime::KernelErrorFlag), whatever its KernelArg says.
         arg_bytes.push_back(arg.role == codegen::ArgRole::kErrorFlag
-                                ? int64_t{0}
+                                ? static_cast<int64_t>(sizeof(runtime::KernelErrorFlag))
                                 : arg.num_elements * ir::DTypeSize(arg.dtype));
       }
       j["arg_bytes"] = std::move(arg_bytes);

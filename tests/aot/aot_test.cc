@@ -153,7 +153,8 @@ TEST(AotTest, LayerNormMatchesJit) {
 }
 
 TEST(AotTest, RandomGraphsMatchJit) {
-  for (uint64_t seed : test::FuzzSeeds({1, 2, 3, 4, 5, 6, 7, 8})) {
+  for (uint64_t seed :
+       test::FuzzSeeds({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20})) {
     test::RandomGraph r = test::MakeRandomGraph(seed);
     SCOPED_TRACE(r.text);
     ExpectBlobMatchesJit(r.graph, r.arguments);
@@ -213,6 +214,35 @@ TEST(AotTest, TracedModuleThroughTheCApi) {
   const std::vector<float> expected = model.forward(x).to_vector();
   ASSERT_EQ(expected.size(), y.size());
   for (size_t i = 0; i < y.size(); ++i) EXPECT_FLOAT_EQ(y[i], expected[i]) << i;
+}
+
+TEST(AotTest, TracedFunctionWithCapturedTensorAndTwoOutputs) {
+  using B = Cpu;
+  B::Device device;
+  auto w = Tensor<B, 1>::from_vector(std::vector<float>{1.5f, -2.0f, 3.25f}, {3}, device);
+  auto x = Tensor<B, 1>::from_vector(std::vector<float>{0.5f, -1.0f, 2.0f}, {3}, device);
+  TracedGraph traced =
+      trace([&w](const Tensor<B, 1>& a) { return std::make_tuple(a * w, a + w * w); }, x);
+  ASSERT_EQ(traced.weights.size(), 1u);
+  EXPECT_EQ(traced.weights[0].first, "weight0");
+  ASSERT_EQ(traced.graph.outputs().size(), 2u);
+  EXPECT_EQ(traced.graph.outputs()[1].name, "output1");
+  aot::CompileOptions options;
+  options.weights = traced.weights;
+  absl::StatusOr<std::string> blob = aot::Compile(traced.graph, options);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadMemory(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ((*model)->signature().inputs.size(), 1u);
+  EXPECT_EQ((*model)->signature().inputs[0].name, "input0");
+  const std::vector<ir::TensorData> out = RunBlob(**model, {x.into_data()});
+  ASSERT_EQ(out.size(), 2u);
+  const std::vector<float> product = (x * w).to_vector(), sum = (x + w * w).to_vector();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(reinterpret_cast<const float*>(out[0].data())[i], product[i]);
+    EXPECT_EQ(reinterpret_cast<const float*>(out[1].data())[i], sum[i]);
+  }
 }
 
 TEST(AotTest, ForeignTripleSectionIsAarch64) {
