@@ -164,6 +164,14 @@ absl::StatusOr<Executable> Executable::Create(ExecutableSpec spec) {
         binding.index_or_offset = slot.offset;
         break;
       case SlotKind::kConstant: {
+        if (slot.external != nullptr) {
+          if (!IsAligned(slot.external)) {
+            return invalid(slot_name, ": external constant bytes are not ", kBufferAlignment,
+                           "-byte aligned");
+          }
+          binding.constant = const_cast<void*>(slot.external);
+          break;
+        }
         if (static_cast<int64_t>(slot.constant.size()) != slot.size_bytes) {
           return invalid(slot_name, ": holds ", slot.constant.size(), " bytes");
         }
@@ -343,6 +351,14 @@ absl::Status Executable::Run(std::span<const void* const> inputs, std::span<void
 
   for (int k : staged_outputs) std::memcpy(outputs[k], output_ptrs[k], output_bytes_[k]);
   return absl::OkStatus();
+}
+
+const std::byte* Executable::constant_data(int slot) const {
+  if (slot < 0 || slot >= static_cast<int>(bindings_.size()) ||
+      bindings_[slot].kind != SlotKind::kConstant) {
+    return nullptr;
+  }
+  return static_cast<const std::byte*>(bindings_[slot].constant);
 }
 
 std::string Executable::ToString() const {

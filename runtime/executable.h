@@ -65,8 +65,12 @@ struct Slot {
   int64_t size_bytes = 0;
   int64_t index = 0;                // kInput, kOutput, kScalar: which one
   int64_t offset = 0;               // kArena: a multiple of kBufferAlignment
-  std::vector<std::byte> constant;  // kConstant: exactly size_bytes bytes
-  std::string label;                // optional, shown by ToString (e.g. "%7 f32[64,128]")
+  std::vector<std::byte> constant;  // kConstant: exactly size_bytes bytes (unless external)
+  /// kConstant only: when set, the slot uses these bytes in place (64-byte aligned, size_bytes
+  /// long, kept alive by ExecutableSpec::keep_alive) instead of copying `constant`: a blob's
+  /// weights used straight from the mapped file.
+  const void* external = nullptr;
+  std::string label;  // optional, shown by ToString (e.g. "%7 f32[64,128]")
 
   static Slot Input(int64_t index, int64_t size_bytes);
   static Slot Output(int64_t index, int64_t size_bytes);
@@ -134,6 +138,9 @@ class Executable {
   /// storage).
   std::span<const Slot> slots() const { return slots_; }
   std::span<const Step> steps() const { return steps_; }
+  /// The bytes of constant slot `slot` (64-byte aligned, slots()[slot].size_bytes of them), or
+  /// null when `slot` is not a constant slot. For serialising a launch plan (codegen/aot).
+  const std::byte* constant_data(int slot) const;
 
   /// A readable listing of the slots and steps for dumps:
   ///   executable "f": 1 input, 1 output, 0 scalars, arena 128 bytes, 2 steps

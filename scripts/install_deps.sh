@@ -20,6 +20,10 @@ BASE_PACKAGES=(
   libonnx-dev libprotobuf-dev
   python3-onnx   # tests/onnx/export_check.py (onnx.checker on exported models)
   mlir-16-tools  # tests/mlir: mlir-opt-16 checks the MLIR export
+  libcli11-dev
+  qemu-user g++-aarch64-linux-gnu
+  nodejs  # runs the wasm32 kernel of tests/cross/wasm
+  lld  # ld.lld: links the code sections of .kiln blobs for non-host triples (codegen/aot)
 )
 BAZEL_PACKAGES=(bazel-bootstrap bazel-rules-java)
 FORMAT_PACKAGES=(clang-format)
@@ -36,6 +40,10 @@ for arg in "$@"; do
     *) echo "install_deps.sh: unknown option '$arg'" >&2; usage >&2; exit 2 ;;
   esac
 done
+
+# The aarch64 abseil/xxHash of the cross-target test (tests/cross): unpacked into a sysroot folder,
+# not installed (see the script).
+"$(dirname "${BASH_SOURCE[0]}")/cross_sysroot.sh"
 
 missing=()
 for pkg in "${packages[@]}"; do

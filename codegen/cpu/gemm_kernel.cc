@@ -14,6 +14,8 @@
 // exp over the clamped range [-87, 88] (f32) / [-708, 709] (f64). sigmoid(x) = 1 / (1 + exp(-x)),
 // gelu_tanh(x) = x * sigmoid(2 z), which equals 0.5 x (1 + tanh z) exactly in real arithmetic.
 
+#include "codegen/cpu/gemm_kernel.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -30,7 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "codegen/cpu/gemm_internal.h"
+#include "codegen/cpu/gemm.h"
 #include "codegen/cpu/llvm_jit.h"
 #include "codegen/cpu/object_cache.h"
 #include "llvm/IR/BasicBlock.h"
@@ -46,6 +48,10 @@
 #include "xxhash.h"
 
 namespace kiln::codegen::cpu::gemm_internal {
+
+using runtime::cpu::GemmActivation;
+using runtime::cpu::gemm_internal::TileArgs;
+
 namespace {
 
 // Part of the disk-cache key: bump it whenever a change here changes the generated code.
@@ -516,13 +522,6 @@ llvm::Function* KernelEmitter::Emit(const std::string& name) {
   return function;
 }
 
-std::string DTypeTag(ir::DType dtype) { return dtype == ir::DType::kF64 ? "f64" : "f32"; }
-
-std::string KernelName(ir::DType dtype, const KernelShape& shape, const EpilogueVariant& variant) {
-  return absl::StrCat("kiln_gemm_", DTypeTag(dtype), "_", shape.mr, "x", shape.nr(), "_v",
-                      shape.vector_bits, "_", variant.Name());
-}
-
 struct Generated {
   std::string name;
   ObjectCode code;
@@ -536,116 +535,15 @@ absl::StatusOr<Generated> Generate(ir::DType dtype, const KernelShape& shape,
   llvm::Module module("kiln_gemm", context);
   (*jit)->ConfigureModule(module);
   Generated generated;
-  generated.name = KernelName(dtype, shape, variant);
-  KernelEmitter(module, dtype, shape, variant).Emit(generated.name);
+  generated.name = EmitMicroKernel(module, dtype, shape, variant);
   absl::StatusOr<ObjectCode> code = (*jit)->Codegen(module, want_text);
   if (!code.ok()) return code.status();
   generated.code = *std::move(code);
   return generated;
 }
 
-// The host's vector registers, from the JIT's target (detected once).
-struct HostVectors {
-  int bits = 128;
-  int registers = 16;
-  bool fma = false;
-};
-
-absl::StatusOr<HostVectors> DetectHostVectors() {
-  static const absl::StatusOr<HostVectors>* const detected = [] {
-    absl::StatusOr<LlvmJit*> jit = LlvmJit::Get();
-    if (!jit.ok()) return new absl::StatusOr<HostVectors>(jit.status());
-    const HostTarget& host = (*jit)->host();
-    const std::string features = absl::StrCat(host.features, ",");
-    const auto has = [&](const char* feature) {
-      return absl::StrContains(features, absl::StrCat("+", feature, ","));
-    };
-    HostVectors vectors;
-    if (absl::StartsWith(host.triple, "aarch64") || absl::StartsWith(host.triple, "arm64")) {
-      vectors.registers = 32;  // NEON: 32 x 128-bit, fma always
-      vectors.fma = true;
-    } else if (has("avx512f")) {
-      vectors.bits = 512;
-      vectors.registers = 32;
-      vectors.fma = true;
-    } else if (has("avx")) {
-      vectors.bits = 256;
-      vectors.fma = has("fma");
-    } else {
-      vectors.fma = has("fma");
-    }
-    return new absl::StatusOr<HostVectors>(vectors);
-  }();
-  return *detected;
-}
-
-}  // namespace
-
-EpilogueVariant EpilogueVariant::Of(const GemmEpilogue& epilogue) {
-  EpilogueVariant variant;
-  variant.activation = epilogue.activation;
-  variant.row_bias = epilogue.row_bias != nullptr;
-  variant.column_bias = epilogue.column_bias != nullptr;
-  variant.residual = epilogue.residual.data != nullptr;
-  variant.residual_after_activation = epilogue.residual_after_activation;
-  return variant;
-}
-
-std::string EpilogueVariant::Name() const {
-  std::string name;
-  auto add = [&](const char* part) { absl::StrAppend(&name, name.empty() ? "" : "_", part); };
-  if (column_bias) add("cbias");
-  if (row_bias) add("rbias");
-  if (residual && !residual_after_activation) add("res");
-  if (activation != GemmActivation::kNone) add(GemmActivationName(activation));
-  if (residual && residual_after_activation) add("res");
-  return name.empty() ? "plain" : name;
-}
-
-absl::StatusOr<KernelShape> ChooseKernelShape(ir::DType dtype, const GemmTuning& tuning) {
-  if (dtype != ir::DType::kF32 && dtype != ir::DType::kF64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gemm: dtype ", ir::DTypeName(dtype), " is not supported (f32, f64 only)"));
-  }
-  absl::StatusOr<HostVectors> host_vectors = DetectHostVectors();
-  if (!host_vectors.ok()) return host_vectors.status();
-  const int host_bits = host_vectors->bits, registers = host_vectors->registers;
-  const bool fma = host_vectors->fma;
-  KernelShape shape;
-  shape.fma = fma;
-  const int element_bits = dtype == ir::DType::kF64 ? 64 : 32;
-  if (tuning.vector_bits != 0 || tuning.mr != 0 || tuning.nr_vectors != 0) {
-    if (tuning.vector_bits == 0 || tuning.mr <= 0 || tuning.nr_vectors <= 0) {
-      return absl::InvalidArgumentError(
-          "gemm: tuning.vector_bits, tuning.mr and tuning.nr_vectors must be set together");
-    }
-    if ((tuning.vector_bits != 128 && tuning.vector_bits != 256 && tuning.vector_bits != 512) ||
-        tuning.vector_bits > host_bits) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("gemm: tuning.vector_bits ", tuning.vector_bits,
-                       " is not 128, 256 or 512 up to the host's ", host_bits));
-    }
-    if (tuning.mr > 32 || tuning.nr_vectors > 8) {
-      return absl::InvalidArgumentError(absl::StrCat("gemm: tuning asks for an oversized tile ",
-                                                     tuning.mr, " x ", tuning.nr_vectors,
-                                                     " vectors"));
-    }
-    shape.vector_bits = tuning.vector_bits;
-    shape.mr = tuning.mr;
-    shape.nr_vectors = tuning.nr_vectors;
-  } else {
-    shape.vector_bits = host_bits;
-    shape.nr_vectors = 2;
-    // Accumulators for MR rows, the row of B vectors, and two registers for the broadcast A
-    // element and the compiler's use: 14 x 2 on 32 registers, 6 x 2 on 16.
-    shape.mr = (registers - shape.nr_vectors - 2) / shape.nr_vectors;
-  }
-  shape.lanes = shape.vector_bits / element_bits;
-  return shape;
-}
-
-absl::StatusOr<MicroKernelFn> GetMicroKernel(ir::DType dtype, const KernelShape& shape,
-                                             const EpilogueVariant& variant) {
+absl::StatusOr<MicroKernelFn> GetJitMicroKernel(ir::DType dtype, const KernelShape& shape,
+                                                const EpilogueVariant& variant) {
   struct Entry {
     std::unique_ptr<LoadedObject> object;
     MicroKernelFn function = nullptr;
@@ -653,7 +551,7 @@ absl::StatusOr<MicroKernelFn> GetMicroKernel(ir::DType dtype, const KernelShape&
   // Never destroyed: kernels may be called during static destruction.
   static std::mutex* const mutex = new std::mutex;
   static auto* const cache = new std::map<std::string, Entry>;
-  const std::string name = KernelName(dtype, shape, variant);
+  const std::string name = runtime::cpu::gemm_internal::MicroKernelName(dtype, shape, variant);
   std::lock_guard<std::mutex> lock(*mutex);
   if (auto it = cache->find(name); it != cache->end()) return it->second.function;
   absl::StatusOr<LlvmJit*> jit = LlvmJit::Get();
@@ -699,18 +597,106 @@ absl::StatusOr<MicroKernelFn> GetMicroKernel(ir::DType dtype, const KernelShape&
   return function;
 }
 
-absl::StatusOr<GemmKernelInfo> GenerateKernelText(ir::DType dtype, const KernelShape& shape,
-                                                  const EpilogueVariant& variant) {
+class JitProvider final : public MicroKernelProvider {
+ public:
+  TargetVectors vectors() const override {
+    absl::StatusOr<TargetVectors> host = HostVectors();
+    return host.ok() ? *host : TargetVectors{};
+  }
+  absl::StatusOr<MicroKernelFn> Get(ir::DType dtype, const KernelShape& shape,
+                                    const EpilogueVariant& variant) const override {
+    // The driver asks for shapes derived from vectors(); if the JIT is unusable it got the
+    // fallback above and this reports the JIT's error.
+    if (absl::StatusOr<TargetVectors> host = HostVectors(); !host.ok()) return host.status();
+    return GetJitMicroKernel(dtype, shape, variant);
+  }
+};
+
+}  // namespace
+
+std::string EmitMicroKernel(llvm::Module& module, ir::DType dtype, const KernelShape& shape,
+                            const EpilogueVariant& variant) {
+  const std::string name = runtime::cpu::gemm_internal::MicroKernelName(dtype, shape, variant);
+  KernelEmitter(module, dtype, shape, variant).Emit(name);
+  return name;
+}
+
+absl::StatusOr<TargetVectors> HostVectors() {
+  static const absl::StatusOr<TargetVectors>* const detected = [] {
+    absl::StatusOr<LlvmJit*> jit = LlvmJit::Get();
+    if (!jit.ok()) return new absl::StatusOr<TargetVectors>(jit.status());
+    const HostTarget& host = (*jit)->host();
+    const std::string features = absl::StrCat(host.features, ",");
+    const auto has = [&](const char* feature) {
+      return absl::StrContains(features, absl::StrCat("+", feature, ","));
+    };
+    TargetVectors vectors;
+    if (absl::StartsWith(host.triple, "aarch64") || absl::StartsWith(host.triple, "arm64")) {
+      vectors.registers = 32;  // NEON: 32 x 128-bit, fma always
+      vectors.fma = true;
+    } else if (has("avx512f")) {
+      vectors.bits = 512;
+      vectors.registers = 32;
+      vectors.fma = true;
+    } else if (has("avx")) {
+      vectors.bits = 256;
+      vectors.fma = has("fma");
+    } else {
+      vectors.fma = has("fma");
+    }
+    return new absl::StatusOr<TargetVectors>(vectors);
+  }();
+  return *detected;
+}
+
+const MicroKernelProvider& JitMicroKernels() {
+  static const JitProvider* const provider = new JitProvider();
+  return *provider;
+}
+
+absl::StatusOr<KernelText> GenerateKernelText(ir::DType dtype, const KernelShape& shape,
+                                              const EpilogueVariant& variant) {
   absl::StatusOr<Generated> generated = Generate(dtype, shape, variant, /*want_text=*/true);
   if (!generated.ok()) return generated.status();
-  GemmKernelInfo info;
-  info.name = generated->name;
-  info.mr = shape.mr;
-  info.nr = shape.nr();
-  info.vector_bits = shape.vector_bits;
-  info.llvm_ir = std::move(generated->code.llvm_ir);
-  info.assembly = std::move(generated->code.assembly);
-  return info;
+  return KernelText{generated->name, std::move(generated->code.llvm_ir),
+                    std::move(generated->code.assembly)};
 }
 
 }  // namespace kiln::codegen::cpu::gemm_internal
+
+namespace kiln::codegen::cpu {
+
+absl::Status Gemm(const GemmParams& params, runtime::ThreadPool* pool) {
+  return runtime::cpu::ExecuteGemm(params, gemm_internal::JitMicroKernels(), pool);
+}
+
+absl::Status Conv(const ConvParams& params, runtime::ThreadPool* pool) {
+  return runtime::cpu::ExecuteConv(params, gemm_internal::JitMicroKernels(), pool);
+}
+
+absl::StatusOr<GemmKernelInfo> DescribeGemmKernel(ir::DType dtype, const GemmEpilogue& epilogue,
+                                                  const GemmTuning& tuning) {
+  absl::StatusOr<gemm_internal::TargetVectors> vectors = gemm_internal::HostVectors();
+  if (!vectors.ok()) return vectors.status();
+  absl::StatusOr<gemm_internal::KernelShape> shape =
+      runtime::cpu::gemm_internal::ChooseKernelShape(dtype, tuning, *vectors);
+  if (!shape.ok()) return shape.status();
+  absl::StatusOr<gemm_internal::KernelText> text = gemm_internal::GenerateKernelText(
+      dtype, *shape, gemm_internal::EpilogueVariant::Of(epilogue));
+  if (!text.ok()) return text.status();
+  GemmKernelInfo info;
+  info.name = text->name;
+  info.mr = shape->mr;
+  info.nr = shape->nr();
+  info.vector_bits = shape->vector_bits;
+  info.llvm_ir = std::move(text->llvm_ir);
+  info.assembly = std::move(text->assembly);
+  const runtime::cpu::gemm_internal::Blocking blocking =
+      runtime::cpu::gemm_internal::ChooseBlocking(*shape, dtype == ir::DType::kF64 ? 8 : 4, tuning);
+  info.mc = blocking.mc;
+  info.nc = blocking.nc;
+  info.kc = blocking.kc;
+  return info;
+}
+
+}  // namespace kiln::codegen::cpu

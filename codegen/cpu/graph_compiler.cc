@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/cpu/gemm.h"
+#include "codegen/cpu/gemm_kernel.h"
 #include "codegen/cpu/jit.h"
 #include "codegen/kernel_ir.h"
 #include "codegen/lower.h"
@@ -27,6 +28,7 @@
 #include "passes/pass_manager.h"
 #include "passes/rewriter.h"
 #include "passes/simplify.h"
+#include "runtime/cpu/contraction.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln::codegen::cpu {
@@ -52,42 +54,8 @@ int64_t GrainFor(const Kernel& kernel) {
   return std::max<int64_t>(kElementsPerChunk / per_iteration, 1);
 }
 
-// What a GEMM or convolution step needs besides its operand pointers. Owned by the compiled
-// graph (through the executable's keep-alive); a constant slot holds its address.
-struct ContractionStep {
-  bool is_conv = false;
-  // The epilogue's bias vector is args[4] (matmul: a column bias, conv: a per-channel bias).
-  bool has_bias = false;
-  GemmParams gemm;  // data pointers filled per run
-  ConvParams conv;  // data pointers filled per run
-  runtime::ThreadPool* pool = nullptr;
-};
-
-// runtime::KernelFn for a contraction: args = [lhs, rhs, out, &descriptor, bias?]. It runs on the
-// calling thread (extent 1) and parallelises inside the GEMM.
-void ContractionKernel(void* const* args, int64_t begin, int64_t end) {
-  if (begin >= end) return;
-  const ContractionStep* step = *static_cast<const ContractionStep* const*>(args[3]);
-  absl::Status status;
-  if (step->is_conv) {
-    ConvParams params = step->conv;
-    params.input = args[0];
-    params.weight = args[1];
-    params.output = args[2];
-    if (step->has_bias) params.bias = args[4];
-    status = Conv(params, step->pool);
-  } else {
-    GemmParams params = step->gemm;
-    params.a.data = args[0];
-    params.b.data = args[1];
-    params.c.data = args[2];
-    if (step->has_bias) params.epilogue.column_bias = args[4];
-    status = Gemm(params, step->pool);
-  }
-  // The parameters were validated when the graph was compiled; a failure here is a bug (e.g.
-  // the micro-kernel failed to JIT), and the executable turns an exception into an error.
-  if (!status.ok()) throw std::runtime_error(std::string(status.message()));
-}
+using runtime::cpu::ContractionKernel;
+using runtime::cpu::ContractionStep;
 
 bool GemmSupports(const ir::Graph& graph, ir::NodeId root) {
   const ir::Node& node = graph.node(root);
@@ -139,9 +107,11 @@ class Compiler {
           absl::StrCat("cpu backend: invalid launch plan: ", executable.status().message()));
     }
     Dump("executable.txt", executable->ToString());
-    return std::make_shared<const CompiledGraph>(CompiledGraph{
-        source_, *std::move(executable), std::move(parameter_types), std::move(output_types),
-        num_kernels_, num_gemm_steps_, dump_.directory(), donatable_, std::move(donor_of_output_)});
+    auto compiled = std::make_shared<CompiledGraph>(
+        CompiledGraph{source_, *std::move(executable), std::move(parameter_types),
+                      std::move(output_types), num_kernels_, num_gemm_steps_, dump_.directory(),
+                      donatable_, std::move(donor_of_output_), std::move(kernel_of_step_)});
+    return std::shared_ptr<const CompiledGraph>(std::move(compiled));
   }
 
  private:
@@ -499,6 +469,7 @@ class Compiler {
     const ir::NodeId lhs = root.inputs[0], rhs = root.inputs[1];
     auto step_desc = std::make_unique<ContractionStep>();
     step_desc->pool = &runtime::DefaultThreadPool();
+    step_desc->kernels = &gemm_internal::JitMicroKernels();
     const ir::Shape& a = graph_.node(lhs).type.shape;
     const ir::Shape& b = graph_.node(rhs).type.shape;
     // An operand that is an elided permute (FindTransposedOperands) is read from its source.

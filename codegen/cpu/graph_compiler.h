@@ -19,12 +19,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "codegen/kernel_ir.h"
 #include "ir/graph.h"
 #include "ir/tensor_data.h"
 #include "runtime/executable.h"
@@ -49,6 +51,11 @@ struct CompiledGraph {
   /// Per output: the parameter whose buffer the output is written into, or -1 (see
   /// CompileGraph). Empty when no parameter was donatable.
   std::vector<int> donor_of_output;
+  /// The kernel IR behind each step of `executable` that launches a generated kernel, by step
+  /// index (GEMM/convolution steps run runtime::cpu::ContractionKernel and copies
+  /// runtime::CopyBytesKernel instead). Ahead-of-time compilation (codegen/aot) compiles these
+  /// again for each target triple.
+  std::map<int, Kernel> step_kernels;
 };
 
 /// Compiles `graph` (which must verify) for the host CPU. Errors name the stage and, for

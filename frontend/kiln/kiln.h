@@ -23,4 +23,5 @@
 #include "frontend/optim/scheduler.h"
 #include "frontend/random.h"
 #include "frontend/tensor.h"
+#include "frontend/trace.h"
 #include "frontend/train/learner.h"

@@ -15,17 +15,17 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "codegen/cpu/gemm.h"
-#include "codegen/cpu/gemm_internal.h"
 #include "ir/graph.h"
 #include "ir/infer.h"
+#include "runtime/cpu/gemm.h"
+#include "runtime/cpu/gemm_internal.h"
 #include "runtime/thread_pool.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
-namespace kiln::codegen::cpu {
+namespace kiln::runtime::cpu {
 namespace {
 
 #if defined(__x86_64__)
@@ -284,6 +284,7 @@ bool UseTransposedSmallOutput(const ConvParams& params, const ir::Shape& output_
 
 template <class T>
 absl::Status RunConvTransposed(const ConvParams& params, const ir::Shape& output_shape,
+                               const gemm_internal::MicroKernelProvider& kernels,
                                runtime::ThreadPool* pool) {
   const int64_t images = params.input_shape[0], channels = params.input_shape[1];
   const int64_t in_h = params.input_shape[2], in_w = params.input_shape[3];
@@ -355,7 +356,8 @@ absl::Status RunConvTransposed(const ConvParams& params, const ir::Shape& output
   problem.c = result.data();
   problem.ldc = out_channels;
   problem.batches.push_back(BatchOffsets{});
-  absl::Status status = gemm_internal::RunCore(problem, EpilogueVariant{}, params.tuning, pool);
+  absl::Status status =
+      gemm_internal::RunCore(problem, EpilogueVariant{}, params.tuning, kernels, pool);
   if (!status.ok()) return status;
   // out[image, o, p] = result[(image, p), o]: P x O per image, small next to the GEMM.
   T* output = static_cast<T*>(params.output);
@@ -371,9 +373,9 @@ absl::Status RunConvTransposed(const ConvParams& params, const ir::Shape& output
 
 template <class T>
 absl::Status RunConv(const ConvParams& params, const ir::Shape& output_shape,
-                     runtime::ThreadPool* pool) {
+                     const gemm_internal::MicroKernelProvider& kernels, runtime::ThreadPool* pool) {
   if (UseTransposedSmallOutput(params, output_shape)) {
-    return RunConvTransposed<T>(params, output_shape, pool);
+    return RunConvTransposed<T>(params, output_shape, kernels, pool);
   }
   const int64_t images = params.input_shape[0], channels = params.input_shape[1];
   const int64_t out_channels = params.weight_shape[0], group_channels = params.weight_shape[1];
@@ -415,7 +417,7 @@ absl::Status RunConv(const ConvParams& params, const ir::Shape& output_shape,
   variant.row_bias = params.bias != nullptr;
   variant.residual = params.residual != nullptr;
   variant.residual_after_activation = params.residual_after_activation;
-  return gemm_internal::RunCore(problem, variant, params.tuning, pool);
+  return gemm_internal::RunCore(problem, variant, params.tuning, kernels, pool);
 }
 
 }  // namespace
@@ -435,7 +437,9 @@ absl::StatusOr<ir::Shape> ConvOutputShape(const ConvParams& params) {
   return type->shape;
 }
 
-absl::Status Conv(const ConvParams& params, runtime::ThreadPool* pool) {
+absl::Status ExecuteConv(const ConvParams& params,
+                         const gemm_internal::MicroKernelProvider& kernels,
+                         runtime::ThreadPool* pool) {
   if (params.dtype != ir::DType::kF32 && params.dtype != ir::DType::kF64) {
     return absl::InvalidArgumentError(absl::StrCat("conv: dtype ", ir::DTypeName(params.dtype),
                                                    " is not supported (f32, f64 only)"));
@@ -454,8 +458,8 @@ absl::Status Conv(const ConvParams& params, runtime::ThreadPool* pool) {
         absl::StrCat("conv: null operand for input ", ir::ShapeToString(params.input_shape),
                      " and weight ", ir::ShapeToString(params.weight_shape)));
   }
-  return params.dtype == ir::DType::kF32 ? RunConv<float>(params, *output_shape, pool)
-                                         : RunConv<double>(params, *output_shape, pool);
+  return params.dtype == ir::DType::kF32 ? RunConv<float>(params, *output_shape, kernels, pool)
+                                         : RunConv<double>(params, *output_shape, kernels, pool);
 }
 
-}  // namespace kiln::codegen::cpu
+}  // namespace kiln::runtime::cpu

@@ -1,6 +1,7 @@
-// Internals shared by gemm.cc (the blocked driver), gemm_kernel.cc (the LLVM micro-kernel
-// generator) and gemm_conv.cc (convolution as implicit GEMM). Not for use outside codegen/cpu/.
-// No LLVM types appear here.
+// Internals shared by gemm.cc (the blocked driver), gemm_conv.cc (convolution as implicit GEMM),
+// codegen/cpu/gemm_kernel.cc (the LLVM micro-kernel generator, the JIT's MicroKernelProvider) and
+// runtime/blob.cc (the blob's MicroKernelProvider: micro-kernels compiled ahead of time). Not for
+// use outside those. No LLVM types appear here.
 #pragma once
 
 #include <cstdint>
@@ -8,14 +9,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "codegen/cpu/gemm.h"
 #include "ir/dtype.h"
+#include "runtime/cpu/gemm.h"
 
 namespace kiln::runtime {
 class ThreadPool;
 }  // namespace kiln::runtime
 
-namespace kiln::codegen::cpu::gemm_internal {
+namespace kiln::runtime::cpu::gemm_internal {
 
 /// Per-tile arguments of a micro-kernel call. The generated IR reads this struct by field index,
 /// so its layout is part of the kernel ABI: change both together.
@@ -47,9 +48,19 @@ struct KernelShape {
   int nr() const { return nr_vectors * lanes; }
 };
 
-/// The host's shape for `dtype` (or the one `tuning` asks for). The register budget: MR rows of
-/// nr_vectors accumulators, plus nr_vectors B vectors and two spare registers.
-absl::StatusOr<KernelShape> ChooseKernelShape(ir::DType dtype, const GemmTuning& tuning);
+/// The vector registers of the CPU the micro-kernels are compiled for (the host's for the JIT,
+/// the blob target's for ahead-of-time code): they fix the tile shape.
+struct TargetVectors {
+  int bits = 128;  // 128, 256 or 512
+  int registers = 16;
+  bool fma = false;
+};
+
+/// The shape for `dtype` on `vectors` (or the one `tuning` asks for, at most `vectors.bits`
+/// wide). The register budget: MR rows of nr_vectors accumulators, plus nr_vectors B vectors and
+/// two spare registers.
+absl::StatusOr<KernelShape> ChooseKernelShape(ir::DType dtype, const GemmTuning& tuning,
+                                              const TargetVectors& vectors);
 
 /// What the epilogue of a kernel does, fixed when it is generated.
 struct EpilogueVariant {
@@ -64,14 +75,23 @@ struct EpilogueVariant {
   std::string Name() const;
 };
 
-/// The compiled micro-kernel for (dtype, shape, variant), generated and JIT-compiled on first
-/// use and cached for the life of the process. Thread-safe.
-absl::StatusOr<MicroKernelFn> GetMicroKernel(ir::DType dtype, const KernelShape& shape,
-                                             const EpilogueVariant& variant);
+/// The symbol of the micro-kernel for (dtype, shape, variant), e.g.
+/// "kiln_gemm_f32_6x16_v256_fma_cbias_relu": the JIT emits it under this name and a blob's code
+/// section exports it under it.
+std::string MicroKernelName(ir::DType dtype, const KernelShape& shape,
+                            const EpilogueVariant& variant);
 
-/// Generates the kernel without caching and returns its text (GemmKernelInfo's IR and assembly).
-absl::StatusOr<GemmKernelInfo> GenerateKernelText(ir::DType dtype, const KernelShape& shape,
-                                                  const EpilogueVariant& variant);
+/// Where the driver gets its micro-kernels: the JIT (codegen/cpu: generated on first use) or a
+/// loaded blob (symbols of its code section). Implementations are thread-safe.
+class MicroKernelProvider {
+ public:
+  virtual ~MicroKernelProvider() = default;
+  /// The registers the kernels are made for (ChooseKernelShape's input).
+  virtual TargetVectors vectors() const = 0;
+  /// The kernel for (dtype, shape, variant), or an error naming it.
+  virtual absl::StatusOr<MicroKernelFn> Get(ir::DType dtype, const KernelShape& shape,
+                                            const EpilogueVariant& variant) const = 0;
+};
 
 /// Cache sizes in bytes, from /sys (Linux) or sysconf, with defaults when neither answers.
 struct CacheSizes {
@@ -135,10 +155,12 @@ struct CoreProblem {
   std::vector<BatchOffsets> batches;  // one entry per GEMM
 };
 
-/// Runs `problem` with `epilogue`'s variant (its pointers are already in `problem`), on `pool`
-/// when given. Compiles the kernels first, so an error leaves C untouched.
+/// Runs `problem` with `epilogue`'s variant (its pointers are already in `problem`) and the
+/// micro-kernels of `kernels`, on `pool` when given. Compiles the kernels first, so an error leaves
+/// C untouched.
 template <class T>
 absl::Status RunCore(const CoreProblem<T>& problem, const EpilogueVariant& epilogue,
-                     const GemmTuning& tuning, runtime::ThreadPool* pool);
+                     const GemmTuning& tuning, const MicroKernelProvider& kernels,
+                     runtime::ThreadPool* pool);
 
-}  // namespace kiln::codegen::cpu::gemm_internal
+}  // namespace kiln::runtime::cpu::gemm_internal

@@ -10,7 +10,7 @@
 //         for each MR panel:                 its A micro-panel is reused across the NR panels
 //           for each NR panel: micro-kernel (the epilogue variant on the last depth block)
 
-#include "codegen/cpu/gemm.h"
+#include "runtime/cpu/gemm.h"
 
 #include <unistd.h>
 
@@ -33,7 +33,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "codegen/cpu/gemm_internal.h"
+#include "runtime/cpu/gemm_internal.h"
 #include "runtime/thread_pool.h"
 
 #if defined(__x86_64__)
@@ -44,7 +44,7 @@
 #include <xmmintrin.h>
 #endif
 
-namespace kiln::codegen::cpu {
+namespace kiln::runtime::cpu {
 
 const char* GemmActivationName(GemmActivation activation) {
   switch (activation) {
@@ -522,9 +522,10 @@ template class StridedBPacker<double>;
 
 template <class T>
 absl::Status RunCore(const CoreProblem<T>& problem, const EpilogueVariant& epilogue,
-                     const GemmTuning& tuning, runtime::ThreadPool* pool) {
+                     const GemmTuning& tuning, const MicroKernelProvider& kernels,
+                     runtime::ThreadPool* pool) {
   constexpr ir::DType dtype = sizeof(T) == 8 ? ir::DType::kF64 : ir::DType::kF32;
-  absl::StatusOr<KernelShape> shape = ChooseKernelShape(dtype, tuning);
+  absl::StatusOr<KernelShape> shape = ChooseKernelShape(dtype, tuning, kernels.vectors());
   if (!shape.ok()) return shape.status();
   if (problem.m == 0 || problem.n == 0 || problem.batches.empty()) return absl::OkStatus();
   Plan plan;
@@ -537,9 +538,9 @@ absl::Status RunCore(const CoreProblem<T>& problem, const EpilogueVariant& epilo
     plan.shape.mr = mr;
   }
   plan.blocking = ChooseBlocking(plan.shape, sizeof(T), tuning);
-  absl::StatusOr<MicroKernelFn> plain = GetMicroKernel(dtype, plan.shape, EpilogueVariant{});
+  absl::StatusOr<MicroKernelFn> plain = kernels.Get(dtype, plan.shape, EpilogueVariant{});
   if (!plain.ok()) return plain.status();
-  absl::StatusOr<MicroKernelFn> last = GetMicroKernel(dtype, plan.shape, epilogue);
+  absl::StatusOr<MicroKernelFn> last = kernels.Get(dtype, plan.shape, epilogue);
   if (!last.ok()) return last.status();
   plan.plain = *plain;
   plan.last = *last;
@@ -580,9 +581,78 @@ absl::Status RunCore(const CoreProblem<T>& problem, const EpilogueVariant& epilo
 }
 
 template absl::Status RunCore<float>(const CoreProblem<float>&, const EpilogueVariant&,
-                                     const GemmTuning&, runtime::ThreadPool*);
+                                     const GemmTuning&, const MicroKernelProvider&,
+                                     runtime::ThreadPool*);
 template absl::Status RunCore<double>(const CoreProblem<double>&, const EpilogueVariant&,
-                                      const GemmTuning&, runtime::ThreadPool*);
+                                      const GemmTuning&, const MicroKernelProvider&,
+                                      runtime::ThreadPool*);
+
+EpilogueVariant EpilogueVariant::Of(const GemmEpilogue& epilogue) {
+  EpilogueVariant variant;
+  variant.activation = epilogue.activation;
+  variant.row_bias = epilogue.row_bias != nullptr;
+  variant.column_bias = epilogue.column_bias != nullptr;
+  variant.residual = epilogue.residual.data != nullptr;
+  variant.residual_after_activation = epilogue.residual_after_activation;
+  return variant;
+}
+
+std::string EpilogueVariant::Name() const {
+  std::string name;
+  auto add = [&](const char* part) { absl::StrAppend(&name, name.empty() ? "" : "_", part); };
+  if (column_bias) add("cbias");
+  if (row_bias) add("rbias");
+  if (residual && !residual_after_activation) add("res");
+  if (activation != GemmActivation::kNone) add(GemmActivationName(activation));
+  if (residual && residual_after_activation) add("res");
+  return name.empty() ? "plain" : name;
+}
+
+std::string MicroKernelName(ir::DType dtype, const KernelShape& shape,
+                            const EpilogueVariant& variant) {
+  return absl::StrCat("kiln_gemm_", dtype == ir::DType::kF64 ? "f64" : "f32", "_", shape.mr, "x",
+                      shape.nr(), "_v", shape.vector_bits, "_", variant.Name());
+}
+
+absl::StatusOr<KernelShape> ChooseKernelShape(ir::DType dtype, const GemmTuning& tuning,
+                                              const TargetVectors& vectors) {
+  if (dtype != ir::DType::kF32 && dtype != ir::DType::kF64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm: dtype ", ir::DTypeName(dtype), " is not supported (f32, f64 only)"));
+  }
+  const int host_bits = vectors.bits, registers = vectors.registers;
+  KernelShape shape;
+  shape.fma = vectors.fma;
+  const int element_bits = dtype == ir::DType::kF64 ? 64 : 32;
+  if (tuning.vector_bits != 0 || tuning.mr != 0 || tuning.nr_vectors != 0) {
+    if (tuning.vector_bits == 0 || tuning.mr <= 0 || tuning.nr_vectors <= 0) {
+      return absl::InvalidArgumentError(
+          "gemm: tuning.vector_bits, tuning.mr and tuning.nr_vectors must be set together");
+    }
+    if ((tuning.vector_bits != 128 && tuning.vector_bits != 256 && tuning.vector_bits != 512) ||
+        tuning.vector_bits > host_bits) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gemm: tuning.vector_bits ", tuning.vector_bits,
+                       " is not 128, 256 or 512 up to the host's ", host_bits));
+    }
+    if (tuning.mr > 32 || tuning.nr_vectors > 8) {
+      return absl::InvalidArgumentError(absl::StrCat("gemm: tuning asks for an oversized tile ",
+                                                     tuning.mr, " x ", tuning.nr_vectors,
+                                                     " vectors"));
+    }
+    shape.vector_bits = tuning.vector_bits;
+    shape.mr = tuning.mr;
+    shape.nr_vectors = tuning.nr_vectors;
+  } else {
+    shape.vector_bits = host_bits;
+    shape.nr_vectors = 2;
+    // Accumulators for MR rows, the row of B vectors, and two registers for the broadcast A
+    // element and the compiler's use: 14 x 2 on 32 registers, 6 x 2 on 16.
+    shape.mr = (registers - shape.nr_vectors - 2) / shape.nr_vectors;
+  }
+  shape.lanes = shape.vector_bits / element_bits;
+  return shape;
+}
 
 }  // namespace gemm_internal
 
@@ -766,7 +836,8 @@ absl::Status RunGemv(const CoreProblem<T>& p, const GemmParams& params, runtime:
 }
 
 template <class T>
-absl::Status RunGemm(const GemmParams& params, runtime::ThreadPool* pool) {
+absl::Status RunGemm(const GemmParams& params, const gemm_internal::MicroKernelProvider& kernels,
+                     runtime::ThreadPool* pool) {
   CoreProblem<T> problem;
   problem.m = params.m;
   problem.n = params.n;
@@ -810,12 +881,15 @@ absl::Status RunGemm(const GemmParams& params, runtime::ThreadPool* pool) {
   }
   // A single output row, unless a test asked for a particular kernel shape.
   if (params.m == 1 && params.tuning.mr == 0) return RunGemv(problem, params, pool);
-  return gemm_internal::RunCore(problem, EpilogueVariant::Of(epilogue), params.tuning, pool);
+  return gemm_internal::RunCore(problem, EpilogueVariant::Of(epilogue), params.tuning, kernels,
+                                pool);
 }
 
 }  // namespace
 
-absl::Status Gemm(const GemmParams& params, runtime::ThreadPool* pool) {
+absl::Status ExecuteGemm(const GemmParams& params,
+                         const gemm_internal::MicroKernelProvider& kernels,
+                         runtime::ThreadPool* pool) {
   if (params.dtype != ir::DType::kF32 && params.dtype != ir::DType::kF64) {
     return absl::InvalidArgumentError(absl::StrCat("gemm: dtype ", ir::DTypeName(params.dtype),
                                                    " is not supported (f32, f64 only)"));
@@ -864,27 +938,11 @@ absl::Status Gemm(const GemmParams& params, runtime::ThreadPool* pool) {
     static const double kZero[1] = {0.0};
     copy.a = MatrixView{kZero, 0, 0, {}};
     copy.b = MatrixView{kZero, 0, 0, {}};
-    return params.dtype == ir::DType::kF32 ? RunGemm<float>(copy, pool)
-                                           : RunGemm<double>(copy, pool);
+    return params.dtype == ir::DType::kF32 ? RunGemm<float>(copy, kernels, pool)
+                                           : RunGemm<double>(copy, kernels, pool);
   }
-  return params.dtype == ir::DType::kF32 ? RunGemm<float>(params, pool)
-                                         : RunGemm<double>(params, pool);
+  return params.dtype == ir::DType::kF32 ? RunGemm<float>(params, kernels, pool)
+                                         : RunGemm<double>(params, kernels, pool);
 }
 
-absl::StatusOr<GemmKernelInfo> DescribeGemmKernel(ir::DType dtype, const GemmEpilogue& epilogue,
-                                                  const GemmTuning& tuning) {
-  absl::StatusOr<gemm_internal::KernelShape> shape =
-      gemm_internal::ChooseKernelShape(dtype, tuning);
-  if (!shape.ok()) return shape.status();
-  absl::StatusOr<GemmKernelInfo> info =
-      gemm_internal::GenerateKernelText(dtype, *shape, EpilogueVariant::Of(epilogue));
-  if (!info.ok()) return info.status();
-  const gemm_internal::Blocking blocking =
-      gemm_internal::ChooseBlocking(*shape, dtype == ir::DType::kF64 ? 8 : 4, tuning);
-  info->mc = blocking.mc;
-  info->nc = blocking.nc;
-  info->kc = blocking.kc;
-  return info;
-}
-
-}  // namespace kiln::codegen::cpu
+}  // namespace kiln::runtime::cpu

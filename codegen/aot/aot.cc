@@ -1,0 +1,484 @@
+#include "codegen/aot/aot.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "codegen/aot/target_codegen.h"
+#include "codegen/cpu/gemm_kernel.h"
+#include "codegen/cpu/graph_compiler.h"
+#include "codegen/cpu/jit.h"
+#include "ir/dtype.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
+#include "nlohmann/json.hpp"
+#include "runtime/blob.h"
+#include "runtime/cpu/contraction.h"
+#include "runtime/cpu/gemm_internal.h"
+#include "runtime/executable.h"
+#include "xxhash.h"
+
+namespace kiln::aot {
+namespace {
+
+using json = nlohmann::json;
+namespace gi = runtime::cpu::gemm_internal;
+namespace fs = std::filesystem;
+
+// The micro-kernels a contraction asks for, found by running the driver on zeros with a provider
+// that records each request and hands out a kernel that does nothing. The driver's choices
+// (tile shape, the short tile for few rows, the plain and epilogue variants, the GEMV path that
+// needs none) are then exactly the ones it makes at run time for the same target vectors.
+class RecordingProvider final : public gi::MicroKernelProvider {
+ public:
+  explicit RecordingProvider(gi::TargetVectors vectors) : vectors_(vectors) {}
+  gi::TargetVectors vectors() const override { return vectors_; }
+  absl::StatusOr<gi::MicroKernelFn> Get(ir::DType dtype, const gi::KernelShape& shape,
+                                        const gi::EpilogueVariant& variant) const override {
+    requests_[gi::MicroKernelName(dtype, shape, variant)] = Request{dtype, shape, variant};
+    return &Nothing;
+  }
+  struct Request {
+    ir::DType dtype;
+    gi::KernelShape shape;
+    gi::EpilogueVariant variant;
+  };
+  const std::map<std::string, Request>& requests() const { return requests_; }
+
+ private:
+  static void Nothing(int64_t, const void*, const void*, void*, int64_t, const gi::TileArgs*) {}
+  gi::TargetVectors vectors_;
+  mutable std::map<std::string, Request> requests_;
+};
+
+std::string Symbolize(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const bool plain =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    out.push_back(plain ? c : '_');
+  }
+  return out;
+}
+
+json ViewJson(const runtime::cpu::MatrixView& view) {
+  return json{{"row_stride", view.row_stride},
+              {"col_stride", view.col_stride},
+              {"batch_strides", view.batch_strides}};
+}
+
+// Replaces the parameters named in `weights` by constants holding the values.
+absl::StatusOr<ir::Graph> BindWeights(const ir::Graph& graph, const CompileOptions& options,
+                                      json* weight_list) {
+  ir::Graph bound = graph;
+  std::set<std::string> seen;
+  for (const auto& [name, value] : options.weights) {
+    if (!seen.insert(name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("aot: weight \"", name, "\" given twice"));
+    }
+    const ir::NodeId id = graph.FindParameter(name);
+    if (id == ir::kInvalidNode) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("aot: weight \"", name, "\" is not a parameter of the graph"));
+    }
+    if (value == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("aot: weight \"", name, "\" has no value"));
+    }
+    const ir::TensorType& type = graph.node(id).type;
+    if (value->dtype() != type.dtype || value->shape() != type.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "aot: weight \"", name, "\" is ", ir::DTypeName(value->dtype()),
+          ir::ShapeToString(value->shape()), ", the parameter is ", ir::TypeToString(type)));
+    }
+    ir::Node& node = bound.mutable_node(id);
+    node.op = ir::Op::kConstant;
+    node.attrs = ir::Attrs{};
+    node.attrs.literal = value;
+    weight_list->push_back(
+        json{{"name", name}, {"dtype", ir::DTypeName(type.dtype)}, {"shape", type.shape}});
+  }
+  if (absl::Status s = ir::Verify(bound); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("aot: the graph with weights bound: ", s.message()));
+  }
+  return bound;
+}
+
+// Runs a command; an error quotes it and its output.
+absl::Status RunCommand(const std::vector<std::string>& argv, const std::string& log_path) {
+  std::string command;
+  for (const std::string& a : argv)
+    absl::StrAppend(&command, command.empty() ? "" : " ", "'", a, "'");
+  const std::string full = absl::StrCat(command, " >'", log_path, "' 2>&1");
+  const int rc = std::system(full.c_str());
+  if (rc != 0) {
+    std::ifstream log(log_path);
+    std::stringstream text;
+    text << log.rdbuf();
+    return absl::InternalError(
+        absl::StrCat("aot: `", command, "` failed (status ", rc, "): ", text.str()));
+  }
+  return absl::OkStatus();
+}
+
+struct Section {
+  runtime::blob::SectionKind kind;
+  std::string name;
+  std::string bytes;
+};
+
+std::string Assemble(std::vector<Section> sections) {
+  using runtime::blob::kSectionAlignment;
+  auto align = [](uint64_t v) {
+    return (v + kSectionAlignment - 1) / kSectionAlignment * kSectionAlignment;
+  };
+  const uint64_t table_offset = runtime::blob::kHeaderBytes;
+  uint64_t offset = align(table_offset + sections.size() * runtime::blob::kSectionEntryBytes);
+  std::string table(sections.size() * runtime::blob::kSectionEntryBytes, '\0');
+  std::vector<uint64_t> offsets;
+  for (size_t i = 0; i < sections.size(); ++i) {
+    const Section& s = sections[i];
+    char* e = table.data() + i * runtime::blob::kSectionEntryBytes;
+    const uint32_t kind = static_cast<uint32_t>(s.kind);
+    const uint64_t size = s.bytes.size();
+    const uint64_t checksum = XXH3_64bits(s.bytes.data(), s.bytes.size());
+    std::memcpy(e, &kind, 4);
+    std::memcpy(e + 8, &offset, 8);
+    std::memcpy(e + 16, &size, 8);
+    std::memcpy(e + 24, &checksum, 8);
+    std::memcpy(e + 32, s.name.data(),
+                std::min<size_t>(s.name.size(), runtime::blob::kSectionNameBytes - 1));
+    offsets.push_back(offset);
+    offset = align(offset + size);
+  }
+  std::string blob(offset, '\0');
+  std::memcpy(blob.data(), runtime::blob::kMagic, 8);
+  const uint32_t version = runtime::blob::kFormatVersion;
+  const uint32_t count = static_cast<uint32_t>(sections.size());
+  const uint64_t file_size = blob.size();
+  const uint64_t table_checksum = XXH3_64bits(table.data(), table.size());
+  std::memcpy(blob.data() + 8, &version, 4);
+  std::memcpy(blob.data() + 12, &count, 4);
+  std::memcpy(blob.data() + 16, &file_size, 8);
+  std::memcpy(blob.data() + 24, &table_offset, 8);
+  std::memcpy(blob.data() + 32, &table_checksum, 8);
+  std::memcpy(blob.data() + table_offset, table.data(), table.size());
+  for (size_t i = 0; i < sections.size(); ++i) {
+    std::memcpy(blob.data() + offsets[i], sections[i].bytes.data(), sections[i].bytes.size());
+  }
+  return blob;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions& options) {
+  if (absl::Status s = ir::Verify(graph); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("aot: ", s.message()));
+  }
+  json weight_list = json::array();
+  absl::StatusOr<ir::Graph> bound = BindWeights(graph, options, &weight_list);
+  if (!bound.ok()) return bound.status();
+
+  // The same graph compiler as the JIT: fusion, memory plan, launch plan.
+  absl::StatusOr<std::shared_ptr<const codegen::cpu::CompiledGraph>> compiled =
+      codegen::cpu::CompileGraph(*bound);
+  if (!compiled.ok()) {
+    return absl::Status(compiled.status().code(),
+                        absl::StrCat("aot: graph compile: ", compiled.status().message()));
+  }
+  const runtime::Executable& exe = (*compiled)->executable;
+
+  // Signature.
+  json signature;
+  signature["name"] = options.name.empty() ? "model" : options.name;
+  signature["inputs"] = json::array();
+  signature["outputs"] = json::array();
+  signature["weights"] = weight_list;
+  const std::vector<ir::NodeId> params = bound->Parameters();
+  for (size_t k = 0; k < params.size(); ++k) {
+    const ir::Node& node = bound->node(params[k]);
+    signature["inputs"].push_back(json{{"name", node.attrs.name},
+                                       {"dtype", ir::DTypeName(node.type.dtype)},
+                                       {"shape", node.type.shape}});
+  }
+  for (size_t k = 0; k < bound->outputs().size(); ++k) {
+    const ir::Output& out = bound->outputs()[k];
+    const ir::TensorType& type = bound->node(out.node).type;
+    signature["outputs"].push_back(
+        json{{"name", out.name.empty() ? absl::StrCat("output", k) : out.name},
+             {"dtype", ir::DTypeName(type.dtype)},
+             {"shape", type.shape}});
+  }
+
+  // Launch plan: slots, then steps.
+  const auto slots = exe.slots();
+  const auto steps = exe.steps();
+  std::set<int> descriptor_slots;
+  for (const runtime::Step& step : steps) {
+    if (step.fn == runtime::cpu::ContractionKernel) descriptor_slots.insert(step.slot_args[3]);
+  }
+  std::string weights;
+  json plan;
+  plan["name"] = signature["name"];
+  plan["slots"] = json::array();
+  for (int i = 0; i < static_cast<int>(slots.size()); ++i) {
+    const runtime::Slot& slot = slots[i];
+    json s{{"size", slot.size_bytes}};
+    switch (slot.kind) {
+      case runtime::SlotKind::kInput:
+        s["kind"] = "input";
+        s["index"] = slot.index;
+        break;
+      case runtime::SlotKind::kOutput:
+        s["kind"] = "output";
+        s["index"] = slot.index;
+        break;
+      case runtime::SlotKind::kArena:
+        s["kind"] = "arena";
+        s["offset"] = slot.offset;
+        break;
+      case runtime::SlotKind::kErrorFlag:
+        s["kind"] = "error_flag";
+        break;
+      case runtime::SlotKind::kScalar:
+        return absl::UnimplementedError(
+            "aot: graphs with scalar slots cannot be compiled to blobs");
+      case runtime::SlotKind::kConstant:
+        if (descriptor_slots.count(i) != 0) {
+          s["kind"] = "descriptor";
+          break;
+        }
+        s["kind"] = "constant";
+        weights.resize((weights.size() + 63) / 64 * 64, '\0');
+        s["weights_offset"] = weights.size();
+        weights.append(reinterpret_cast<const char*>(exe.constant_data(i)),
+                       static_cast<size_t>(slot.size_bytes));
+        break;
+    }
+    if (!slot.label.empty()) s["label"] = slot.label;
+    plan["slots"].push_back(std::move(s));
+  }
+
+  // Targets: the host (its CPU, as the JIT compiles) and the extra triples (generic CPUs).
+  absl::StatusOr<TargetInfo> host = HostTargetInfo();
+  if (!host.ok()) return host.status();
+  std::vector<TargetInfo> targets = {*host};
+  for (const std::string& triple : options.triples) {
+    absl::StatusOr<TargetInfo> target = GenericTargetInfo(triple);
+    if (!target.ok()) return target.status();
+    bool duplicate = false;
+    for (const TargetInfo& t : targets) duplicate |= t.triple == target->triple;
+    if (!duplicate) targets.push_back(*target);
+  }
+  std::vector<RecordingProvider> recorders;
+  for (const TargetInfo& t : targets) recorders.emplace_back(t.vectors);
+
+  plan["steps"] = json::array();
+  std::map<std::string, std::string> symbol_of_kernel;  // printed kernel IR → symbol
+  std::vector<std::pair<std::string, codegen::Kernel>> kernels;
+  for (int s = 0; s < static_cast<int>(steps.size()); ++s) {
+    const runtime::Step& step = steps[s];
+    json j{{"args", step.slot_args},
+           {"extent", step.parallel_extent},
+           {"grain", step.grain},
+           {"name", step.name},
+           {"error_context", step.error_context}};
+    if (step.fn == runtime::cpu::ContractionKernel) {
+      const runtime::cpu::ContractionStep* c;
+      std::memcpy(&c, exe.constant_data(step.slot_args[3]), sizeof(c));
+      json d;
+      d["has_bias"] = c->has_bias;
+      // Zero operands sized like the slots, for the recording run.
+      std::vector<std::vector<std::byte>> zeros;
+      std::vector<void*> args;
+      for (int slot : step.slot_args) {
+        zeros.emplace_back(static_cast<size_t>(slots[slot].size_bytes) + 64);
+        args.push_back(zeros.back().data());
+      }
+      if (c->is_conv) {
+        const runtime::cpu::ConvParams& p = c->conv;
+        j["kind"] = "conv";
+        d["dtype"] = ir::DTypeName(p.dtype);
+        d["activation"] = runtime::cpu::GemmActivationName(p.activation);
+        d["input_shape"] = p.input_shape;
+        d["weight_shape"] = p.weight_shape;
+        d["strides"] = p.strides;
+        d["low"] = p.low;
+        d["high"] = p.high;
+        d["dilation"] = p.dilation;
+        d["input_dilation"] = p.input_dilation;
+        d["groups"] = p.groups;
+        for (RecordingProvider& r : recorders) {
+          runtime::cpu::ConvParams q = p;
+          q.input = args[0];
+          q.weight = args[1];
+          q.output = args[2];
+          if (c->has_bias) q.bias = args[4];
+          if (absl::Status st = runtime::cpu::ExecuteConv(q, r, nullptr); !st.ok()) return st;
+        }
+      } else {
+        const runtime::cpu::GemmParams& p = c->gemm;
+        if (p.epilogue.residual.data != nullptr || p.epilogue.row_bias != nullptr) {
+          return absl::UnimplementedError("aot: GEMM residual/row-bias epilogues");
+        }
+        j["kind"] = "gemm";
+        d["dtype"] = ir::DTypeName(p.dtype);
+        d["activation"] = runtime::cpu::GemmActivationName(p.epilogue.activation);
+        d["batch"] = p.batch;
+        d["m"] = p.m;
+        d["n"] = p.n;
+        d["k"] = p.k;
+        d["alpha"] = p.alpha;
+        d["beta"] = p.beta;
+        d["a"] = ViewJson(p.a);
+        d["b"] = ViewJson(p.b);
+        d["c"] = ViewJson(p.c);
+        for (RecordingProvider& r : recorders) {
+          runtime::cpu::GemmParams q = p;
+          q.a.data = args[0];
+          q.b.data = args[1];
+          q.c.data = args[2];
+          if (c->has_bias) q.epilogue.column_bias = args[4];
+          if (absl::Status st = runtime::cpu::ExecuteGemm(q, r, nullptr); !st.ok()) return st;
+        }
+      }
+      j["descriptor"] = std::move(d);
+    } else if (step.fn == runtime::CopyBytesKernel) {
+      j["kind"] = "copy";
+    } else {
+      auto it = (*compiled)->step_kernels.find(s);
+      if (it == (*compiled)->step_kernels.end()) {
+        return absl::InternalError(
+            absl::StrCat("aot: step ", s, " (", step.name, ") has no kernel IR"));
+      }
+      const codegen::Kernel& kernel = it->second;
+      const std::string text = codegen::PrintKernel(kernel);
+      auto [known, fresh] = symbol_of_kernel.emplace(
+          text, absl::StrCat("kiln_k", kernels.size(), "_", Symbolize(kernel.name)));
+      if (fresh) kernels.emplace_back(known->second, kernel);
+      j["kind"] = "kernel";
+      j["symbol"] = known->second;
+      json arg_bytes = json::array();
+      for (const codegen::KernelArg& arg : kernel.args) {
+        // The error flag is two int64 (runtime::KernelErrorFlag), whatever its KernelArg says.
+        arg_bytes.push_back(arg.role == codegen::ArgRole::kErrorFlag
+                                ? static_cast<int64_t>(sizeof(runtime::KernelErrorFlag))
+                                : arg.num_elements * ir::DTypeSize(arg.dtype));
+      }
+      j["arg_bytes"] = std::move(arg_bytes);
+    }
+    plan["steps"].push_back(std::move(j));
+  }
+
+  std::vector<Section> sections;
+  plan["targets"] = json::array();
+  const fs::path work =
+      fs::temp_directory_path() /
+      absl::StrCat("kiln-aot-", getpid(), "-", reinterpret_cast<uintptr_t>(&graph));
+  std::error_code ec;
+  fs::create_directories(work, ec);
+  if (ec) return absl::InternalError(absl::StrCat("aot: cannot create ", work.string()));
+  struct Cleanup {
+    fs::path path;
+    ~Cleanup() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  } cleanup{work};
+  for (size_t t = 0; t < targets.size(); ++t) {
+    const TargetInfo& target = targets[t];
+    // Each target's code holds the micro-kernels the driver asks for with its vectors.
+    std::vector<MicroKernelRequest> micro;
+    std::vector<std::string> micro_names;
+    for (const auto& [name, r] : recorders[t].requests()) {
+      micro.push_back(MicroKernelRequest{r.dtype, r.shape, r.variant});
+      micro_names.push_back(name);
+    }
+    absl::StatusOr<std::string> object = CompileObject(target, kernels, micro);
+    if (!object.ok()) return object.status();
+    const fs::path object_path = work / absl::StrCat("code", t, ".o");
+    const fs::path library_path = work / absl::StrCat("code", t, ".so");
+    {
+      std::ofstream out(object_path, std::ios::binary);
+      out.write(object->data(), static_cast<std::streamsize>(object->size()));
+      if (!out)
+        return absl::InternalError(absl::StrCat("aot: cannot write ", object_path.string()));
+    }
+    std::vector<std::string> link;
+    if (t == 0) {
+      const char* cc = std::getenv("KILN_AOT_CC");
+      link = {cc != nullptr && *cc != '\0' ? cc : "cc",
+              "-shared",
+              "-o",
+              library_path.string(),
+              object_path.string(),
+              "-lm"};
+    } else {
+      const char* lld = std::getenv("KILN_AOT_LLD");
+      link = {lld != nullptr && *lld != '\0' ? lld : "ld.lld",
+              "-shared",
+              "--no-undefined-version",
+              "-o",
+              library_path.string(),
+              object_path.string()};
+    }
+    if (absl::Status s = RunCommand(link, (work / "link.log").string()); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("aot: link for ", target.triple, ": ", s.message()));
+    }
+    std::ifstream in(library_path, std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    json tj{{"triple", target.triple},
+            {"cpu", target.cpu},
+            {"features", target.features},
+            {"vector_bits", target.vectors.bits},
+            {"vector_registers", target.vectors.registers},
+            {"fma", target.vectors.fma},
+            {"micro_kernels", micro_names}};
+    plan["targets"].push_back(std::move(tj));
+    sections.push_back(Section{runtime::blob::SectionKind::kCode, target.triple, bytes.str()});
+  }
+  std::vector<Section> all;
+  all.push_back(Section{runtime::blob::SectionKind::kSignature, "", signature.dump()});
+  all.push_back(Section{runtime::blob::SectionKind::kLaunchPlan, "", plan.dump()});
+  all.push_back(Section{runtime::blob::SectionKind::kWeights, "", std::move(weights)});
+  for (Section& s : sections) all.push_back(std::move(s));
+  if (options.include_ir_text) {
+    all.push_back(Section{runtime::blob::SectionKind::kIrText, "", ir::PrintGraph(graph)});
+  }
+  return Assemble(std::move(all));
+}
+
+absl::Status CompileToFile(const ir::Graph& graph, const CompileOptions& options,
+                           const std::string& path) {
+  absl::StatusOr<std::string> blob = Compile(graph, options);
+  if (!blob.ok()) return blob.status();
+  const std::string temporary = absl::StrCat(path, ".tmp", getpid());
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(blob->data(), static_cast<std::streamsize>(blob->size()));
+    out.close();
+    if (!out) return absl::InternalError(absl::StrCat("aot: cannot write ", temporary));
+  }
+  std::error_code ec;
+  fs::rename(temporary, path, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("aot: cannot rename ", temporary, " to ", path, ": ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::aot

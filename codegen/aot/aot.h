@@ -1,0 +1,54 @@
+// Ahead-of-time compilation: an ir::Graph becomes a `.kiln` blob (runtime/blob.h,
+// docs/deploy.md) that libkiln_runtime loads and runs without any compiler.
+//
+//   ir::Graph g = kiln::trace(model, example_x);          // frontend/trace.h
+//   aot::CompileOptions options;
+//   options.name = "mlp";
+//   options.triples = {"aarch64-unknown-linux-gnu"};      // extra targets; the host is implied
+//   absl::Status s = aot::CompileToFile(g, options, "mlp.kiln");
+//
+// The graph goes through the CPU backend's graph compiler (the same fusion, memory plan and
+// launch plan as the JIT), then every kernel and every GEMM micro-kernel it uses is compiled to
+// machine code once per triple (the host's CPU for the host triple, a generic CPU of the triple
+// for the others) and linked into a shared object per triple (host: `cc -shared`; other triples:
+// `ld.lld`), stored as the blob's code sections.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ir/graph.h"
+#include "ir/tensor_data.h"
+
+namespace kiln::aot {
+
+struct CompileOptions {
+  /// Extra LLVM target triples (e.g. "aarch64-unknown-linux-gnu" or "aarch64-linux-gnu"); the
+  /// host triple is always included.
+  std::vector<std::string> triples;
+  /// Store the graph's IR text in the blob (for `kiln inspect` and debugging).
+  bool include_ir_text = true;
+  /// The model's name in the signature ("" → "model").
+  std::string name;
+  /// Weights: parameters of the graph named here are bound to these values at compile time
+  /// (kiln::trace returns a module's parameters this way, TracedGraph::weights). They go into the
+  /// blob's weights section and are listed by name in the signature's "weights"; the remaining
+  /// parameters are the blob's inputs, in graph order. A name that is no parameter, or a value
+  /// whose type differs from the parameter's, is an error.
+  std::vector<std::pair<std::string, std::shared_ptr<const ir::TensorData>>> weights;
+};
+
+/// Compiles `graph` (which must verify; parameters are the blob's inputs in order, named by
+/// their parameter names, outputs by their output names) into blob bytes. Errors name the stage
+/// (graph compile, code generation for triple T, link) and, for link failures, the command.
+absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions& options);
+
+/// Compile, then writes the bytes to `path` (atomically: a temporary file renamed into place).
+absl::Status CompileToFile(const ir::Graph& graph, const CompileOptions& options,
+                           const std::string& path);
+
+}  // namespace kiln::aot

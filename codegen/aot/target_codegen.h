@@ -1,0 +1,42 @@
+// Machine code for one LLVM target triple: the graph's kernels and the GEMM micro-kernels in one
+// relocatable object. Internal to codegen/aot; names LLVM types by forward declaration only.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "codegen/kernel_ir.h"
+#include "runtime/cpu/gemm_internal.h"
+
+namespace kiln::aot {
+
+struct TargetInfo {
+  std::string triple;
+  std::string cpu;
+  std::string features;
+  runtime::cpu::gemm_internal::TargetVectors vectors;
+};
+
+/// The host as the JIT compiles for it (its CPU name and every feature it has).
+absl::StatusOr<TargetInfo> HostTargetInfo();
+
+/// A generic CPU of `triple` (normalised by LLVM, e.g. "aarch64-linux-gnu" →
+/// "aarch64-unknown-linux-gnu"): baseline features only, so the code runs on any CPU of the
+/// architecture. x86_64 and aarch64 are supported (the GEMM needs to know their registers).
+absl::StatusOr<TargetInfo> GenericTargetInfo(const std::string& triple);
+
+struct MicroKernelRequest {
+  ir::DType dtype;
+  runtime::cpu::gemm_internal::KernelShape shape;
+  runtime::cpu::gemm_internal::EpilogueVariant variant;
+};
+
+/// Compiles `kernels` (symbol, kernel IR: ExpandMath, the CPU emitter, O3 for the target) and
+/// the micro-kernels into one ELF relocatable object for `target`.
+absl::StatusOr<std::string> CompileObject(
+    const TargetInfo& target, const std::vector<std::pair<std::string, codegen::Kernel>>& kernels,
+    const std::vector<MicroKernelRequest>& micro_kernels);
+
+}  // namespace kiln::aot

@@ -1,0 +1,43 @@
+// The GEMM micro-kernel generator (LLVM IR for an MR x NR register tile) and the JIT's
+// MicroKernelProvider. Internal to codegen/ (codegen/cpu and codegen/aot); names LLVM types by
+// forward declaration only.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "runtime/cpu/gemm_internal.h"
+
+namespace llvm {
+class Module;
+}  // namespace llvm
+
+namespace kiln::codegen::cpu::gemm_internal {
+
+using runtime::cpu::gemm_internal::EpilogueVariant;
+using runtime::cpu::gemm_internal::KernelShape;
+using runtime::cpu::gemm_internal::MicroKernelFn;
+using runtime::cpu::gemm_internal::MicroKernelProvider;
+using runtime::cpu::gemm_internal::TargetVectors;
+
+/// The host's vector registers, as the JIT's target reports them.
+absl::StatusOr<TargetVectors> HostVectors();
+
+/// The JIT's provider: micro-kernels generated for the host on first use and cached for the life
+/// of the process (and on disk under $KILN_CACHE_DIR). Thread-safe, never destroyed.
+const MicroKernelProvider& JitMicroKernels();
+
+/// Adds the micro-kernel for (dtype, shape, variant) to `module` (already configured for its
+/// target) as the external function MicroKernelName(dtype, shape, variant), and returns that
+/// name. Used by the JIT and by ahead-of-time compilation for other triples.
+std::string EmitMicroKernel(llvm::Module& module, ir::DType dtype, const KernelShape& shape,
+                            const EpilogueVariant& variant);
+
+/// Generates the kernel for the host without caching and returns its text.
+struct KernelText {
+  std::string name, llvm_ir, assembly;
+};
+absl::StatusOr<KernelText> GenerateKernelText(ir::DType dtype, const KernelShape& shape,
+                                              const EpilogueVariant& variant);
+
+}  // namespace kiln::codegen::cpu::gemm_internal

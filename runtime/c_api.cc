@@ -1,0 +1,196 @@
+// The C API (runtime/include/kiln_runtime.h) over runtime::blob::Model.
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "runtime/blob.h"
+#include "runtime/include/kiln_runtime.h"
+
+struct kiln_model {
+  std::unique_ptr<kiln::runtime::blob::Model> model;
+  struct Info {
+    std::string name;
+    kiln_dtype dtype;
+    std::vector<int64_t> shape;
+    size_t size_bytes;
+  };
+  std::vector<Info> inputs, outputs;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+kiln_status Fail(kiln_status status, std::string message) {
+  last_error = std::move(message);
+  return status;
+}
+
+kiln_status FromStatus(const absl::Status& status, kiln_status bad_blob) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return KILN_OK;
+    case absl::StatusCode::kNotFound:
+      return Fail(KILN_ERROR_IO, std::string(status.message()));
+    case absl::StatusCode::kFailedPrecondition:
+      return Fail(KILN_ERROR_UNSUPPORTED, std::string(status.message()));
+    case absl::StatusCode::kInvalidArgument:
+      return Fail(bad_blob, std::string(status.message()));
+    case absl::StatusCode::kOutOfRange:
+      return Fail(KILN_ERROR_RUN, std::string(status.message()));
+    default:
+      return Fail(KILN_ERROR_INTERNAL, std::string(status.message()));
+  }
+}
+
+kiln_dtype DTypeOf(const std::string& name) {
+  static const char* const names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"};
+  for (int i = 0; i < 8; ++i) {
+    if (name == names[i]) return static_cast<kiln_dtype>(i);
+  }
+  return KILN_DTYPE_F32;  // unreachable: ParseBlob accepts only these
+}
+
+kiln_status Wrap(absl::StatusOr<std::unique_ptr<kiln::runtime::blob::Model>> loaded,
+                 kiln_model** out) {
+  if (!loaded.ok()) return FromStatus(loaded.status(), KILN_ERROR_BAD_BLOB);
+  auto* model = new (std::nothrow) kiln_model;
+  if (model == nullptr) return Fail(KILN_ERROR_INTERNAL, "out of memory");
+  model->model = *std::move(loaded);
+  const auto& signature = model->model->signature();
+  for (const auto& [specs, infos] :
+       {std::pair{&signature.inputs, &model->inputs}, {&signature.outputs, &model->outputs}}) {
+    for (const auto& spec : *specs) {
+      infos->push_back(
+          {spec.name, DTypeOf(spec.dtype), spec.shape, static_cast<size_t>(spec.size_bytes)});
+    }
+  }
+  *out = model;
+  return KILN_OK;
+}
+
+kiln_status Info(const std::vector<kiln_model::Info>& infos, size_t index, kiln_tensor_info* out,
+                 const char* what) {
+  if (out == nullptr) return Fail(KILN_ERROR_INVALID_ARGUMENT, "kiln: null kiln_tensor_info");
+  if (index >= infos.size()) {
+    return Fail(KILN_ERROR_INVALID_ARGUMENT, std::string("kiln: ") + what + " " +
+                                                 std::to_string(index) + " does not exist (" +
+                                                 std::to_string(infos.size()) + ")");
+  }
+  const kiln_model::Info& info = infos[index];
+  out->name = info.name.c_str();
+  out->dtype = info.dtype;
+  out->rank = info.shape.size();
+  out->shape = info.shape.data();
+  out->size_bytes = info.size_bytes;
+  return KILN_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* kiln_status_string(kiln_status status) {
+  switch (status) {
+    case KILN_OK:
+      return "ok";
+    case KILN_ERROR_INVALID_ARGUMENT:
+      return "invalid argument";
+    case KILN_ERROR_IO:
+      return "i/o error";
+    case KILN_ERROR_BAD_BLOB:
+      return "bad blob";
+    case KILN_ERROR_UNSUPPORTED:
+      return "unsupported";
+    case KILN_ERROR_RUN:
+      return "run error";
+    case KILN_ERROR_INTERNAL:
+      return "internal";
+  }
+  return "unknown status";
+}
+
+const char* kiln_dtype_name(kiln_dtype dtype) {
+  static const char* const names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"};
+  const int i = static_cast<int>(dtype);
+  return i >= 0 && i < 8 ? names[i] : "?";
+}
+
+size_t kiln_dtype_size(kiln_dtype dtype) {
+  static const size_t sizes[] = {4, 8, 2, 2, 4, 8, 1, 1};
+  const int i = static_cast<int>(dtype);
+  return i >= 0 && i < 8 ? sizes[i] : 0;
+}
+
+const char* kiln_last_error(void) { return last_error.c_str(); }
+
+kiln_status kiln_model_load_file(const char* path, kiln_model** out) {
+  if (out == nullptr) return Fail(KILN_ERROR_INVALID_ARGUMENT, "kiln: null output pointer");
+  *out = nullptr;
+  if (path == nullptr) return Fail(KILN_ERROR_INVALID_ARGUMENT, "kiln: null path");
+  try {
+    return Wrap(kiln::runtime::blob::Model::LoadFile(path), out);
+  } catch (const std::exception& e) {
+    return Fail(KILN_ERROR_INTERNAL, e.what());
+  }
+}
+
+kiln_status kiln_model_load_memory(const void* data, size_t size, kiln_model** out) {
+  if (out == nullptr) return Fail(KILN_ERROR_INVALID_ARGUMENT, "kiln: null output pointer");
+  *out = nullptr;
+  if (data == nullptr && size != 0) return Fail(KILN_ERROR_INVALID_ARGUMENT, "kiln: null data");
+  try {
+    return Wrap(kiln::runtime::blob::Model::LoadMemory(
+                    std::span<const std::byte>(static_cast<const std::byte*>(data), size)),
+                out);
+  } catch (const std::exception& e) {
+    return Fail(KILN_ERROR_INTERNAL, e.what());
+  }
+}
+
+void kiln_model_free(kiln_model* model) { delete model; }
+
+const char* kiln_model_name(const kiln_model* model) {
+  return model == nullptr ? nullptr : model->model->signature().name.c_str();
+}
+
+size_t kiln_model_num_inputs(const kiln_model* model) {
+  return model == nullptr ? 0 : model->inputs.size();
+}
+
+size_t kiln_model_num_outputs(const kiln_model* model) {
+  return model == nullptr ? 0 : model->outputs.size();
+}
+
+kiln_status kiln_model_input_info(const kiln_model* model, size_t index, kiln_tensor_info* out) {
+  if (model == nullptr) return Fail(KILN_ERROR_INVALID_ARGUMENT, "kiln: null model");
+  return Info(model->inputs, index, out, "input");
+}
+
+kiln_status kiln_model_output_info(const kiln_model* model, size_t index, kiln_tensor_info* out) {
+  if (model == nullptr) return Fail(KILN_ERROR_INVALID_ARGUMENT, "kiln: null model");
+  return Info(model->outputs, index, out, "output");
+}
+
+kiln_status kiln_model_run(const kiln_model* model, const void* const* inputs,
+                           void* const* outputs) {
+  if (model == nullptr) return Fail(KILN_ERROR_INVALID_ARGUMENT, "kiln: null model");
+  if ((inputs == nullptr && !model->inputs.empty()) ||
+      (outputs == nullptr && !model->outputs.empty())) {
+    return Fail(KILN_ERROR_INVALID_ARGUMENT, "kiln: null input or output array");
+  }
+  try {
+    absl::Status status =
+        model->model->Run(std::span<const void* const>(inputs, model->inputs.size()),
+                          std::span<void* const>(outputs, model->outputs.size()));
+    return FromStatus(status, KILN_ERROR_INVALID_ARGUMENT);
+  } catch (const std::exception& e) {
+    return Fail(KILN_ERROR_INTERNAL, e.what());
+  }
+}
+
+}  // extern "C"

@@ -1,0 +1,169 @@
+// The CPU backend's matrix-multiplication engine: a packed, register-blocked GEMM in the
+// GotoBLAS/BLIS structure, and N-d convolution through the same GEMM (implicit im2col: the
+// convolution's input is gathered straight into the packed panels, never into a column matrix).
+//
+//   C[M,N] = alpha * A[M,K] * B[K,N] + beta * C   (per batch entry), then the fused epilogue.
+//
+// The register tile is an MR x NR micro-kernel generated as LLVM IR for the host's vector width
+// (AVX-512: 14 x 32 f32 in zmm registers; AVX2: 6 x 16 in ymm; NEON/SSE: 14 x 8 / 6 x 8) and
+// JIT-compiled once per process and epilogue variant through codegen/cpu/llvm_jit.h (and kept as
+// an object file in $KILN_CACHE_DIR when it is set, so a later process skips LLVM). Operands are
+// packed into 64-byte aligned panels: A into MR-row panels, B into NR-column panels, with cache
+// blocks KC (depth), NC (columns, one B block stays in L2) and MC (rows, one A block stays in L3)
+// derived from the host's cache sizes. The epilogue (bias, residual, activation) runs in registers
+// on each output tile right after its last depth block, while the tile is hot.
+//
+// Threading: the output of each batch entry is cut into as many rectangles as the pool has
+// threads (rows or columns, whichever costs less repeated packing), each computed independently
+// with the thread's own packing buffers; many small batch entries are spread over the threads
+// whole instead. One ParallelFor per call (per batch entry at most).
+//
+// Only f32 and f64 are supported. Nothing here includes LLVM: the driver lives in the runtime
+// (libkiln_runtime runs it for blobs) and takes its micro-kernels from a MicroKernelProvider —
+// the JIT's (codegen/cpu/gemm.h: Gemm, Conv) or a loaded blob's.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ir/dtype.h"
+#include "ir/tensor_data.h"
+
+namespace kiln::runtime {
+class ThreadPool;
+}  // namespace kiln::runtime
+
+namespace kiln::runtime::cpu {
+
+namespace gemm_internal {
+class MicroKernelProvider;
+}  // namespace gemm_internal
+
+/// The activation a GEMM or convolution applies to each output element in its epilogue.
+enum class GemmActivation {
+  kNone,
+  kRelu,      // max(x, 0); NaN stays NaN
+  kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), computed as x * sigmoid(2 z)
+  kSilu,      // x * sigmoid(x)
+  kSigmoid,   // 1 / (1 + exp(-x))
+};
+
+/// "none", "relu", "gelu_tanh", "silu", "sigmoid".
+const char* GemmActivationName(GemmActivation activation);
+
+/// A strided matrix (or a batch of them). Element (r, c) of batch entry (i0, i1, ...) is at
+/// data + i0 * batch_strides[0] + i1 * batch_strides[1] + ... + r * row_stride + c * col_stride,
+/// all in elements. A transposed operand is just swapped strides, a permuted view of a larger
+/// tensor is its strides, and a stride of 0 broadcasts.
+struct MatrixView {
+  const void* data = nullptr;
+  int64_t row_stride = 0;
+  int64_t col_stride = 1;
+  /// One entry per batch dimension of the GEMM (GemmParams::batch); empty when unbatched.
+  std::vector<int64_t> batch_strides;
+};
+
+/// The view of a dense row-major tensor [batch..., rows, cols].
+MatrixView DenseMatrix(const void* data, int64_t rows, int64_t cols,
+                       const std::vector<int64_t>& batch = {});
+
+/// What happens to each output element after the last depth block, in this order:
+///   v = alpha * sum + beta * c_old;  v += column_bias[col];  v += row_bias[row];
+///   if (!residual_after_activation) v += residual;  v = activation(v);
+///   if (residual_after_activation) v += residual;  c = v.
+struct GemmEpilogue {
+  GemmActivation activation = GemmActivation::kNone;
+  /// [N], added to every row (a Linear layer's bias). Shared by all batch entries. May be null.
+  const void* column_bias = nullptr;
+  /// [M], added to every column (a convolution's per-output-channel bias). May be null.
+  const void* row_bias = nullptr;
+  /// A matrix like C (same batch, M, N; col_stride must be 1) added to the result; data null for
+  /// none. It must not overlap C: C holds partial sums while earlier depth blocks run.
+  MatrixView residual;
+  /// The residual is added after the activation (out = x + f(y), a transformer block) or before
+  /// it (out = relu(y + x), a ResNet block).
+  bool residual_after_activation = true;
+
+  bool empty() const {
+    return activation == GemmActivation::kNone && column_bias == nullptr && row_bias == nullptr &&
+           residual.data == nullptr;
+  }
+};
+
+/// Overrides of the blocking and micro-kernel shape, for tests (to exercise several blocks and
+/// edge tiles on small matrices, or another target's kernel shape on this host) and for tuning.
+/// Zero means "derived from the host".
+struct GemmTuning {
+  int64_t mc = 0;  // rows of an A block (rounded up to a multiple of MR)
+  int64_t nc = 0;  // columns of a B block (rounded up to a multiple of NR)
+  int64_t kc = 0;  // depth of a block
+  /// Micro-kernel shape: vector width in bits (128, 256 or 512; at most the host's), rows MR and
+  /// vectors per row (NR = nr_vectors * lanes). All three or none.
+  int vector_bits = 0;
+  int mr = 0;
+  int nr_vectors = 0;
+};
+
+/// One GEMM call: C = alpha * A * B + beta * C over every batch entry, then `epilogue`.
+struct GemmParams {
+  ir::DType dtype = ir::DType::kF32;  // kF32 or kF64; A, B, C, bias and residual all have it
+  /// Batch dimensions (each >= 0); the matrices' batch_strides have one entry per dimension.
+  std::vector<int64_t> batch;
+  int64_t m = 0, n = 0, k = 0;
+  MatrixView a;  // [M, K]
+  MatrixView b;  // [K, N]
+  /// [M, N]; col_stride must be 1 (the kernel stores whole vectors along N). `c.data` is written
+  /// through although MatrixView holds a const pointer.
+  MatrixView c;
+  double alpha = 1.0;
+  /// 0 means C's old contents are never read (they may be uninitialised or NaN).
+  double beta = 0.0;
+  GemmEpilogue epilogue;
+  GemmTuning tuning;
+};
+
+/// Runs the GEMM with the micro-kernels of `kernels`, in parallel on `pool` when it is given
+/// (nullptr: on the calling thread). Errors (InvalidArgument) name the offending field and its
+/// value; a micro-kernel the provider cannot give is its error. codegen::cpu::Gemm calls this
+/// with the JIT's provider.
+absl::Status ExecuteGemm(const GemmParams& params,
+                         const gemm_internal::MicroKernelProvider& kernels,
+                         runtime::ThreadPool* pool = nullptr);
+
+/// A convolution as the IR defines it (docs/ir.md, ir::InferType): input [N, C, S...], weight
+/// [O, C/groups, K...], output [N, O, S'...], each dense row-major. The per-axis vectors follow
+/// ir::Attrs (spatial axes only; empty means the default 1 / 0 / 0 / 1 / 1).
+struct ConvParams {
+  ir::DType dtype = ir::DType::kF32;  // kF32 or kF64
+  ir::Shape input_shape;
+  ir::Shape weight_shape;
+  std::vector<int64_t> strides, low, high, dilation, input_dilation;
+  int64_t groups = 1;
+  const void* input = nullptr;
+  const void* weight = nullptr;
+  void* output = nullptr;
+  /// [O]: added to every element of output channel o. May be null.
+  const void* bias = nullptr;
+  /// Dense, shaped like the output; null for none. Order as in GemmEpilogue.
+  const void* residual = nullptr;
+  bool residual_after_activation = true;
+  GemmActivation activation = GemmActivation::kNone;
+  GemmTuning tuning;
+};
+
+/// The output shape of `params` (ir::InferType's rule), or InvalidArgument naming the mismatch.
+absl::StatusOr<ir::Shape> ConvOutputShape(const ConvParams& params);
+
+/// Runs the convolution: for each image and group, out[O/g, P] = W_g[O/g, C/g * prod(K)] *
+/// im2col(x)[C/g * prod(K), P], where the im2col operand is gathered into packed B panels on the
+/// fly (padding and input dilation read as zeros). A 2-d conv with at most 16 output positions,
+/// a depth of at least 1024 and no epilogue (a weight gradient: dW of a 3x3 kernel) runs as
+/// out^T = im2col^T * W^T instead, with im2col^T built explicitly (capped at 64 MiB).
+absl::Status ExecuteConv(const ConvParams& params,
+                         const gemm_internal::MicroKernelProvider& kernels,
+                         runtime::ThreadPool* pool = nullptr);
+
+}  // namespace kiln::runtime::cpu

@@ -1,0 +1,295 @@
+// Ahead-of-time blobs against the JIT: the same graph compiled by codegen/aot and loaded by
+// runtime/blob (the thin runtime) gives the same outputs as codegen::cpu::CompileAndRun.
+#include "codegen/aot/aot.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codegen/cpu/graph_compiler.h"
+#include "ir/builder.h"
+#include "ir/tensor_data.h"
+#include "kiln/kiln.h"
+#include "runtime/blob.h"
+#include "runtime/include/kiln_runtime.h"
+#include "tests/codegen/random_graph.h"
+
+namespace kiln {
+namespace {
+
+using runtime::blob::Model;
+
+std::vector<ir::TensorData> RunBlob(const Model& model, const std::vector<ir::TensorData>& args) {
+  std::vector<const void*> inputs;
+  for (const ir::TensorData& a : args) inputs.push_back(a.data());
+  std::vector<ir::TensorData> results;
+  std::vector<void*> outputs;
+  for (const auto& spec : model.signature().outputs) {
+    results.push_back(
+        ir::TensorData::Uninitialized(*ir::ParseDType(spec.dtype), ir::Shape(spec.shape)));
+  }
+  for (ir::TensorData& r : results) outputs.push_back(r.data());
+  absl::Status s = model.Run(inputs, outputs);
+  EXPECT_TRUE(s.ok()) << s;
+  return results;
+}
+
+std::vector<ir::TensorData> RunJit(const ir::Graph& graph,
+                                   const std::vector<ir::TensorData>& args) {
+  std::vector<std::shared_ptr<const ir::TensorData>> shared;
+  for (const ir::TensorData& a : args) shared.push_back(std::make_shared<ir::TensorData>(a));
+  absl::StatusOr<std::vector<ir::TensorData>> out = codegen::cpu::CompileAndRun(graph, shared);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() ? *std::move(out) : std::vector<ir::TensorData>{};
+}
+
+// Compiles `graph` to a blob, loads it and checks it against the JIT, bit for bit: the blob's
+// host code is the JIT's code (same emitter, CPU, O3 pipeline and GEMM driver).
+void ExpectBlobMatchesJit(const ir::Graph& graph, const std::vector<ir::TensorData>& args) {
+  aot::CompileOptions options;
+  options.name = "test";
+  absl::StatusOr<std::string> blob = aot::Compile(graph, options);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadMemory(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<ir::TensorData> expected = RunJit(graph, args);
+  const std::vector<ir::TensorData> actual = RunBlob(**model, args);
+  ASSERT_EQ(expected.size(), actual.size());
+  for (size_t k = 0; k < expected.size(); ++k) {
+    ASSERT_EQ(expected[k].size_bytes(), actual[k].size_bytes());
+    EXPECT_EQ(std::memcmp(expected[k].data(), actual[k].data(), expected[k].size_bytes()), 0)
+        << "output " << k << " differs from the JIT's";
+  }
+}
+
+ir::TensorData Random(const ir::TensorType& type, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return test::RandomTensor(type, rng);
+}
+
+ir::TensorType F32(ir::Shape shape) { return ir::TensorType{ir::DType::kF32, std::move(shape)}; }
+
+// x[batch, 784] -> relu(x W1 + b1) -> relu(. W2 + b2) -> . W3 + b3 -> softmax
+ir::Graph Mlp(int64_t batch, std::vector<ir::TensorData>* args) {
+  ir::Builder b;
+  ir::NodeId x = b.Parameter("x", F32({batch, 784}));
+  args->push_back(Random(F32({batch, 784}), 1));
+  const int64_t sizes[] = {784, 128, 64, 10};
+  for (int l = 0; l < 3; ++l) {
+    ir::NodeId w = b.Constant(Random(F32({sizes[l], sizes[l + 1]}), 10 + l));
+    ir::NodeId bias = b.Constant(Random(F32({sizes[l + 1]}), 20 + l));
+    x = b.Binary(ir::Op::kAdd, b.MatMul(x, w),
+                 b.Broadcast(b.Reshape(bias, {1, sizes[l + 1]}), {batch, sizes[l + 1]}));
+    if (l < 2) x = b.Binary(ir::Op::kMax, x, b.Fill(0.0, F32({batch, sizes[l + 1]})));
+  }
+  ir::NodeId m = b.Reduce(ir::Op::kReduceMax, x, {1});
+  ir::NodeId e = b.Unary(
+      ir::Op::kExp, b.Binary(ir::Op::kSub, x, b.Broadcast(b.Reshape(m, {batch, 1}), {batch, 10})));
+  ir::NodeId s = b.Reduce(ir::Op::kReduceSum, e, {1});
+  b.Output(b.Binary(ir::Op::kDiv, e, b.Broadcast(b.Reshape(s, {batch, 1}), {batch, 10})), "probs");
+  absl::StatusOr<ir::Graph> g = std::move(b).Build();
+  EXPECT_TRUE(g.ok()) << g.status();
+  return *std::move(g);
+}
+
+TEST(AotTest, MlpBatch1MatchesJit) {
+  std::vector<ir::TensorData> args;
+  ir::Graph g = Mlp(1, &args);
+  ExpectBlobMatchesJit(g, args);
+}
+
+TEST(AotTest, MlpBatch32MatchesJit) {
+  std::vector<ir::TensorData> args;
+  ir::Graph g = Mlp(32, &args);
+  ExpectBlobMatchesJit(g, args);
+}
+
+TEST(AotTest, ConvNetMatchesJit) {
+  ir::Builder b;
+  ir::NodeId x = b.Parameter("image", F32({2, 3, 12, 12}));
+  ir::NodeId w = b.Constant(Random(F32({8, 3, 3, 3}), 2));
+  ir::NodeId bias = b.Constant(Random(F32({8}), 3));
+  ir::Attrs conv;
+  conv.strides = {1, 1};
+  conv.low = {1, 1};
+  conv.high = {1, 1};
+  ir::NodeId y = b.Conv(x, w, conv);
+  y = b.Binary(ir::Op::kAdd, y, b.Broadcast(b.Reshape(bias, {1, 8, 1, 1}), {2, 8, 12, 12}));
+  y = b.Binary(ir::Op::kMax, y, b.Fill(0.0, F32({2, 8, 12, 12})));
+  ir::NodeId w2 = b.Constant(Random(F32({4, 8, 3, 3}), 4));
+  ir::Attrs conv2;
+  conv2.strides = {2, 2};
+  y = b.Conv(y, w2, conv2);  // [2, 4, 5, 5]
+  ir::NodeId flat = b.Reshape(y, {2, 100});
+  ir::NodeId fc = b.Constant(Random(F32({100, 10}), 5));
+  b.Output(b.MatMul(flat, fc), "logits");
+  absl::StatusOr<ir::Graph> g = std::move(b).Build();
+  ASSERT_TRUE(g.ok()) << g.status();
+  ExpectBlobMatchesJit(*g, {Random(F32({2, 3, 12, 12}), 6)});
+}
+
+TEST(AotTest, LayerNormMatchesJit) {
+  ir::Builder b;
+  const int64_t n = 8, d = 48;
+  ir::NodeId x = b.Parameter("x", F32({n, d}));
+  ir::NodeId mean = b.Binary(ir::Op::kDiv, b.Reduce(ir::Op::kReduceSum, x, {1}),
+                             b.Fill(static_cast<double>(d), F32({n, 1})));
+  ir::NodeId centered = b.Binary(ir::Op::kSub, x, b.Broadcast(b.Reshape(mean, {n, 1}), {n, d}));
+  ir::NodeId var = b.Binary(
+      ir::Op::kDiv, b.Reduce(ir::Op::kReduceSum, b.Binary(ir::Op::kMul, centered, centered), {1}),
+      b.Fill(static_cast<double>(d), F32({n, 1})));
+  ir::NodeId inv = b.Unary(ir::Op::kRsqrt, b.Binary(ir::Op::kAdd, var, b.Fill(1e-5, F32({n, 1}))));
+  ir::NodeId y = b.Binary(ir::Op::kMul, centered, b.Broadcast(b.Reshape(inv, {n, 1}), {n, d}));
+  b.Output(y, "y");
+  b.Output(mean, "mean");  // a second output
+  absl::StatusOr<ir::Graph> g = std::move(b).Build();
+  ASSERT_TRUE(g.ok()) << g.status();
+  ExpectBlobMatchesJit(*g, {Random(F32({n, d}), 7)});
+}
+
+TEST(AotTest, RandomGraphsMatchJit) {
+  for (uint64_t seed :
+       test::FuzzSeeds({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20})) {
+    test::RandomGraph r = test::MakeRandomGraph(seed);
+    SCOPED_TRACE(r.text);
+    ExpectBlobMatchesJit(r.graph, r.arguments);
+  }
+}
+
+// The blob also goes through the C API and kiln::trace of a module with named weights.
+template <class B>
+struct SmallMlp {
+  nn::Linear<B> fc1, fc2;
+  KILN_MODULE(SmallMlp, fc1, fc2);
+  Tensor<B, 2> forward(const Tensor<B, 2>& x) const {
+    return fc2.forward(activation::relu(fc1.forward(x)));
+  }
+};
+
+TEST(AotTest, TracedModuleThroughTheCApi) {
+  using B = Cpu;
+  manual_seed(3);
+  B::Device device;
+  SmallMlp<B> model{nn::LinearConfig(20, 16).init<B>(device),
+                    nn::LinearConfig(16, 5).init<B>(device)};
+  std::vector<float> xs(4 * 20);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 7) * 0.25f - 0.5f;
+  auto x = Tensor<B, 2>::from_vector(xs, {4, 20}, device);
+  TracedGraph traced = trace_named(TraceNames{{"x"}, {"logits"}}, model, x);
+  ASSERT_EQ(traced.weights.size(), 4u);
+  EXPECT_EQ(traced.weights[0].first.substr(0, 4), "fc1.");
+  aot::CompileOptions options;
+  options.name = "small_mlp";
+  options.weights = traced.weights;
+  absl::StatusOr<std::string> blob = aot::Compile(traced.graph, options);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+
+  kiln_model* m = nullptr;
+  ASSERT_EQ(kiln_model_load_memory(blob->data(), blob->size(), &m), KILN_OK) << kiln_last_error();
+  ASSERT_EQ(kiln_model_num_inputs(m), 1u);
+  ASSERT_EQ(kiln_model_num_outputs(m), 1u);
+  kiln_tensor_info in, out;
+  ASSERT_EQ(kiln_model_input_info(m, 0, &in), KILN_OK);
+  ASSERT_EQ(kiln_model_output_info(m, 0, &out), KILN_OK);
+  EXPECT_STREQ(in.name, "x");
+  EXPECT_STREQ(out.name, "logits");
+  EXPECT_EQ(in.dtype, KILN_DTYPE_F32);
+  ASSERT_EQ(out.rank, 2u);
+  EXPECT_EQ(out.shape[0], 4);
+  EXPECT_EQ(out.shape[1], 5);
+  EXPECT_EQ(kiln_model_input_info(m, 1, &in), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_THAT(kiln_last_error(), testing::HasSubstr("input 1 does not exist"));
+  std::vector<float> y(20);
+  const void* inputs[] = {xs.data()};
+  void* outputs[] = {y.data()};
+  ASSERT_EQ(kiln_model_run(m, inputs, outputs), KILN_OK) << kiln_last_error();
+  kiln_model_free(m);
+
+  // The module run eagerly (JIT path) is the oracle.
+  const std::vector<float> expected = model.forward(x).to_vector();
+  ASSERT_EQ(expected.size(), y.size());
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_FLOAT_EQ(y[i], expected[i]) << i;
+}
+
+TEST(AotTest, TracedFunctionWithCapturedTensorAndTwoOutputs) {
+  using B = Cpu;
+  B::Device device;
+  auto w = Tensor<B, 1>::from_vector(std::vector<float>{1.5f, -2.0f, 3.25f}, {3}, device);
+  auto x = Tensor<B, 1>::from_vector(std::vector<float>{0.5f, -1.0f, 2.0f}, {3}, device);
+  TracedGraph traced =
+      trace([&w](const Tensor<B, 1>& a) { return std::make_tuple(a * w, a + w * w); }, x);
+  ASSERT_EQ(traced.weights.size(), 1u);
+  EXPECT_EQ(traced.weights[0].first, "weight0");
+  ASSERT_EQ(traced.graph.outputs().size(), 2u);
+  EXPECT_EQ(traced.graph.outputs()[1].name, "output1");
+  aot::CompileOptions options;
+  options.weights = traced.weights;
+  absl::StatusOr<std::string> blob = aot::Compile(traced.graph, options);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadMemory(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ((*model)->signature().inputs.size(), 1u);
+  EXPECT_EQ((*model)->signature().inputs[0].name, "input0");
+  const std::vector<ir::TensorData> out = RunBlob(**model, {x.into_data()});
+  ASSERT_EQ(out.size(), 2u);
+  const std::vector<float> product = (x * w).to_vector(), sum = (x + w * w).to_vector();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(reinterpret_cast<const float*>(out[0].data())[i], product[i]);
+    EXPECT_EQ(reinterpret_cast<const float*>(out[1].data())[i], sum[i]);
+  }
+}
+
+TEST(AotTest, ForeignTripleSectionIsAarch64) {
+  std::vector<ir::TensorData> args;
+  ir::Graph g = Mlp(2, &args);
+  aot::CompileOptions options;
+  options.triples = {"aarch64-linux-gnu"};
+  absl::StatusOr<std::string> blob = aot::Compile(g, options);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  absl::StatusOr<runtime::blob::BlobView> view = runtime::blob::ParseBlob(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
+  ASSERT_TRUE(view.ok()) << view.status();
+  ASSERT_EQ(view->targets.size(), 2u);
+  EXPECT_EQ(view->targets[1].triple, "aarch64-unknown-linux-gnu");
+  const auto& section = view->sections[view->targets[1].section];
+  // An ELF shared object for EM_AARCH64 (183).
+  const char* code = blob->data() + section.offset;
+  ASSERT_GT(section.size, 64u);
+  EXPECT_EQ(std::memcmp(code,
+                        "\x7f"
+                        "ELF",
+                        4),
+            0);
+  uint16_t machine;
+  std::memcpy(&machine, code + 18, 2);
+  EXPECT_EQ(machine, 183);
+  EXPECT_EQ(view->targets[1].vector_bits, 128);
+  // The host still loads its own section from the two-target blob and matches the JIT.
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadMemory(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
+  ASSERT_TRUE(model.ok()) << model.status();
+}
+
+TEST(AotTest, WeightErrorsNameTheWeight) {
+  ir::Builder b;
+  ir::NodeId x = b.Parameter("x", F32({2}));
+  ir::NodeId w = b.Parameter("w", F32({2}));
+  b.Output(b.Binary(ir::Op::kAdd, x, w));
+  ir::Graph g = *std::move(b).Build();
+  aot::CompileOptions options;
+  options.weights = {{"nope", std::make_shared<ir::TensorData>(Random(F32({2}), 1))}};
+  EXPECT_THAT(aot::Compile(g, options).status().message(),
+              testing::HasSubstr("weight \"nope\" is not a parameter"));
+  options.weights = {{"w", std::make_shared<ir::TensorData>(Random(F32({3}), 1))}};
+  EXPECT_THAT(aot::Compile(g, options).status().message(),
+              testing::HasSubstr("weight \"w\" is f32[3], the parameter is f32[2]"));
+}
+
+}  // namespace
+}  // namespace kiln

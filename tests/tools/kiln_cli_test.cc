@@ -1,0 +1,338 @@
+// End-to-end tests of the `kiln` command line (tools/kiln, docs/cli.md): the program is run as a
+// user runs it (KILN_TOOL_PATH), and its outputs are checked against the reference interpreter.
+// Also: the bad IR-text corpus (tests/tools/corpus/ir_bad/expected.txt), `kiln dump` against a
+// KILN_DUMP run of the JIT, Graphviz output, and bad input on every command.
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "codegen/cpu/graph_compiler.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "ir/interpreter.h"
+#include "ir/npy.h"
+#include "ir/parser.h"
+
+#ifndef KILN_TOOL_PATH
+#error "KILN_TOOL_PATH (the kiln program) must be defined by the build"
+#endif
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const char kMlp[] = "tests/tools/graphs/mlp.kir";
+
+std::string ReadText(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+class KilnCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("kiln_cli_test_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs `kiln <args>` through the shell (args are quoted by the caller where needed).
+  Result Kiln(const std::string& args, const std::string& env = "") {
+    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+    const std::string command =
+        env + " " + KILN_TOOL_PATH + " " + args + " >" + out.string() + " 2>" + err.string();
+    const int status = std::system(command.c_str());
+    Result r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = ReadText(out);
+    r.err = ReadText(err);
+    return r;
+  }
+
+  std::string P(const std::string& name) const { return (dir_ / name).string(); }
+
+  ir::Graph Mlp() {
+    absl::StatusOr<ir::Graph> g = ir::ParseGraph(ReadText(kMlp));
+    EXPECT_TRUE(g.ok()) << g.status();
+    return *std::move(g);
+  }
+
+  // Seeded random values for each parameter, written as in_<name>.npy.
+  std::vector<ir::TensorData> WriteInputs(const ir::Graph& graph) {
+    std::mt19937_64 rng(5);
+    std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+    std::vector<ir::TensorData> inputs;
+    for (ir::NodeId p : graph.Parameters()) {
+      const ir::Node& node = graph.node(p);
+      ir::TensorData t(node.type.dtype, node.type.shape);
+      for (int64_t i = 0; i < t.num_elements(); ++i) t.SetDouble(i, uniform(rng));
+      EXPECT_TRUE(ir::WriteNpy(P("in_" + node.attrs.name + ".npy"), t).ok());
+      inputs.push_back(std::move(t));
+    }
+    return inputs;
+  }
+
+  fs::path dir_;
+};
+
+void ExpectClose(const ir::TensorData& want, const ir::TensorData& got, const std::string& what) {
+  ASSERT_EQ(want.dtype(), got.dtype()) << what;
+  ASSERT_EQ(want.shape(), got.shape()) << what;
+  for (int64_t i = 0; i < want.num_elements(); ++i) {
+    const double w = want.GetDouble(i);
+    EXPECT_NEAR(got.GetDouble(i), w, 1e-5 + 1e-4 * std::abs(w)) << what << " element " << i;
+  }
+}
+
+TEST_F(KilnCli, CompileInspectRunMatchesTheInterpreter) {
+  const ir::Graph graph = Mlp();
+  const std::vector<ir::TensorData> inputs = WriteInputs(graph);
+  absl::StatusOr<std::vector<ir::TensorData>> expected = ir::Interpret(graph, inputs);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+
+  Result c = Kiln(std::string("compile ") + kMlp + " -o " + P("m.kiln"));
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_THAT(c.out, HasSubstr("wrote " + P("m.kiln")));
+
+  Result i = Kiln("inspect " + P("m.kiln") + " --ir");
+  ASSERT_EQ(i.code, 0) << i.err;
+  for (const char* name : {"x", "w1", "w2", "probs", "logits", "f32", "[4,16]", "weights", "mlp"}) {
+    EXPECT_THAT(i.out, HasSubstr(name));
+  }
+  EXPECT_THAT(i.out, HasSubstr("reduce_max"));  // the IR text section
+
+  Result r =
+      Kiln("run " + P("m.kiln") + " --input x=" + P("in_x.npy") + " --input w2=" + P("in_w2.npy") +
+           " -i w1=" + P("in_w1.npy") + " --output " + P("out"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (size_t o = 0; o < graph.outputs().size(); ++o) {
+    const std::string name = graph.outputs()[o].name;
+    absl::StatusOr<ir::TensorData> got = ir::ReadNpy(P("out/" + name + ".npy"));
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectClose((*expected)[o], *got, name);
+  }
+
+  // Without --output: a summary on stdout. Positional inputs fill the inputs in order.
+  Result s = Kiln("run " + P("m.kiln") + " -i " + P("in_x.npy") + " -i " + P("in_w1.npy") + " -i " +
+                  P("in_w2.npy"));
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_THAT(s.out, HasSubstr("probs: f32[4,3] ["));
+}
+
+TEST_F(KilnCli, OutputFilesStayInTheOutputFolder) {
+  const std::string graph_path = "tests/tools/graphs/output_names.kir";
+  absl::StatusOr<ir::Graph> graph = ir::ParseGraph(ReadText(graph_path));
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const std::vector<ir::TensorData> inputs = WriteInputs(*graph);
+  ASSERT_EQ(Kiln("compile " + graph_path + " -o " + P("m.kiln")).code, 0);
+  fs::create_directories(P("sub"));
+  Result r = Kiln("run " + P("m.kiln") + " -i x=" + P("in_x.npy") + " --output " + P("sub/out"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::set<std::string> files;
+  for (const fs::directory_entry& e : fs::directory_iterator(P("sub/out"))) {
+    files.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(files, (std::set<std::string>{".._up.npy", "a_b.npy", "output2.npy", "y.npy",
+                                          "a_b_1.npy", "output_5.npy"}));
+  EXPECT_FALSE(fs::exists(P("sub/up.npy")));
+  absl::StatusOr<std::vector<ir::TensorData>> expected = ir::Interpret(*graph, inputs);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  const char* order[] = {".._up.npy", "a_b.npy",   "output2.npy",
+                         "y.npy",     "a_b_1.npy", "output_5.npy"};
+  for (size_t o = 0; o < 6; ++o) {
+    absl::StatusOr<ir::TensorData> got = ir::ReadNpy(P("sub/out/") + order[o]);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == (*expected)[o]) << order[o];
+  }
+}
+
+TEST_F(KilnCli, NoIrTextLeavesTheSectionOut) {
+  ASSERT_EQ(Kiln(std::string("compile ") + kMlp + " -o " + P("m.kiln") + " --no-ir-text").code, 0);
+  Result i = Kiln("inspect " + P("m.kiln") + " --ir");
+  EXPECT_NE(i.code, 0);
+  EXPECT_THAT(i.err, HasSubstr("no IR text"));
+  Result plain = Kiln("inspect " + P("m.kiln"));
+  EXPECT_EQ(plain.code, 0) << plain.err;
+  EXPECT_THAT(plain.out, Not(HasSubstr("ir text")));
+}
+
+TEST_F(KilnCli, BenchReportsLoadAndLatency) {
+  ASSERT_EQ(Kiln(std::string("compile ") + kMlp + " -o " + P("m.kiln")).code, 0);
+  Result b = Kiln("bench " + P("m.kiln") + " --runs 5 --warmup 1");
+  ASSERT_EQ(b.code, 0) << b.err;
+  for (const char* field : {"load", "first run", "median", "min", "5 runs"}) {
+    EXPECT_THAT(b.out, HasSubstr(field));
+  }
+  EXPECT_NE(Kiln("bench " + P("m.kiln") + " --runs 0").code, 0);
+}
+
+TEST_F(KilnCli, DumpWritesTheSameFilesAsKilnDump) {
+  const std::string cli_root = P("cli_dump"), jit_root = P("jit_dump");
+  Result d = Kiln(std::string("dump ") + kMlp + " --dir " + cli_root);
+  ASSERT_EQ(d.code, 0) << d.err;
+
+  // The JIT path with KILN_DUMP, in this process.
+  const ir::Graph graph = Mlp();
+  std::vector<std::shared_ptr<const ir::TensorData>> args;
+  for (ir::TensorData& t : WriteInputs(graph)) {
+    args.push_back(std::make_shared<const ir::TensorData>(std::move(t)));
+  }
+  ASSERT_EQ(setenv("KILN_DUMP", jit_root.c_str(), 1), 0);
+  absl::StatusOr<std::vector<ir::TensorData>> ran = codegen::cpu::CompileAndRun(graph, args);
+  unsetenv("KILN_DUMP");
+  ASSERT_TRUE(ran.ok()) << ran.status();
+
+  auto listing = [](const fs::path& root) {
+    std::set<std::string> files;
+    for (const fs::directory_entry& e : fs::recursive_directory_iterator(root)) {
+      if (e.is_regular_file()) files.insert(fs::relative(e.path(), root).string());
+    }
+    return files;
+  };
+  const std::set<std::string> cli = listing(cli_root), jit = listing(jit_root);
+  EXPECT_EQ(cli, jit);
+  for (const char* f : {"0000-cpu/00-input.kir", "0000-cpu/fusion.txt", "0000-cpu/kernel_0.kir",
+                        "0000-cpu/kernel_0.ll", "0000-cpu/kernel_0.s", "0000-cpu/memory_plan.txt",
+                        "0000-cpu/executable.txt"}) {
+    EXPECT_EQ(cli.count(f), 1u) << f;
+  }
+  EXPECT_THAT(d.out, HasSubstr("wrote " + cli_root + "/0000-cpu"));
+}
+
+TEST_F(KilnCli, VizWritesDotAndSvg) {
+  Result dot = Kiln(std::string("viz ") + kMlp + " -o " + P("g.dot"));
+  ASSERT_EQ(dot.code, 0) << dot.err;
+  EXPECT_THAT(ReadText(P("g.dot")), HasSubstr("digraph"));
+  Result svg = Kiln(std::string("viz ") + kMlp + " -o " + P("g.svg"));
+  ASSERT_EQ(svg.code, 0) << svg.err;
+  EXPECT_THAT(ReadText(P("g.svg")), HasSubstr("<svg"));
+  EXPECT_FALSE(fs::exists(P("g.svg.tmp.dot")));
+
+  // Without Graphviz on PATH: a clear error, and .dot still works.
+  Result missing = Kiln(std::string("viz ") + kMlp + " -o " + P("h.svg"), "PATH=/nonexistent");
+  EXPECT_NE(missing.code, 0);
+  EXPECT_THAT(missing.err, HasSubstr("'dot' is not on PATH (apt-get install graphviz)"));
+  EXPECT_EQ(Kiln(std::string("viz ") + kMlp + " -o " + P("h.dot"), "PATH=/nonexistent").code, 0);
+  Result format = Kiln(std::string("viz ") + kMlp + " -o " + P("g.jpg"));
+  EXPECT_NE(format.code, 0);
+  EXPECT_THAT(format.err, HasSubstr("unknown picture format"));
+}
+
+TEST_F(KilnCli, EveryBadIrFileGivesItsErrorWithThePath) {
+  const std::string dir = "tests/tools/corpus/ir_bad/";
+  std::ifstream manifest(dir + "expected.txt");
+  ASSERT_TRUE(manifest.good()) << "missing " << dir << "expected.txt (run from the repo root)";
+  std::string line;
+  int cases = 0;
+  while (std::getline(manifest, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t tab = line.find('\t');
+    ASSERT_NE(tab, std::string::npos) << line;
+    const std::string path = dir + line.substr(0, tab), expect = line.substr(tab + 1);
+    SCOPED_TRACE(path);
+    absl::StatusOr<ir::Graph> parsed = ir::ParseGraph(ReadText(path));
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_EQ(parsed.status().message(), expect);
+    // Through the command line: non-zero exit, "<path>:<line>:<col>: ..." on stderr.
+    Result c = Kiln("compile " + path + " -o " + P("bad.kiln"));
+    EXPECT_NE(c.code, 0);
+    EXPECT_THAT(c.err, HasSubstr(path + ":" + expect));
+    EXPECT_FALSE(fs::exists(P("bad.kiln")));
+    ++cases;
+  }
+  EXPECT_GE(cases, 12);
+}
+
+TEST_F(KilnCli, GoodIrSeedsParse) {
+  int seeds = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator("tests/tools/corpus/ir")) {
+    absl::StatusOr<ir::Graph> g = ir::ParseGraph(ReadText(e.path()));
+    EXPECT_TRUE(g.ok()) << e.path() << ": " << g.status();
+    ++seeds;
+  }
+  EXPECT_GE(seeds, 50);
+}
+
+TEST_F(KilnCli, BadInputGivesNonZeroExitAndNamesTheFile) {
+  ASSERT_EQ(Kiln(std::string("compile ") + kMlp + " -o " + P("m.kiln")).code, 0);
+  const ir::Graph graph = Mlp();
+  WriteInputs(graph);
+  const std::string blob = P("m.kiln");
+
+  struct Case {
+    std::string args, expect;
+  };
+  std::vector<Case> cases = {
+      {"compile " + P("missing.kir") + " -o " + P("x.kiln"), P("missing.kir") + ": cannot open"},
+      {"compile " + P("model.onnx") + " -o " + P("x.kiln"),
+       P("model.onnx") + ": ONNX import is not available in this build yet"},
+      {"dump " + P("model.onnx") + " --dir " + P("d"), "ONNX import is not available"},
+      {std::string("compile ") + kMlp + " -o " + P("x.kiln") + " --target vulkan", "--target"},
+      {"inspect " + P("missing.kiln"), P("missing.kiln")},
+      {"inspect " + std::string(kMlp), std::string(kMlp) + ": blob: "},
+      {"run " + std::string(kMlp) + " -i " + P("in_x.npy"), std::string(kMlp) + ": "},
+      {"run " + blob + " -i x=" + P("in_x.npy"), blob + ": input 'w1' (f32[16,8]) is not given"},
+      {"run " + blob + " -i q=" + P("in_x.npy"), blob + ": the model has no input named 'q'"},
+      {"run " + blob + " -i x=" + P("in_w1.npy") + " -i w1=" + P("in_w1.npy") +
+           " -i w2=" + P("in_w2.npy"),
+       P("in_w1.npy") + ": input 'x' of " + blob + " is f32[4,16], the file holds f32[16,8]"},
+      {"run " + blob + " -i x=" + std::string(kMlp),
+       std::string(kMlp) + ": npy: byte 0: bad magic"},
+      {"bench " + P("missing.kiln"), P("missing.kiln")},
+      {"frobnicate", "frobnicate"},
+      {"", "A subcommand is required"},
+  };
+  // A truncated blob and a blob with one flipped byte.
+  const std::string bytes = ReadText(blob);
+  std::ofstream(P("truncated.kiln"), std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  std::string flipped = bytes;
+  flipped[flipped.size() / 2] ^= 0x5a;
+  std::ofstream(P("flipped.kiln"), std::ios::binary) << flipped;
+  for (const char* bad : {"truncated.kiln", "flipped.kiln"}) {
+    cases.push_back({"inspect " + P(bad), P(bad) + ": blob: "});
+    cases.push_back({"run " + P(bad) + " -i " + P("in_x.npy"), P(bad) + ": "});
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args);
+    Result r = Kiln(c.args);
+    EXPECT_NE(r.code, 0);
+    EXPECT_THAT(r.err, HasSubstr(c.expect));
+  }
+}
+
+TEST_F(KilnCli, HelpOnEveryCommand) {
+  Result top = Kiln("--help");
+  EXPECT_EQ(top.code, 0);
+  for (const char* command : {"compile", "run", "inspect", "dump", "viz", "bench"}) {
+    EXPECT_THAT(top.out, HasSubstr(command));
+    Result r = Kiln(std::string(command) + " --help");
+    EXPECT_EQ(r.code, 0) << command;
+    EXPECT_THAT(r.out, HasSubstr("Usage")) << command;
+    EXPECT_THAT(r.out, HasSubstr(command)) << command;
+  }
+}
+
+}  // namespace
+}  // namespace kiln

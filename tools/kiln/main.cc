@@ -1,0 +1,94 @@
+// `kiln`: compile graphs into .kiln blobs, run, inspect and benchmark blobs, dump every compile
+// stage, draw graphs. docs/cli.md has every command with an example.
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <string>
+
+#include "tools/kiln/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace kiln::tools;
+  CLI::App app{"kiln: the kiln graph compiler's command line (docs/cli.md)", "kiln"};
+  app.require_subcommand(1);
+  app.failure_message(CLI::FailureMessage::help);
+  int result = 0;
+
+  CompileArgs compile;
+  CLI::App* c = app.add_subcommand(
+      "compile", "Compile IR text (.kir) or an ONNX model into a .kiln blob for libkiln_runtime");
+  c->add_option("input", compile.input, "graph.kir (IR text, docs/ir.md) or model.onnx")
+      ->required();
+  c->add_option("-o,--output", compile.output, "the blob to write (m.kiln)")->required();
+  c->add_option("--target", compile.target, "the device the blob runs on")
+      ->default_val("cpu")
+      ->check(CLI::IsMember({"cpu"}));
+  c->add_option("--triple", compile.triples,
+                "also compile machine code for this LLVM target triple (repeatable), e.g. "
+                "aarch64-linux-gnu; the host's triple is always included");
+  c->add_flag("--no-ir-text", compile.no_ir_text, "leave the graph's IR text out of the blob");
+  c->add_option("--name", compile.name, "the model's name in the signature (default: file stem)");
+  c->callback([&] { result = Compile(compile); });
+
+  RunArgs run;
+  CLI::App* r = app.add_subcommand("run", "Run a .kiln blob on .npy inputs");
+  r->add_option("blob", run.blob, "m.kiln")->required();
+  r->add_option("-i,--input", run.inputs,
+                "name=file.npy (repeatable); a bare file.npy fills the next input not named");
+  r->add_option("-o,--output", run.output_dir,
+                "write each output to <dir>/<output name>.npy (default: print a summary)");
+  r->callback([&] { result = Run(run); });
+
+  InspectArgs inspect;
+  CLI::App* i = app.add_subcommand(
+      "inspect", "Show a blob's format version, sections, signature, code targets and sizes");
+  i->add_option("blob", inspect.blob, "m.kiln")->required();
+  i->add_flag("--ir", inspect.ir_text, "also print the graph's IR text stored in the blob");
+  i->callback([&] { result = Inspect(inspect); });
+
+  DumpArgs dump;
+  CLI::App* d = app.add_subcommand(
+      "dump",
+      "Compile a graph for the CPU and write every stage into <dir>/NNNN-cpu/: the graph after "
+      "each pass, fusion decisions, kernel IR, LLVM IR, assembly, memory plan, launch plan "
+      "(the same files as KILN_DUMP=<dir>)");
+  d->add_option("input", dump.input, "graph.kir or model.onnx")->required();
+  d->add_option("--dir", dump.dir, "the dump folder (created when missing)")->required();
+  d->callback([&] { result = Dump(dump); });
+
+  VizArgs viz;
+  CLI::App* v = app.add_subcommand("viz", "Draw a graph with Graphviz");
+  v->add_option("input", viz.input, "graph.kir or model.onnx")->required();
+  v->add_option("-o,--output", viz.output,
+                "g.svg, g.png or g.pdf (runs Graphviz's dot), or g.dot (DOT text only)")
+      ->required();
+  v->add_option("--max-literal", viz.max_literal_elements,
+                "constants show at most this many elements")
+      ->default_val(8);
+  v->callback([&] { result = Viz(viz); });
+
+  BenchArgs bench;
+  CLI::App* b = app.add_subcommand(
+      "bench", "Time a blob: load, first run, then median and min latency over --runs runs");
+  b->add_option("blob", bench.blob, "m.kiln")->required();
+  b->add_option("-i,--input", bench.inputs,
+                "name=file.npy (repeatable); inputs not given get seeded random values");
+  b->add_option("-n,--runs", bench.runs, "timed runs")->default_val(100);
+  b->add_option("--warmup", bench.warmup, "untimed runs after the first")->default_val(3);
+  b->add_option("--seed", bench.seed, "seed of the random inputs")->default_val(0);
+  b->callback([&] { result = Bench(bench); });
+
+  // CLI11 reports an unknown command only as "a subcommand is required": name it.
+  bool known = true;
+  try {
+    if (argc > 1 && argv[1][0] != '-') app.get_subcommand(argv[1]);
+  } catch (const CLI::OptionNotFound&) {
+    known = false;
+  }
+  if (!known) {
+    std::cerr << "kiln: unknown command '" << argv[1]
+              << "' (commands: compile, run, inspect, dump, viz, bench; see kiln --help)\n";
+    return 2;
+  }
+  CLI11_PARSE(app, argc, argv);
+  return result;
+}
