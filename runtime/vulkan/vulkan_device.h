@@ -157,7 +157,7 @@ class VulkanDevice : public std::enable_shared_from_this<VulkanDevice> {
   /// device (FailedPrecondition, suggesting KILN_DEVICE=cpu), no device matching the selector
   /// (NotFound, listing the devices found).
   static absl::StatusOr<std::shared_ptr<VulkanDevice>> Open(std::string_view selector = "",
-                                                           const OpenOptions& options = {});
+                                                            const OpenOptions& options = {});
   ~VulkanDevice();
   VulkanDevice(const VulkanDevice&) = delete;
   VulkanDevice& operator=(const VulkanDevice&) = delete;
