@@ -393,7 +393,30 @@ void VulkanDevice::Impl::Free(const Allocation& allocation) {
     }
   }
   free[begin] = end - begin;
-  // Whole blocks stay with the device: the next executable reuses them.
+  if (begin != 0 || end != allocation.block->size) return;
+  // An empty block is returned to the driver when it was one buffer's own, or when another
+  // empty block of its type is kept anyway (the next executable reuses that one).
+  bool keep = allocation.block->size == kBlockBytes;
+  if (keep) {
+    for (const auto& other : blocks) {
+      if (other.get() != allocation.block && other->type == allocation.block->type &&
+          other->size == kBlockBytes && other->free.size() == 1 &&
+          other->free.begin()->second == other->size) {
+        keep = false;
+      }
+    }
+  }
+  if (keep) return;
+  if (allocation.block->mapped != nullptr) api.vkUnmapMemory(device, allocation.block->memory);
+  api.vkFreeMemory(device, allocation.block->memory, nullptr);
+  std::erase_if(blocks, [&](const auto& block) { return block.get() == allocation.block; });
+}
+
+int64_t VulkanDevice::allocated_bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->memory_mutex);
+  int64_t total = 0;
+  for (const auto& block : impl_->blocks) total += static_cast<int64_t>(block->size);
+  return total;
 }
 
 absl::StatusOr<Buffer> VulkanDevice::Impl::CreateBuffer(VkDeviceSize size, MemoryUse use) {
@@ -420,7 +443,9 @@ absl::StatusOr<Buffer> VulkanDevice::Impl::CreateBuffer(VkDeviceSize size, Memor
     DestroyBuffer(buffer);
     return CallError("vkBindBufferMemory", result);
   }
-  if (allocation->block->mapped != nullptr) {
+  // A staging device reaches shaders' buffers only through copies, even where they happen to be
+  // mapped (so forcing staging on a unified-memory device tests the copies).
+  if (allocation->block->mapped != nullptr && (use == MemoryUse::kStaging || !staging)) {
     buffer.mapped = allocation->block->mapped + allocation->offset;
   }
   return buffer;

@@ -165,6 +165,10 @@ class VulkanDevice : public std::enable_shared_from_this<VulkanDevice> {
   const DeviceInfo& info() const;
   /// Whether runs copy through staging buffers (OpenOptions::staging resolved).
   bool uses_staging() const;
+  /// Bytes of VkDeviceMemory the device holds now: 64 MiB blocks that buffers are carved from
+  /// (one empty block per memory type is kept for reuse) plus blocks of their own for buffers
+  /// over 32 MiB (freed with their buffer).
+  int64_t allocated_bytes() const;
 
   /// Checks the spec (InvalidArgument naming the slot / shader / dispatch), creates the
   /// pipelines (through the device's pipeline cache) and uploads the constants.

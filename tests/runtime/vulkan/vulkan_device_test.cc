@@ -405,15 +405,20 @@ TEST_P(VulkanRun, LargeBuffers) {
   // 32 MiB per buffer: the run buffer gets a memory block of its own, and 64 groups stride over
   // 8M elements.
   constexpr uint32_t n = 8u << 20;
+  const int64_t allocated_before = device_->allocated_bytes();
   auto exe = Load(AddSpec(n, 4096));
   ASSERT_NE(exe, nullptr);
   EXPECT_GE(exe->run_buffer_bytes(), int64_t{3} * n * 4);
+  EXPECT_GE(device_->allocated_bytes(), allocated_before + exe->run_buffer_bytes());
   const std::vector<float> a = RandomFloats(n, 12), b = RandomFloats(n, 13);
   std::vector<float> c(n);
   const void* inputs[] = {a.data(), b.data()};
   void* outputs[] = {c.data()};
   ASSERT_TRUE(device_->Run(*exe, inputs, outputs).ok());
   for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(c[i], a[i] + b[i]) << i;
+  // Buffers this large have blocks of their own, which go back to the driver with them.
+  exe.reset();
+  EXPECT_EQ(device_->allocated_bytes(), allocated_before);
 
   // A binding larger than the device allows is refused at Load.
   const uint64_t too_big = device_->info().max_storage_buffer_range + 4;
