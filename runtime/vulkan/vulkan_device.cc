@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/buffer.h"
+#include "runtime/vulkan/spirv_check.h"
 #include "runtime/vulkan/vulkan_loader.h"
 
 namespace kiln::runtime::vulkan {
@@ -31,7 +32,6 @@ using internal::InstanceApi;
 namespace {
 
 constexpr VkDeviceSize kBlockBytes = VkDeviceSize{64} << 20;  // one VkDeviceMemory
-constexpr uint32_t kSpirvMagic = 0x07230203;
 constexpr int kMaxPushConstantBytes = 128;
 
 VkDeviceSize AlignUp(VkDeviceSize value, VkDeviceSize alignment) {
@@ -1109,9 +1109,8 @@ absl::StatusOr<std::shared_ptr<const VulkanExecutable>> VulkanDevice::Load(
   for (size_t s = 0; s < spec.shaders.size(); ++s) {
     const ShaderSpec& shader = spec.shaders[s];
     const std::string shader_name = absl::StrCat("shader ", s, " (", shader.name, ")");
-    if (shader.spirv.size() < 5 || shader.spirv[0] != kSpirvMagic) {
-      return invalid(shader_name, ": not SPIR-V (", shader.spirv.size(),
-                     " words, no magic number 0x07230203)");
+    if (absl::Status spirv = CheckSpirv(shader.spirv); !spirv.ok()) {
+      return invalid(shader_name, ": ", spirv.message());
     }
     if (shader.num_buffers < 0) return invalid(shader_name, ": negative buffer count");
     if (shader.push_constant_bytes < 0 || shader.push_constant_bytes > kMaxPushConstantBytes ||

@@ -170,7 +170,8 @@ class VulkanDevice : public std::enable_shared_from_this<VulkanDevice> {
   /// over 32 MiB (freed with their buffer).
   int64_t allocated_bytes() const;
 
-  /// Checks the spec (InvalidArgument naming the slot / shader / dispatch), creates the
+  /// Checks the spec (InvalidArgument naming the slot / shader / dispatch; SPIR-V through
+  /// CheckSpirv), creates the
   /// pipelines (through the device's pipeline cache) and uploads the constants.
   absl::StatusOr<std::shared_ptr<const VulkanExecutable>> Load(VulkanExecutableSpec spec);
 

@@ -446,7 +446,7 @@ TEST_P(VulkanRun, LoadChecksTheSpec) {
   expect_invalid(spec, "3 push-constant bytes");
   spec = AddSpec(64);
   spec.shaders[0].spirv.assign(3, 0u);
-  expect_invalid(spec, "not SPIR-V");
+  expect_invalid(spec, "shader 0 (add): not SPIR-V");
   spec = AddSpec(64);
   spec.dispatches[0].buffer_slots[2] = 7;
   expect_invalid(spec, "slot 7 does not exist");
