@@ -888,7 +888,7 @@ std::string DeviceInfo::ToString() const {
 }
 
 std::vector<DeviceInfo> ListDevices(const OpenOptions& options) {
-  absl::StatusOr<std::shared_ptr<InstanceApi>> instance = internal::CreateInstance(options.loader);
+  absl::StatusOr<std::shared_ptr<InstanceApi>> instance = internal::SharedInstance(options.loader);
   if (!instance.ok()) return {};
   absl::StatusOr<std::vector<PhysicalDevice>> devices = EnumerateDevices(**instance);
   if (!devices.ok()) return {};
@@ -904,7 +904,7 @@ bool VulkanDevice::uses_staging() const { return impl_->staging; }
 
 absl::StatusOr<std::shared_ptr<VulkanDevice>> VulkanDevice::Open(std::string_view selector,
                                                                  const OpenOptions& options) {
-  absl::StatusOr<std::shared_ptr<InstanceApi>> instance = internal::CreateInstance(options.loader);
+  absl::StatusOr<std::shared_ptr<InstanceApi>> instance = internal::SharedInstance(options.loader);
   if (!instance.ok()) return instance.status();
   absl::StatusOr<std::vector<PhysicalDevice>> devices = EnumerateDevices(**instance);
   if (!devices.ok()) return devices.status();
