@@ -24,6 +24,7 @@ BASE_PACKAGES=(
   qemu-user g++-aarch64-linux-gnu
   nodejs  # runs the wasm32 kernel of tests/cross/wasm
   lld  # ld.lld: links the code sections of .kiln blobs for non-host triples (codegen/aot)
+  libvulkan-dev mesa-vulkan-drivers
 )
 BAZEL_PACKAGES=(bazel-bootstrap bazel-rules-java)
 FORMAT_PACKAGES=(clang-format)
