@@ -1,0 +1,311 @@
+#include "codegen/vulkan/glsl.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <limits>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "codegen/c_render.h"
+#include "codegen/math_expand.h"
+#include "ir/dtype.h"
+
+namespace kiln::codegen::vulkan {
+namespace {
+
+// The element type of an arg's storage buffer.
+const char* BufferElement(ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::kF32:
+      return "float";
+    case ir::DType::kF64:
+      return "double";
+    case ir::DType::kI32:
+      return "int";
+    case ir::DType::kI64:
+      return "int64_t";
+    case ir::DType::kU8:
+    case ir::DType::kBool:
+      return "uint8_t";
+    case ir::DType::kF16:
+    case ir::DType::kBF16:
+      return "uint16_t";
+  }
+  return "uint";
+}
+
+class GlslDialect : public CDialect {
+ public:
+  explicit GlslDialect(const GlslTarget& target) : target_(target) {}
+
+  std::string Name() const override { return "GLSL"; }
+
+  std::string TypeName(ScalarType type) const override {
+    switch (type) {
+      case ScalarType::kBool:
+        return "bool";
+      case ScalarType::kU8:
+      case ScalarType::kU32:
+        return "uint";
+      case ScalarType::kI32:
+        return "int";
+      case ScalarType::kI64:
+        return "int64_t";
+      case ScalarType::kU64:
+        return "uint64_t";
+      case ScalarType::kF32:
+        return "float";
+      case ScalarType::kF64:
+        return "double";
+    }
+    return "uint";
+  }
+
+  std::string FloatLiteral(ScalarType type, double value) const override {
+    char buffer[64];
+    if (type == ScalarType::kF32) {
+      std::snprintf(buffer, sizeof(buffer), "%.9g", value);
+    } else {
+      std::snprintf(buffer, sizeof(buffer), "%.17g", value);
+    }
+    std::string text = buffer;
+    if (text.find_first_of(".e") == std::string::npos) text += ".0";
+    return text + (type == ScalarType::kF32 ? "f" : "lf");
+  }
+
+  std::string IntLiteral(ScalarType type, int64_t value) const override {
+    switch (type) {
+      case ScalarType::kU8:
+      case ScalarType::kU32:
+        return absl::StrCat(static_cast<uint32_t>(value), "u");
+      case ScalarType::kI32:
+        if (value == std::numeric_limits<int32_t>::min()) return "int(0x80000000u)";
+        return value < 0 ? absl::StrCat("(", value, ")") : absl::StrCat(value);
+      case ScalarType::kI64:
+        if (value == std::numeric_limits<int64_t>::min()) return "int64_t(0x8000000000000000ul)";
+        return value < 0 ? absl::StrCat("(", value, "l)") : absl::StrCat(value, "l");
+      case ScalarType::kU64:
+        return absl::StrCat(static_cast<uint64_t>(value), "ul");
+      default:
+        return absl::StrCat(value);
+    }
+  }
+
+  std::string Bitcast(ScalarType from, ScalarType to, const std::string& x) const override {
+    if (from == ScalarType::kF32) {
+      return absl::StrCat(to == ScalarType::kI32 ? "floatBitsToInt(" : "floatBitsToUint(", x, ")");
+    }
+    if (from == ScalarType::kF64) {
+      return absl::StrCat(to == ScalarType::kI64 ? "doubleBitsToInt64(" : "doubleBitsToUint64(", x,
+                          ")");
+    }
+    if (to == ScalarType::kF32) {
+      return absl::StrCat(from == ScalarType::kI32 ? "intBitsToFloat(" : "uintBitsToFloat(", x,
+                          ")");
+    }
+    return absl::StrCat(from == ScalarType::kI64 ? "int64BitsToDouble(" : "uint64BitsToDouble(", x,
+                        ")");
+  }
+
+  std::string MathCall(ExprOp op, ScalarType type, const std::string& x) const override {
+    const bool f64 = type == ScalarType::kF64;
+    const char* name = nullptr;
+    switch (op) {
+      case ExprOp::kSqrt:
+        name = "sqrt";
+        break;
+      case ExprOp::kFloor:
+        name = "floor";
+        break;
+      case ExprOp::kCeil:
+        name = "ceil";
+        break;
+      case ExprOp::kRound:
+        name = "roundEven";
+        break;
+      case ExprOp::kTrunc:
+        name = "trunc";
+        break;
+      // GLSL has these for float only (ExpandMath replaces f32 exp/log/tanh/erf before this).
+      case ExprOp::kExp:
+        name = f64 ? nullptr : "exp";
+        break;
+      case ExprOp::kLog:
+        name = f64 ? nullptr : "log";
+        break;
+      case ExprOp::kSin:
+        name = f64 ? nullptr : "sin";
+        break;
+      case ExprOp::kCos:
+        name = f64 ? nullptr : "cos";
+        break;
+      case ExprOp::kTanh:
+        name = f64 ? nullptr : "tanh";
+        break;
+      default:
+        break;
+    }
+    if (name == nullptr) return "";
+    return absl::StrCat(name, "(", x, ")");
+  }
+
+  std::string PowCall(ScalarType type, const std::string& a, const std::string& b) const override {
+    if (type == ScalarType::kF64) return "";
+    return absl::StrCat("pow(", a, ", ", b, ")");
+  }
+
+  bool HasFloat64() const override { return target_.float64; }
+
+  std::string Load(const Kernel& kernel, ArgId arg, const std::string& index) const override {
+    const ir::DType dtype = kernel.args[static_cast<size_t>(arg)].dtype;
+    const std::string element = absl::StrCat("a", arg, ".d[uint(", index, ")]");
+    switch (dtype) {
+      case ir::DType::kU8:
+        return absl::StrCat("uint(", element, ")");
+      case ir::DType::kBool:
+        return absl::StrCat("(uint(", element, ") != 0u)");
+      case ir::DType::kF16:
+        return absl::StrCat("kiln_f16_to_f32(uint(", element, "))");
+      case ir::DType::kBF16:
+        return absl::StrCat("kiln_bf16_to_f32(uint(", element, "))");
+      default:
+        return element;
+    }
+  }
+
+  std::string Store(const Kernel& kernel, ArgId arg, const std::string& index,
+                    const std::string& value) const override {
+    const ir::DType dtype = kernel.args[static_cast<size_t>(arg)].dtype;
+    const std::string element = absl::StrCat("a", arg, ".d[uint(", index, ")]");
+    switch (dtype) {
+      case ir::DType::kU8:
+        return absl::StrCat(element, " = uint8_t(", value, ");");
+      case ir::DType::kBool:
+        return absl::StrCat(element, " = uint8_t(", value, " ? 1u : 0u);");
+      case ir::DType::kF16:
+        return absl::StrCat(element, " = uint16_t(kiln_f32_to_f16(", value, "));");
+      case ir::DType::kBF16:
+        return absl::StrCat(element, " = uint16_t(kiln_f32_to_bf16(", value, "));");
+      default:
+        return absl::StrCat(element, " = ", value, ";");
+    }
+  }
+
+  std::string Barrier() const override { return "barrier();"; }
+
+  std::string SharedArray(ScalarType type, const std::string& name, int size) const override {
+    return absl::StrCat("shared ", TypeName(type), " ", name, "[", size, "];");
+  }
+
+ private:
+  GlslTarget target_;
+};
+
+bool UsesType(const Kernel& kernel, ScalarType type) {
+  for (const Expr& e : kernel.exprs) {
+    if (e.type == type) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<GlslKernel> KernelToGlsl(const Kernel& original, const GlslTarget& target) {
+  const Kernel kernel = ExpandMath(original);
+  const auto missing = [&](const std::string& what, const std::string& feature) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("vulkan: kernel ", kernel.name, ": ", what, " needs the device feature ",
+                     feature, ", which this device lacks (use the Cpu backend for this graph)"));
+  };
+  if (!target.int64) return missing("index arithmetic (i64)", "shaderInt64");
+  bool has8 = false, has16 = false;
+  for (const KernelArg& arg : kernel.args) {
+    const std::string what = absl::StrCat("arg ", arg.name, " (", ir::DTypeName(arg.dtype), ")");
+    if (arg.dtype == ir::DType::kF64 && !target.float64) return missing(what, "shaderFloat64");
+    if (arg.dtype == ir::DType::kU8 || arg.dtype == ir::DType::kBool) {
+      if (!target.int8_storage) return missing(what, "storageBuffer8BitAccess");
+      has8 = true;
+    }
+    if (arg.dtype == ir::DType::kF16 || arg.dtype == ir::DType::kBF16) {
+      if (!target.int16_storage) return missing(what, "storageBuffer16BitAccess");
+      has16 = true;
+    }
+  }
+  if (UsesType(kernel, ScalarType::kF64) && !target.float64) {
+    for (const Expr& e : kernel.exprs) {
+      if (e.type == ScalarType::kF64) {
+        return missing(absl::StrCat("an f64 ", ExprOpName(e.op)), "shaderFloat64");
+      }
+    }
+  }
+
+  GlslKernel out;
+  out.cooperative = PreferCooperative(kernel);
+  out.workgroup_size = 64;
+  GlslDialect dialect(target);
+  RenderOptions options;
+  options.cooperative = out.cooperative;
+  options.workgroup_size = out.workgroup_size;
+  absl::StatusOr<RenderedKernel> rendered = RenderKernel(kernel, dialect, options);
+  if (!rendered.ok()) return rendered.status();
+
+  const int64_t rows = out.cooperative
+                           ? kernel.parallel_extent
+                           : (kernel.parallel_extent + out.workgroup_size - 1) / out.workgroup_size;
+  const int64_t max_x = std::max<int64_t>(target.max_workgroup_count_x, 1);
+  const int64_t x = std::min<int64_t>(std::max<int64_t>(rows, 1), max_x);
+  const int64_t y = (rows + x - 1) / x;
+  if (y > static_cast<int64_t>(target.max_workgroup_count_y)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("vulkan: kernel ", kernel.name, ": ", kernel.parallel_extent,
+                     " parallel iterations exceed the device's workgroup count limits"));
+  }
+  out.groups = {static_cast<uint32_t>(rows == 0 ? 0 : x), static_cast<uint32_t>(rows == 0 ? 0 : y),
+                1};
+
+  std::string& s = out.source;
+  absl::StrAppend(&s, "#version 450\n// kiln kernel ", kernel.name, "\n");
+  absl::StrAppend(&s, "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n");
+  if (has8) absl::StrAppend(&s, "#extension GL_EXT_shader_8bit_storage : require\n");
+  if (has16) absl::StrAppend(&s, "#extension GL_EXT_shader_16bit_storage : require\n");
+  absl::StrAppend(&s, "layout(local_size_x = ", out.workgroup_size,
+                  ", local_size_y = 1, local_size_z = 1) in;\n");
+  for (size_t i = 0; i < kernel.args.size(); ++i) {
+    const KernelArg& arg = kernel.args[i];
+    std::string comment = arg.name;
+    for (char& c : comment) {
+      if (c == '\n' || c == '\r') c = ' ';
+    }
+    absl::StrAppend(&s, "// arg ", i, ": ", ArgRoleName(arg.role), " ", ir::DTypeName(arg.dtype),
+                    "[", arg.num_elements, "] ", comment, "\n");
+    absl::StrAppend(&s, "layout(std430, set = 0, binding = ", i, ") ",
+                    arg.role == ArgRole::kInput ? "readonly " : "", "buffer Arg", i, " { ",
+                    BufferElement(arg.dtype), " d[]; } a", i, ";\n");
+  }
+  absl::StrAppend(&s, rendered->shared_decls);
+  const bool needs_half = has16 || rendered->helpers.find("kiln_f32_to_f16(") != std::string::npos;
+  if (has16 && rendered->helpers.find("kiln_f16_to_f32(") == std::string::npos) {
+    absl::StrAppend(&s, HalfHelpers(dialect));
+  }
+  (void)needs_half;
+  absl::StrAppend(&s, rendered->helpers);
+  absl::StrAppend(&s, "void main() {\n");
+  if (out.cooperative) {
+    absl::StrAppend(&s,
+                    "  int64_t gid = int64_t(gl_WorkGroupID.y) * int64_t(gl_NumWorkGroups.x) + "
+                    "int64_t(gl_WorkGroupID.x);\n",
+                    "  int64_t lid = int64_t(gl_LocalInvocationID.x);\n");
+  } else {
+    absl::StrAppend(&s,
+                    "  int64_t gid = (int64_t(gl_WorkGroupID.y) * int64_t(gl_NumWorkGroups.x) + "
+                    "int64_t(gl_WorkGroupID.x)) * ",
+                    out.workgroup_size, "l + int64_t(gl_LocalInvocationID.x);\n");
+  }
+  // A whole workgroup leaves together in cooperative kernels (gid is uniform there).
+  absl::StrAppend(&s, "  if (gid >= ", kernel.parallel_extent, "l) return;\n");
+  absl::StrAppend(&s, rendered->body, "}\n");
+  return out;
+}
+
+}  // namespace kiln::codegen::vulkan
