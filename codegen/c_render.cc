@@ -241,6 +241,12 @@ class Renderer {
         return call;
       }
       case ExprOp::kRsqrt: {
+        // As the interpreter: 1 / sqrt in f64, rounded once to f32 (where f64 exists).
+        if (in == ScalarType::kF32 && d_.HasFloat64()) {
+          const std::string wide =
+              d_.MathCall(ExprOp::kSqrt, ScalarType::kF64, d_.Convert(ScalarType::kF64, x[0]));
+          return d_.Convert(in, absl::StrCat("(", One(ScalarType::kF64), " / ", wide, ")"));
+        }
         std::string call = d_.MathCall(ExprOp::kSqrt, in, x[0]);
         if (call.empty()) return Unsupported(e, in);
         return absl::StrCat("(", One(in), " / ", call, ")");
@@ -370,29 +376,24 @@ class Renderer {
     });
   }
 
-  // The interpreter's float mod: fmod, then moved to the divisor's sign (floored modulo). The
-  // truncated quotient and the product are formed in f64 where available (exact for f32 inputs
-  // with quotients below 2^29), and the remainder is corrected into [0, |b|) with a's sign.
+  // The interpreter's float mod: C's fmod (exact), then moved to the divisor's sign (floored
+  // modulo). fmod by repeated exact subtraction of |b| scaled by powers of two (each step
+  // subtracts s with s <= r < 2 s, which is exact), at most the exponent difference of steps.
   std::string FloatModHelper(ScalarType type) {
     const std::string name = absl::StrCat("kiln_fmod_", Suffix(type));
     return Helper(name, [&] {
-      const std::string t = T(type), z = Zero(type);
-      const bool wide = type == ScalarType::kF32 && d_.HasFloat64();
-      const ScalarType w = wide ? ScalarType::kF64 : type;
-      const std::string tw = T(w);
-      const std::string trunc = d_.MathCall(ExprOp::kTrunc, w, "(wa / wb)");
-      return absl::StrCat(
-          Fn(), t, " ", name, "(", t, " a, ", t, " b) {\n", "  if (", d_.IsNan("a"), " || ",
-          d_.IsNan("b"), " || b == ", z, " || ", d_.IsNan("(a - a)"),
-          ") return (a - a) / (a - a);\n", "  ", t, " r;\n", "  if (", d_.IsNan("(b - b)"),
-          ") {\n    r = a;\n  } else {\n", "    ", tw, " wa = ", d_.Convert(w, "a"), ";\n    ", tw,
-          " wb = ", d_.Convert(w, "b"), ";\n    ", tw,
-          " wm = ", d_.FmaCall(absl::StrCat("-", trunc), "wb", "wa"), ";\n", "    ", tw,
-          " ab = abs(wb);\n", "    if (wa >= ", Zero(w), ") { if (wm < ", Zero(w),
-          ") wm = wm + ab; if (wm >= ab) wm = wm - ab; }\n", "    else { if (wm > ", Zero(w),
-          ") wm = wm - ab; if (wm <= -ab) wm = wm + ab; }\n", "    r = ", d_.Convert(type, "wm"),
-          ";\n  }\n", "  if (r == ", z, ") return b < ", z, " ? -", z, " : ", z, ";\n",
-          "  if ((r < ", z, ") != (b < ", z, ")) r = r + b;\n  return r;\n}\n");
+      const std::string t = T(type), z = Zero(type), half = Literal(type, 0, 0.5);
+      return absl::StrCat(Fn(), t, " ", name, "(", t, " a, ", t, " b) {\n", "  if (", d_.IsNan("a"),
+                          " || ", d_.IsNan("b"), " || b == ", z, " || ", d_.IsNan("(a - a)"),
+                          ") return (a - a) / (a - a);\n", "  ", t, " m = abs(b);\n", "  ", t,
+                          " r = abs(a);\n", "  if (!", d_.IsNan("(b - b)"), ") {\n",
+                          "    for (int i = 0; i < 2200 && r >= m; ++i) {\n", "      int er, em;\n",
+                          "      frexp(r, er);\n", "      frexp(m, em);\n", "      ", t,
+                          " sub = ldexp(m, er - em);\n", "      if (sub > r) sub = sub * ", half,
+                          ";\n", "      r = r - sub;\n", "    }\n  }\n", "  if (a < ", z,
+                          ") r = -r;\n", "  if (r == ", z, ") return b < ", z, " ? -", z, " : ", z,
+                          ";\n", "  if ((r < ", z, ") != (b < ", z,
+                          ")) r = r + b;\n  return r;\n}\n");
     });
   }
 
@@ -564,6 +565,7 @@ class Renderer {
       return absl::StrCat("(", x, " ? ", One(to), " : ", Zero(to), ")");
     if (to == ScalarType::kBool) return absl::StrCat("(", x, " != ", Zero(from), ")");
     if (to == ScalarType::kU8) return absl::StrCat("(", d_.Convert(to, x), " & 255u)");
+    if (from == ScalarType::kI32 && BitWidth(to) == 64) return d_.SignExtend32(to, x);
     return d_.Convert(to, x);
   }
 

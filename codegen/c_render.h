@@ -62,6 +62,12 @@ class CDialect {
   virtual std::string Convert(ScalarType to, const std::string& x) const {
     return TypeName(to) + "(" + x + ")";
   }
+  /// An i32 value sign-extended to the 64-bit integer type `to` (default: Convert). GLSL spells it
+  /// with a zero extension and a fix-up: Mesa's lavapipe (LLVM 15) miscompiles OpSConvert
+  /// i32 → i64 of a value loaded from a storage buffer (0..4 compared below 5 as false).
+  virtual std::string SignExtend32(ScalarType to, const std::string& x) const {
+    return Convert(to, x);
+  }
   /// The call of a one-argument math function ("sqrt", "floor", "roundEven", ...) on `x` of
   /// float `type`; empty when the language has no such function for `type` (the renderer then
   /// fails with an error naming the op and the type).

@@ -108,6 +108,11 @@ class GlslDialect : public CDialect {
                         ")");
   }
 
+  std::string SignExtend32(ScalarType to, const std::string& x) const override {
+    const std::string wide = absl::StrCat("int64_t(uint(", x, "))");
+    return Convert(to, absl::StrCat("(", wide, " - ((", wide, " & 2147483648l) << 1))"));
+  }
+
   std::string MathCall(ExprOp op, ScalarType type, const std::string& x) const override {
     const bool f64 = type == ScalarType::kF64;
     const char* name = nullptr;
@@ -128,17 +133,18 @@ class GlslDialect : public CDialect {
         name = "trunc";
         break;
       // GLSL has these for float only (ExpandMath replaces f32 exp/log/tanh/erf before this).
+      // f64: GLSL has none; kiln_*_f64 are defined by F64MathHelpers below.
       case ExprOp::kExp:
-        name = f64 ? nullptr : "exp";
+        name = f64 ? "kiln_exp_f64" : "exp";
         break;
       case ExprOp::kLog:
-        name = f64 ? nullptr : "log";
+        name = f64 ? "kiln_log_f64" : "log";
         break;
       case ExprOp::kSin:
-        name = f64 ? nullptr : "sin";
+        name = f64 ? "kiln_sin_f64" : "sin";
         break;
       case ExprOp::kCos:
-        name = f64 ? nullptr : "cos";
+        name = f64 ? "kiln_cos_f64" : "cos";
         break;
       case ExprOp::kTanh:
         name = f64 ? nullptr : "tanh";
@@ -201,6 +207,61 @@ class GlslDialect : public CDialect {
  private:
   GlslTarget target_;
 };
+
+// f64 exp, log, sin and cos: GLSL has no double versions. Argument reduction (Cody-Waite, with
+// fdlibm's split constants) and Taylor polynomials to below 2^-60 of the leading term on the
+// reduced range: about 1 ulp, not libm's correctly rounded-in-practice results. sin/cos reduce
+// with three parts of pi/2, exact for |x| < 2^20 (random_normal's Box-Muller angle is < 2 pi).
+const char* kF64MathHelpers = R"glsl(
+double kiln_exp_f64(double x) {
+  if (isnan(x)) return x;
+  if (x > 709.782712893384lf) return uint64BitsToDouble(0x7ff0000000000000ul);
+  if (x < -745.1332191019412lf) return 0.0lf;
+  double n = roundEven(x * 1.4426950408889634lf);
+  double r = fma(-n, 6.93147180369123816490e-01lf, x);
+  r = fma(-n, 1.90821492927058770002e-10lf, r);
+  double p = fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(1.1470745597729725e-11lf, r, 1.6059043836821613e-10lf), r, 2.08767569878681e-09lf), r, 2.505210838544172e-08lf), r, 2.755731922398589e-07lf), r, 2.7557319223985893e-06lf), r, 2.48015873015873e-05lf), r, 0.0001984126984126984lf), r, 0.001388888888888889lf), r, 0.008333333333333333lf), r, 0.041666666666666664lf), r, 0.16666666666666666lf), r, 0.5lf), r, 1.0lf), r, 1.0lf);
+  int k = int(n);
+  if (k > 1000) return ldexp(ldexp(p, k - 1000), 1000);
+  if (k < -1000) return ldexp(ldexp(p, k + 1000), -1000);
+  return ldexp(p, k);
+}
+double kiln_log_f64(double x) {
+  if (isnan(x)) return x;
+  if (x < 0.0lf) return uint64BitsToDouble(0x7ff8000000000000ul);
+  if (x == 0.0lf) return uint64BitsToDouble(0xfff0000000000000ul);
+  if (isinf(x)) return x;
+  int e;
+  double m = frexp(x, e);
+  if (m < 0.70710678118654752440lf) { m = m * 2.0lf; e = e - 1; }
+  double f = m - 1.0lf;
+  double s = f / (2.0lf + f);
+  double z = s * s;
+  double q = fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(0.04lf, z, 0.043478260869565216lf), z, 0.047619047619047616lf), z, 0.05263157894736842lf), z, 0.058823529411764705lf), z, 0.06666666666666667lf), z, 0.07692307692307693lf), z, 0.09090909090909091lf), z, 0.1111111111111111lf), z, 0.14285714285714285lf), z, 0.2lf), z, 0.3333333333333333lf);
+  double hf = 0.5lf * f * f;
+  double r = f - (hf - s * (hf + 2.0lf * z * q));
+  double de = double(e);
+  return fma(de, 6.93147180369123816490e-01lf, fma(de, 1.90821492927058770002e-10lf, r));
+}
+double kiln_sin_poly(double r) { double z = r * r; return r * fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(-3.868170170630684e-23lf, z, 1.9572941063391263e-20lf), z, -8.22063524662433e-18lf), z, 2.8114572543455206e-15lf), z, -7.647163731819816e-13lf), z, 1.6059043836821613e-10lf), z, -2.505210838544172e-08lf), z, 2.7557319223985893e-06lf), z, -0.0001984126984126984lf), z, 0.008333333333333333lf), z, -0.16666666666666666lf), z, 1.0lf); }
+double kiln_cos_poly(double r) { double z = r * r; return fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(-8.896791392450574e-22lf, z, 4.110317623312165e-19lf), z, -1.5619206968586225e-16lf), z, 4.779477332387385e-14lf), z, -1.1470745597729725e-11lf), z, 2.08767569878681e-09lf), z, -2.755731922398589e-07lf), z, 2.48015873015873e-05lf), z, -0.001388888888888889lf), z, 0.041666666666666664lf), z, -0.5lf), z, 1.0lf); }
+double kiln_sincos_f64(double x, bool want_cos) {
+  if (isnan(x) || isinf(x)) return (x - x) / (x - x);
+  double n = roundEven(x * 6.36619772367581382433e-01lf);
+  double r = fma(-n, 1.57079632673412561417e+00lf, x);
+  r = fma(-n, 6.07710050630396597660e-11lf, r);
+  r = fma(-n, 2.02226624871116645580e-21lf, r);
+  int q = int(n - 4.0lf * floor(n * 0.25lf));
+  if (want_cos) q = q + 1;
+  q = q & 3;
+  if (q == 0) return kiln_sin_poly(r);
+  if (q == 1) return kiln_cos_poly(r);
+  if (q == 2) return -kiln_sin_poly(r);
+  return -kiln_cos_poly(r);
+}
+double kiln_sin_f64(double x) { return kiln_sincos_f64(x, false); }
+double kiln_cos_f64(double x) { return kiln_sincos_f64(x, true); }
+)glsl";
 
 bool UsesType(const Kernel& kernel, ScalarType type) {
   for (const Expr& e : kernel.exprs) {
@@ -289,6 +350,10 @@ absl::StatusOr<GlslKernel> KernelToGlsl(const Kernel& original, const GlslTarget
     absl::StrAppend(&s, HalfHelpers(dialect));
   }
   (void)needs_half;
+  if (rendered->helpers.find("_f64(") != std::string::npos ||
+      rendered->body.find("_f64(") != std::string::npos) {
+    absl::StrAppend(&s, kF64MathHelpers);
+  }
   absl::StrAppend(&s, rendered->helpers);
   absl::StrAppend(&s, "void main() {\n");
   if (out.cooperative) {
@@ -303,8 +368,8 @@ absl::StatusOr<GlslKernel> KernelToGlsl(const Kernel& original, const GlslTarget
                     out.workgroup_size, "l + int64_t(gl_LocalInvocationID.x);\n");
   }
   // A whole workgroup leaves together in cooperative kernels (gid is uniform there).
-  absl::StrAppend(&s, "  if (gid >= ", kernel.parallel_extent, "l) return;\n");
-  absl::StrAppend(&s, rendered->body, "}\n");
+  absl::StrAppend(&s, "  if (gid < ", kernel.parallel_extent, "l) {\n");
+  absl::StrAppend(&s, rendered->body, "  }\n}\n");
   return out;
 }
 
