@@ -22,6 +22,7 @@
 #include "passes/pass_manager.h"
 #include "passes/rewriter.h"
 #include "passes/simplify.h"
+#include "runtime/buffer.h"
 
 namespace kiln::codegen::vulkan {
 namespace {
@@ -172,11 +173,17 @@ class Compiler {
     return slot;
   }
 
+  // The planner places buffers at sums of their sizes rounded to 64 bytes; planning with sizes
+  // rounded to the device's storage-buffer offset alignment (a power of two) makes every offset
+  // a multiple of it, as descriptor ranges require.
   int NewArenaSlot(const ir::Node& node, std::string name) {
     const int slot = AddSlot(runtime::Slot::Arena(0, ByteSize(node.type)), node);
     arena_buffer_of_slot_[slot] = static_cast<passes::BufferId>(arena_buffers_.size());
-    arena_buffers_.push_back(
-        passes::PlanBuffer{ByteSize(node.type), false, false, std::move(name)});
+    const int64_t align = std::max<int64_t>(
+        runtime::kBufferAlignment,
+        static_cast<int64_t>(device_->info().min_storage_buffer_offset_alignment));
+    const int64_t planned = (ByteSize(node.type) + align - 1) / align * align;
+    arena_buffers_.push_back(passes::PlanBuffer{planned, false, false, std::move(name)});
     return slot;
   }
 
