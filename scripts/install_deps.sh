@@ -17,6 +17,7 @@ BASE_PACKAGES=(
   llvm-16-dev
   nlohmann-json3-dev
   graphviz
+  libvulkan-dev mesa-vulkan-drivers
 )
 BAZEL_PACKAGES=(bazel-bootstrap bazel-rules-java)
 FORMAT_PACKAGES=(clang-format)

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/buffer.h"
+#include "runtime/vulkan/spirv_check.h"
 #include "runtime/vulkan/vulkan_loader.h"
 
 namespace kiln::runtime::vulkan {
@@ -22,16 +23,15 @@ using internal::DeviceApi;
 using internal::InstanceApi;
 
 // Calls api.fn(...) and returns CallError("fn", result) from the enclosing function on failure.
-#define KILN_VK(api, fn, ...)                                          \
-  do {                                                                  \
-    const VkResult kiln_vk_result = (api).fn(__VA_ARGS__);              \
+#define KILN_VK(api, fn, ...)                                                \
+  do {                                                                       \
+    const VkResult kiln_vk_result = (api).fn(__VA_ARGS__);                   \
     if (kiln_vk_result != VK_SUCCESS) return CallError(#fn, kiln_vk_result); \
   } while (false)
 
 namespace {
 
 constexpr VkDeviceSize kBlockBytes = VkDeviceSize{64} << 20;  // one VkDeviceMemory
-constexpr uint32_t kSpirvMagic = 0x07230203;
 constexpr int kMaxPushConstantBytes = 128;
 
 VkDeviceSize AlignUp(VkDeviceSize value, VkDeviceSize alignment) {
@@ -206,8 +206,8 @@ struct Block {
   VkDeviceMemory memory = VK_NULL_HANDLE;
   VkDeviceSize size = 0;
   uint32_t type = 0;
-  std::byte* mapped = nullptr;                  // host-visible types stay mapped
-  std::map<VkDeviceSize, VkDeviceSize> free;    // offset -> size
+  std::byte* mapped = nullptr;                // host-visible types stay mapped
+  std::map<VkDeviceSize, VkDeviceSize> free;  // offset -> size
 };
 
 struct Allocation {
@@ -231,7 +231,8 @@ enum class MemoryUse {
 
 }  // namespace
 
-// ---- Pipelines -----------------------------------------------------------------------------------
+// ---- Pipelines
+// -----------------------------------------------------------------------------------
 
 struct Pipeline;
 
@@ -321,15 +322,16 @@ absl::StatusOr<int> VulkanDevice::Impl::MemoryType(uint32_t type_bits, MemoryUse
     }
   }
   if (best < 0) {
-    return absl::InternalError(absl::StrCat("Vulkan device \"", physical.info.name,
-                                            "\" has no ", use == MemoryUse::kStaging ? "host-visible" : "suitable",
-                                            " memory type for a storage buffer"));
+    return absl::InternalError(
+        absl::StrCat("Vulkan device \"", physical.info.name, "\" has no ",
+                     use == MemoryUse::kStaging ? "host-visible" : "suitable",
+                     " memory type for a storage buffer"));
   }
   return best;
 }
 
 absl::StatusOr<Allocation> VulkanDevice::Impl::Allocate(const VkMemoryRequirements& requirements,
-                                                         MemoryUse use) {
+                                                        MemoryUse use) {
   absl::StatusOr<int> type = MemoryType(requirements.memoryTypeBits, use);
   if (!type.ok()) return type.status();
   const VkDeviceSize alignment = std::max<VkDeviceSize>(requirements.alignment, 1);
@@ -391,7 +393,30 @@ void VulkanDevice::Impl::Free(const Allocation& allocation) {
     }
   }
   free[begin] = end - begin;
-  // Whole blocks stay with the device: the next executable reuses them.
+  if (begin != 0 || end != allocation.block->size) return;
+  // An empty block is returned to the driver when it was one buffer's own, or when another
+  // empty block of its type is kept anyway (the next executable reuses that one).
+  bool keep = allocation.block->size == kBlockBytes;
+  if (keep) {
+    for (const auto& other : blocks) {
+      if (other.get() != allocation.block && other->type == allocation.block->type &&
+          other->size == kBlockBytes && other->free.size() == 1 &&
+          other->free.begin()->second == other->size) {
+        keep = false;
+      }
+    }
+  }
+  if (keep) return;
+  if (allocation.block->mapped != nullptr) api.vkUnmapMemory(device, allocation.block->memory);
+  api.vkFreeMemory(device, allocation.block->memory, nullptr);
+  std::erase_if(blocks, [&](const auto& block) { return block.get() == allocation.block; });
+}
+
+int64_t VulkanDevice::allocated_bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->memory_mutex);
+  int64_t total = 0;
+  for (const auto& block : impl_->blocks) total += static_cast<int64_t>(block->size);
+  return total;
 }
 
 absl::StatusOr<Buffer> VulkanDevice::Impl::CreateBuffer(VkDeviceSize size, MemoryUse use) {
@@ -412,13 +437,15 @@ absl::StatusOr<Buffer> VulkanDevice::Impl::CreateBuffer(VkDeviceSize size, Memor
     return allocation.status();
   }
   buffer.allocation = *allocation;
-  const VkResult result = api.vkBindBufferMemory(device, buffer.buffer, allocation->block->memory,
-                                                 allocation->offset);
+  const VkResult result =
+      api.vkBindBufferMemory(device, buffer.buffer, allocation->block->memory, allocation->offset);
   if (result != VK_SUCCESS) {
     DestroyBuffer(buffer);
     return CallError("vkBindBufferMemory", result);
   }
-  if (allocation->block->mapped != nullptr) {
+  // A staging device reaches shaders' buffers only through copies, even where they happen to be
+  // mapped (so forcing staging on a unified-memory device tests the copies).
+  if (allocation->block->mapped != nullptr && (use == MemoryUse::kStaging || !staging)) {
     buffer.mapped = allocation->block->mapped + allocation->offset;
   }
   return buffer;
@@ -483,6 +510,7 @@ absl::StatusOr<std::shared_ptr<Pipeline>> VulkanDevice::Impl::GetPipeline(
   info.layout = pipeline->layout;
   KILN_VK(api, vkCreateComputePipelines, device, pipeline_cache, 1, &info, nullptr,
           &pipeline->pipeline);
+  std::erase_if(pipelines, [](const auto& entry) { return entry.second.expired(); });
   pipelines[key] = pipeline;
   return pipeline;
 }
@@ -534,7 +562,8 @@ absl::Status VulkanDevice::Impl::SubmitOnce(const std::function<void(VkCommandBu
   return status;
 }
 
-// ---- Executables ---------------------------------------------------------------------------------
+// ---- Executables
+// ---------------------------------------------------------------------------------
 
 namespace {
 
@@ -558,7 +587,7 @@ struct VulkanExecutable::Impl {
 
   std::string name;
   int num_scalars = 0;
-  std::vector<Slot> slots;  // constant bytes dropped
+  std::vector<Slot> slots;          // constant bytes dropped
   std::vector<ShaderSpec> shaders;  // SPIR-V dropped; spirv_words keeps the size
   std::vector<size_t> spirv_words;
   std::vector<Dispatch> dispatches;
@@ -687,8 +716,7 @@ absl::StatusOr<std::unique_ptr<RunContext>> VulkanExecutable::Impl::CreateContex
         writes.push_back(write);
       }
     }
-    api.vkUpdateDescriptorSets(vk, static_cast<uint32_t>(writes.size()), writes.data(), 0,
-                               nullptr);
+    api.vkUpdateDescriptorSets(vk, static_cast<uint32_t>(writes.size()), writes.data(), 0, nullptr);
   }
 
   VkCommandPoolCreateInfo pool_info{};
@@ -815,8 +843,8 @@ std::string VulkanExecutable::ToString() const {
       "vulkan executable \"", e.name, "\": ", Plural(num_inputs(), "input"), ", ",
       Plural(num_outputs(), "output"), ", ", Plural(e.num_scalars, "scalar"), ", arena ",
       e.arena_bytes, " bytes, ", Plural(static_cast<int64_t>(e.shaders.size()), "shader"), ", ",
-      e.dispatches.size(), e.dispatches.size() == 1 ? " dispatch" : " dispatches", ", run buffer ", e.run_bytes, " bytes",
-      e.device->staging ? " (staged)" : "", "\n");
+      e.dispatches.size(), e.dispatches.size() == 1 ? " dispatch" : " dispatches", ", run buffer ",
+      e.run_bytes, " bytes", e.device->staging ? " (staged)" : "", "\n");
   for (size_t i = 0; i < e.slots.size(); ++i) {
     absl::StrAppend(&text, "  slot ", i, ": ", DescribeSlot(e.slots[i]), "\n");
   }
@@ -849,7 +877,8 @@ std::string VulkanExecutable::ToString() const {
   return text;
 }
 
-// ---- DeviceInfo, ListDevices, Open ---------------------------------------------------------------
+// ---- DeviceInfo, ListDevices, Open
+// ---------------------------------------------------------------
 
 std::string DeviceInfo::ToString() const {
   return absl::StrCat(index, ": ", name, " (", type, ", vendor 0x", absl::Hex(vendor_id),
@@ -918,9 +947,8 @@ absl::StatusOr<std::shared_ptr<VulkanDevice>> VulkanDevice::Open(std::string_vie
       }
     }
     if (chosen == nullptr) {
-      return absl::NotFoundError(absl::StrCat("no Vulkan device's name contains \"", choice,
-                                              "\" (", origin, "): the devices are ",
-                                              ListText(*devices)));
+      return absl::NotFoundError(absl::StrCat("no Vulkan device's name contains \"", choice, "\" (",
+                                              origin, "): the devices are ", ListText(*devices)));
     }
   }
   if (chosen->queue_family < 0) {
@@ -984,7 +1012,8 @@ absl::StatusOr<std::shared_ptr<VulkanDevice>> VulkanDevice::Open(std::string_vie
   return std::shared_ptr<VulkanDevice>(new VulkanDevice(std::move(impl)));
 }
 
-// ---- Load ----------------------------------------------------------------------------------------
+// ---- Load
+// ----------------------------------------------------------------------------------------
 
 absl::StatusOr<std::shared_ptr<const VulkanExecutable>> VulkanDevice::Load(
     VulkanExecutableSpec spec) {
@@ -1080,9 +1109,8 @@ absl::StatusOr<std::shared_ptr<const VulkanExecutable>> VulkanDevice::Load(
   for (size_t s = 0; s < spec.shaders.size(); ++s) {
     const ShaderSpec& shader = spec.shaders[s];
     const std::string shader_name = absl::StrCat("shader ", s, " (", shader.name, ")");
-    if (shader.spirv.size() < 5 || shader.spirv[0] != kSpirvMagic) {
-      return invalid(shader_name, ": not SPIR-V (", shader.spirv.size(),
-                     " words, no magic number 0x07230203)");
+    if (absl::Status spirv = CheckSpirv(shader.spirv); !spirv.ok()) {
+      return invalid(shader_name, ": ", spirv.message());
     }
     if (shader.num_buffers < 0) return invalid(shader_name, ": negative buffer count");
     if (shader.push_constant_bytes < 0 || shader.push_constant_bytes > kMaxPushConstantBytes ||
@@ -1103,8 +1131,8 @@ absl::StatusOr<std::shared_ptr<const VulkanExecutable>> VulkanDevice::Load(
     }
     const ShaderSpec& shader = spec.shaders[dispatch.shader];
     if (static_cast<int>(dispatch.buffer_slots.size()) != shader.num_buffers) {
-      return invalid(dispatch_name, ": binds ", dispatch.buffer_slots.size(),
-                     " buffers, shader \"", shader.name, "\" takes ", shader.num_buffers);
+      return invalid(dispatch_name, ": binds ", dispatch.buffer_slots.size(), " buffers, shader \"",
+                     shader.name, "\" takes ", shader.num_buffers);
     }
     bool binds_flag = false;
     for (int slot : dispatch.buffer_slots) {
@@ -1122,8 +1150,8 @@ absl::StatusOr<std::shared_ptr<const VulkanExecutable>> VulkanDevice::Load(
     }
     for (int axis = 0; axis < 3; ++axis) {
       if (dispatch.groups[axis] > info.max_workgroup_count[axis]) {
-        return invalid(dispatch_name, ": ", dispatch.groups[axis], " workgroups along axis ",
-                       axis, ", the device allows ", info.max_workgroup_count[axis]);
+        return invalid(dispatch_name, ": ", dispatch.groups[axis], " workgroups along axis ", axis,
+                       ", the device allows ", info.max_workgroup_count[axis]);
       }
     }
   }
@@ -1206,15 +1234,16 @@ absl::StatusOr<std::shared_ptr<const VulkanExecutable>> VulkanDevice::Load(
   return std::shared_ptr<const VulkanExecutable>(new VulkanExecutable(std::move(e)));
 }
 
-// ---- Run -----------------------------------------------------------------------------------------
+// ---- Run
+// -----------------------------------------------------------------------------------------
 
 absl::Status VulkanDevice::Run(const VulkanExecutable& exe, std::span<const void* const> inputs,
                                std::span<void* const> outputs,
                                std::span<const void* const> scalars) {
   VulkanExecutable::Impl& e = *exe.impl_;
   if (e.device != impl_.get()) {
-    return absl::InvalidArgumentError(absl::StrCat("vulkan executable \"", e.name,
-                                                   "\" was loaded on another device"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("vulkan executable \"", e.name, "\" was loaded on another device"));
   }
   auto count_error = [&](const char* what, size_t expected, size_t got) {
     return absl::InvalidArgumentError(absl::StrCat("vulkan executable \"", e.name, "\" takes ",
@@ -1269,11 +1298,10 @@ absl::Status VulkanDevice::Run(const VulkanExecutable& exe, std::span<const void
   if (!impl_->staging && e.flags_end > e.flags_begin) {
     std::memset(host + e.flags_begin, 0, e.flags_end - e.flags_begin);
   }
-  if (absl::Status status = impl_->Submit(context->command_buffer, context->fence);
-      !status.ok()) {
+  if (absl::Status status = impl_->Submit(context->command_buffer, context->fence); !status.ok()) {
     e.DestroyContext(*context);  // its fence or command buffer may be left pending
-    return absl::Status(status.code(), absl::StrCat("vulkan executable \"", e.name,
-                                                    "\": ", status.message()));
+    return absl::Status(status.code(),
+                        absl::StrCat("vulkan executable \"", e.name, "\": ", status.message()));
   }
 
   absl::Status result = absl::OkStatus();
@@ -1288,8 +1316,8 @@ absl::Status VulkanDevice::Run(const VulkanExecutable& exe, std::span<const void
         absl::StrCat("vulkan executable \"", e.name, "\": dispatch ", d, " (", dispatch.name,
                      "): ", dispatch.error_context.empty() ? "" : dispatch.error_context + ": ",
                      KernelErrorMessage(static_cast<int32_t>(flag[0])), " (kernel error code ",
-                     flag[0], flag[0] == kKernelIndexOutOfRange ? ", index " : ", detail ",
-                     flag[1], ")"));
+                     flag[0], flag[0] == kKernelIndexOutOfRange ? ", index " : ", detail ", flag[1],
+                     ")"));
     break;
   }
   if (result.ok()) {

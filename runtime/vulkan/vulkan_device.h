@@ -157,7 +157,7 @@ class VulkanDevice : public std::enable_shared_from_this<VulkanDevice> {
   /// device (FailedPrecondition, suggesting KILN_DEVICE=cpu), no device matching the selector
   /// (NotFound, listing the devices found).
   static absl::StatusOr<std::shared_ptr<VulkanDevice>> Open(std::string_view selector = "",
-                                                           const OpenOptions& options = {});
+                                                            const OpenOptions& options = {});
   ~VulkanDevice();
   VulkanDevice(const VulkanDevice&) = delete;
   VulkanDevice& operator=(const VulkanDevice&) = delete;
@@ -165,8 +165,13 @@ class VulkanDevice : public std::enable_shared_from_this<VulkanDevice> {
   const DeviceInfo& info() const;
   /// Whether runs copy through staging buffers (OpenOptions::staging resolved).
   bool uses_staging() const;
+  /// Bytes of VkDeviceMemory the device holds now: 64 MiB blocks that buffers are carved from
+  /// (one empty block per memory type is kept for reuse) plus blocks of their own for buffers
+  /// over 32 MiB (freed with their buffer).
+  int64_t allocated_bytes() const;
 
-  /// Checks the spec (InvalidArgument naming the slot / shader / dispatch), creates the
+  /// Checks the spec (InvalidArgument naming the slot / shader / dispatch; SPIR-V through
+  /// CheckSpirv), creates the
   /// pipelines (through the device's pipeline cache) and uploads the constants.
   absl::StatusOr<std::shared_ptr<const VulkanExecutable>> Load(VulkanExecutableSpec spec);
 

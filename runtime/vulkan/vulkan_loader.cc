@@ -35,8 +35,8 @@ absl::StatusOr<PFN_vkGetInstanceProcAddr> LoadLoader(const std::string& path) {
   }
   auto get = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(handle, "vkGetInstanceProcAddr"));
   if (get == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "\"", library, "\" is not a Vulkan loader: it has no vkGetInstanceProcAddr"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("\"", library, "\" is not a Vulkan loader: it has no vkGetInstanceProcAddr"));
   }
   return get;
 }
@@ -84,10 +84,10 @@ absl::StatusOr<std::shared_ptr<InstanceApi>> CreateInstance(const std::string& l
     api->instance = VK_NULL_HANDLE;
     return CallError("vkCreateInstance", result);
   }
-#define KILN_VK_LOAD_INSTANCE(name)                                                   \
-  api->name = reinterpret_cast<PFN_##name>((*get)(api->instance, #name));            \
-  if (api->name == nullptr) {                                                          \
-    return absl::FailedPreconditionError("the Vulkan loader has no " #name);          \
+#define KILN_VK_LOAD_INSTANCE(name)                                          \
+  api->name = reinterpret_cast<PFN_##name>((*get)(api->instance, #name));    \
+  if (api->name == nullptr) {                                                \
+    return absl::FailedPreconditionError("the Vulkan loader has no " #name); \
   }
   KILN_VK_INSTANCE_FUNCTIONS(KILN_VK_LOAD_INSTANCE)
 #undef KILN_VK_LOAD_INSTANCE
@@ -95,10 +95,10 @@ absl::StatusOr<std::shared_ptr<InstanceApi>> CreateInstance(const std::string& l
 }
 
 absl::Status LoadDeviceApi(const InstanceApi& instance, VkDevice device, DeviceApi& api) {
-#define KILN_VK_LOAD_DEVICE(name)                                                          \
-  api.name = reinterpret_cast<PFN_##name>(instance.vkGetDeviceProcAddr(device, #name));    \
-  if (api.name == nullptr) {                                                                \
-    return absl::FailedPreconditionError("the Vulkan device has no " #name);              \
+#define KILN_VK_LOAD_DEVICE(name)                                                       \
+  api.name = reinterpret_cast<PFN_##name>(instance.vkGetDeviceProcAddr(device, #name)); \
+  if (api.name == nullptr) {                                                            \
+    return absl::FailedPreconditionError("the Vulkan device has no " #name);            \
   }
   KILN_VK_DEVICE_FUNCTIONS(KILN_VK_LOAD_DEVICE)
 #undef KILN_VK_LOAD_DEVICE

@@ -20,15 +20,15 @@ namespace kiln::runtime::vulkan::internal {
   X(vkCreateInstance)               \
   X(vkEnumerateInstanceVersion)
 
-#define KILN_VK_INSTANCE_FUNCTIONS(X)          \
-  X(vkDestroyInstance)                         \
-  X(vkEnumeratePhysicalDevices)                \
-  X(vkGetPhysicalDeviceProperties)             \
-  X(vkGetPhysicalDeviceProperties2)            \
-  X(vkGetPhysicalDeviceFeatures2)              \
-  X(vkGetPhysicalDeviceQueueFamilyProperties)  \
-  X(vkGetPhysicalDeviceMemoryProperties)       \
-  X(vkCreateDevice)                            \
+#define KILN_VK_INSTANCE_FUNCTIONS(X)         \
+  X(vkDestroyInstance)                        \
+  X(vkEnumeratePhysicalDevices)               \
+  X(vkGetPhysicalDeviceProperties)            \
+  X(vkGetPhysicalDeviceProperties2)           \
+  X(vkGetPhysicalDeviceFeatures2)             \
+  X(vkGetPhysicalDeviceQueueFamilyProperties) \
+  X(vkGetPhysicalDeviceMemoryProperties)      \
+  X(vkCreateDevice)                           \
   X(vkGetDeviceProcAddr)
 
 #define KILN_VK_DEVICE_FUNCTIONS(X) \
