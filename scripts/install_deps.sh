@@ -18,6 +18,7 @@ BASE_PACKAGES=(
   nlohmann-json3-dev
   graphviz
   libvulkan-dev mesa-vulkan-drivers
+  libshaderc-dev glslang-dev spirv-tools
 )
 BAZEL_PACKAGES=(bazel-bootstrap bazel-rules-java)
 FORMAT_PACKAGES=(clang-format)
