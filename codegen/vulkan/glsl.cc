@@ -147,7 +147,10 @@ class GlslDialect : public CDialect {
         name = f64 ? "kiln_cos_f64" : "cos";
         break;
       case ExprOp::kTanh:
-        name = f64 ? nullptr : "tanh";
+        name = f64 ? "kiln_tanh_f64" : "tanh";
+        break;
+      case ExprOp::kErf:
+        name = f64 ? "kiln_erf_f64" : nullptr;
         break;
       default:
         break;
@@ -157,7 +160,7 @@ class GlslDialect : public CDialect {
   }
 
   std::string PowCall(ScalarType type, const std::string& a, const std::string& b) const override {
-    if (type == ScalarType::kF64) return "";
+    if (type == ScalarType::kF64) return absl::StrCat("kiln_powpos_f64(", a, ", ", b, ")");
     return absl::StrCat("pow(", a, ", ", b, ")");
   }
 
@@ -208,10 +211,11 @@ class GlslDialect : public CDialect {
   GlslTarget target_;
 };
 
-// f64 exp, log, sin and cos: GLSL has no double versions. Argument reduction (Cody-Waite, with
-// fdlibm's split constants) and Taylor polynomials to below 2^-60 of the leading term on the
-// reduced range: about 1 ulp, not libm's correctly rounded-in-practice results. sin/cos reduce
-// with three parts of pi/2, exact for |x| < 2^20 (random_normal's Box-Muller angle is < 2 pi).
+// f64 exp, log, sin, cos, tanh, erf and pow: GLSL has no double versions. Argument reduction
+// (Cody-Waite, with fdlibm's split constants) and Taylor polynomials to below 2^-60 of the leading
+// term on the reduced range: about 1 ulp, not libm's correctly rounded-in-practice results. sin/cos
+// reduce with three parts of pi/2, exact for |x| < 2^20 (random_normal's Box-Muller angle is < 2
+// pi).
 const char* kF64MathHelpers = R"glsl(
 double kiln_exp_f64(double x) {
   if (isnan(x)) return x;
@@ -261,6 +265,52 @@ double kiln_sincos_f64(double x, bool want_cos) {
 }
 double kiln_sin_f64(double x) { return kiln_sincos_f64(x, false); }
 double kiln_cos_f64(double x) { return kiln_sincos_f64(x, true); }
+double kiln_expm1_small(double x) { return x * fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(1.9572941063391263e-20lf, x, 4.110317623312165e-19lf), x, 8.22063524662433e-18lf), x, 1.5619206968586225e-16lf), x, 2.8114572543455206e-15lf), x, 4.779477332387385e-14lf), x, 7.647163731819816e-13lf), x, 1.1470745597729725e-11lf), x, 1.6059043836821613e-10lf), x, 2.08767569878681e-09lf), x, 2.505210838544172e-08lf), x, 2.755731922398589e-07lf), x, 2.7557319223985893e-06lf), x, 2.48015873015873e-05lf), x, 0.0001984126984126984lf), x, 0.001388888888888889lf), x, 0.008333333333333333lf), x, 0.041666666666666664lf), x, 0.16666666666666666lf), x, 0.5lf), x, 1.0lf); }  // |x| <= 1
+double kiln_tanh_f64(double x) {
+  if (isnan(x)) return x;
+  double a = abs(x);
+  double t;
+  if (a < 0.5lf) {
+    double e = kiln_expm1_small(2.0lf * a);
+    t = e / (e + 2.0lf);
+  } else if (a > 22.0lf) {
+    t = 1.0lf;
+  } else {
+    t = 1.0lf - 2.0lf / (kiln_exp_f64(2.0lf * a) + 1.0lf);
+  }
+  return x < 0.0lf ? -t : (x == 0.0lf ? x : t);
+}
+// erf: |x| < 3 by the all-positive series 2x/sqrt(pi) e^(-x^2) sum (2x^2)^n / (2n+1)!!, with x^2
+// split exactly (fma) so e^(-x^2) keeps its accuracy; 3 <= |x| < 6 as 1 - erfc from erfc's
+// continued fraction; beyond, +-1.
+double kiln_erf_f64(double x) {
+  if (isnan(x)) return x;
+  double a = abs(x);
+  double r;
+  if (a < 3.0lf) {
+    double hi = a * a;
+    double lo = fma(a, a, -hi);
+    double e = kiln_exp_f64(-hi) * (1.0lf - lo);
+    double term = 1.0lf, sum = 1.0lf, z = 2.0lf * hi;
+    for (int n = 0; n < 120; ++n) {
+      term = term * z / double(2 * n + 3);
+      sum = sum + term;
+      if (term < sum * 1e-18lf) break;
+    }
+    r = 1.1283791670955126lf * a * e * sum;
+  } else if (a < 6.0lf) {
+    double k = a;
+    for (int n = 80; n >= 1; --n) k = a + (double(n) * 0.5lf) / k;
+    double hi = a * a;
+    double lo = fma(a, a, -hi);
+    r = 1.0lf - kiln_exp_f64(-hi) * (1.0lf - lo) * 0.5641895835477563lf / k;
+  } else {
+    r = 1.0lf;
+  }
+  return x < 0.0lf ? -r : (x == 0.0lf ? x : r);
+}
+// pow for a positive finite base: exp(b log a); about (1 + |b log a|) ulp.
+double kiln_powpos_f64(double a, double b) { return kiln_exp_f64(b * kiln_log_f64(a)); }
 )glsl";
 
 bool UsesType(const Kernel& kernel, ScalarType type) {

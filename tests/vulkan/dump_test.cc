@@ -34,8 +34,8 @@ std::string ReadFile(const fs::path& path) {
 // Realizes softmax over rows of `cols` with KILN_DUMP set; checks the values and returns the one
 // dump folder.
 fs::path DumpSoftmax(int rows, int cols, const std::string& tag) {
-  const fs::path root = fs::temp_directory_path() /
-                        ("kiln_vulkan_dump_test_" + tag + "_" + std::to_string(getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("kiln_vulkan_dump_test_" + tag + "_" + std::to_string(getpid()));
   fs::remove_all(root);
   EXPECT_EQ(setenv("KILN_DUMP", root.c_str(), 1), 0);
   const Vulkan::Device device;

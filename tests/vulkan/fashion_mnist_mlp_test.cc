@@ -44,18 +44,18 @@ Mlp<B> MakeMlp(const std::string& init_path) {
   return model;
 }
 
-struct Run {
+struct TrainRun {
   std::vector<double> losses;
   std::vector<std::vector<double>> params;
   double seconds_per_step = 0;  // steps 2.. (after the compiles)
 };
 
 template <class B>
-Run Train(const std::string& init_path, const data::DatasetPtr& images) {
+TrainRun Train(const std::string& init_path, const data::DatasetPtr& images) {
   const typename B::Device device;
   Mlp<B> model = MakeMlp<B>(init_path);
   optim::Sgd optimizer = optim::SgdConfig().with_lr(0.01).with_momentum(0.9).init();
-  Run run;
+  TrainRun run;
   std::chrono::steady_clock::time_point start;
   for (int step = 0; step < kSteps; ++step) {
     if (step == 2) start = std::chrono::steady_clock::now();
@@ -99,8 +99,8 @@ TEST(VulkanFashionMnistMlp, FiveStepsMatchTheCpuBackend) {
       ::testing::TempDir() + "/kiln_vulkan_mlp_init_" + std::to_string(getpid()) + ".safetensors";
   ASSERT_TRUE(train::WriteSafetensors(path, state).ok());
 
-  const Run expected = Train<Cpu>(path, images);
-  const Run actual = Train<Vulkan>(path, images);
+  const TrainRun expected = Train<Cpu>(path, images);
+  const TrainRun actual = Train<Vulkan>(path, images);
   std::filesystem::remove(path);
   std::printf("MLP training step (batch 128, after compiling): Cpu %.1f ms, Vulkan %.1f ms\n",
               expected.seconds_per_step * 1e3, actual.seconds_per_step * 1e3);

@@ -28,13 +28,6 @@ GlslTarget FullTarget() {
   return target;
 }
 
-// f64 transcendental functions have no GLSL form; those kernels must fail with a message naming
-// the op and the type.
-bool IsF64MathGap(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kUnimplemented &&
-         status.message().find("for f64") != std::string::npos;
-}
-
 class GlslSpirvTest : public ::testing::TestWithParam<test::Case> {};
 
 TEST_P(GlslSpirvTest, EveryKernelCompilesAndValidates) {
@@ -49,7 +42,6 @@ TEST_P(GlslSpirvTest, EveryKernelCompilesAndValidates) {
     for (const codegen::Kernel& kernel : lowered->kernels) {
       absl::StatusOr<codegen::vulkan::GlslKernel> glsl =
           codegen::vulkan::KernelToGlsl(kernel, FullTarget());
-      if (!glsl.ok() && IsF64MathGap(glsl.status())) continue;
       ASSERT_TRUE(glsl.ok()) << glsl.status() << "\n" << codegen::PrintKernel(kernel);
       absl::StatusOr<std::shared_ptr<const codegen::vulkan::SpirvModule>> module =
           codegen::vulkan::CompileGlslToSpirv(glsl->source, kernel.name);

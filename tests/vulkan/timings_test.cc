@@ -22,8 +22,8 @@ namespace {
 
 using ir::DType;
 using Args = std::vector<std::shared_ptr<const ir::TensorData>>;
-using Runner = std::function<absl::StatusOr<std::vector<ir::TensorData>>(const ir::Graph&,
-                                                                          const Args&)>;
+using Runner =
+    std::function<absl::StatusOr<std::vector<ir::TensorData>>(const ir::Graph&, const Args&)>;
 
 double MedianMs(const Runner& run, const ir::Graph& graph, const Args& args,
                 std::vector<ir::TensorData>* result) {
@@ -55,9 +55,9 @@ void Time(const std::string& name, const std::function<void(ir::Builder&)>& buil
         std::make_shared<const ir::TensorData>(test::RandomTensor(graph->node(p).type, rng)));
   }
   std::vector<ir::TensorData> cpu_out, vk_out;
-  const double cpu = MedianMs(
-      [](const ir::Graph& g, const Args& a) { return codegen::cpu::CompileAndRun(g, a); }, *graph,
-      args, &cpu_out);
+  const double cpu =
+      MedianMs([](const ir::Graph& g, const Args& a) { return codegen::cpu::CompileAndRun(g, a); },
+               *graph, args, &cpu_out);
   const double vk = MedianMs(
       [](const ir::Graph& g, const Args& a) { return codegen::vulkan::CompileAndRun(g, a); },
       *graph, args, &vk_out);
@@ -69,28 +69,44 @@ void Time(const std::string& name, const std::function<void(ir::Builder&)>& buil
 }
 
 TEST(VulkanTimings, CommonGraphs) {
-  Time("add f32[1M]", [](ir::Builder& b) {
-    const ir::TensorType t{DType::kF32, {1 << 20}};
-    b.Output(b.Binary(ir::Op::kAdd, b.Parameter("x", t), b.Parameter("y", t)));
-  }, 0);
-  Time("softmax f32[256,1000] (rows)", [](ir::Builder& b) {
-    const ir::NodeId x = b.Parameter("x", {DType::kF32, {256, 1000}});
-    const ir::NodeId max = b.Reduce(ir::Op::kReduceMax, x, {1});
-    const ir::NodeId e =
-        b.Unary(ir::Op::kExp, b.Binary(ir::Op::kSub, x, b.Broadcast(max, {256, 1000})));
-    b.Output(b.Binary(ir::Op::kDiv, e, b.Broadcast(b.Reduce(ir::Op::kReduceSum, e, {1}), {256, 1000})));
-  }, 1e-5);
-  Time("reduce_sum f32[1M] -> [1]", [](ir::Builder& b) {
-    b.Output(b.Reduce(ir::Op::kReduceSum, b.Parameter("x", {DType::kF32, {1 << 20}}), {0}));
-  }, 1e-4);
-  Time("matmul f32[256,256]x[256,256]", [](ir::Builder& b) {
-    const ir::TensorType t{DType::kF32, {256, 256}};
-    b.Output(b.MatMul(b.Parameter("a", t), b.Parameter("b", t)));
-  }, 1e-5);
-  Time("matmul f32[128,784]x[784,512]", [](ir::Builder& b) {
-    b.Output(b.MatMul(b.Parameter("a", {DType::kF32, {128, 784}}),
-                      b.Parameter("b", {DType::kF32, {784, 512}})));
-  }, 1e-5);
+  Time(
+      "add f32[1M]",
+      [](ir::Builder& b) {
+        const ir::TensorType t{DType::kF32, {1 << 20}};
+        b.Output(b.Binary(ir::Op::kAdd, b.Parameter("x", t), b.Parameter("y", t)));
+      },
+      0);
+  Time(
+      "softmax f32[256,1000] (rows)",
+      [](ir::Builder& b) {
+        const ir::NodeId x = b.Parameter("x", {DType::kF32, {256, 1000}});
+        const ir::NodeId max = b.Reduce(ir::Op::kReduceMax, x, {1});
+        const ir::NodeId e =
+            b.Unary(ir::Op::kExp, b.Binary(ir::Op::kSub, x, b.Broadcast(max, {256, 1000})));
+        b.Output(b.Binary(ir::Op::kDiv, e,
+                          b.Broadcast(b.Reduce(ir::Op::kReduceSum, e, {1}), {256, 1000})));
+      },
+      1e-5);
+  Time(
+      "reduce_sum f32[1M] -> [1]",
+      [](ir::Builder& b) {
+        b.Output(b.Reduce(ir::Op::kReduceSum, b.Parameter("x", {DType::kF32, {1 << 20}}), {0}));
+      },
+      1e-4);
+  Time(
+      "matmul f32[256,256]x[256,256]",
+      [](ir::Builder& b) {
+        const ir::TensorType t{DType::kF32, {256, 256}};
+        b.Output(b.MatMul(b.Parameter("a", t), b.Parameter("b", t)));
+      },
+      1e-5);
+  Time(
+      "matmul f32[128,784]x[784,512]",
+      [](ir::Builder& b) {
+        b.Output(b.MatMul(b.Parameter("a", {DType::kF32, {128, 784}}),
+                          b.Parameter("b", {DType::kF32, {784, 512}})));
+      },
+      1e-5);
 }
 
 }  // namespace
