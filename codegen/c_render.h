@@ -18,11 +18,11 @@
 //    long. The `workgroup_size` invocations of a workgroup share one `gid` (they must all run
 //    the body: no early return in between) and `lid` in [0, workgroup_size) is their index. Every
 //    top-level Reduce statement is split over them (iteration r by invocation r mod size), and the
-//    partial results are combined through workgroup memory (and subgroup operations when the
-//    dialect offers them), so every invocation ends with the row's result; top-level Loops are
-//    split the same way (their iterations only store elements of their own); a top-level Store is
-//    done by invocation 0. Sums and products are then combined in a different order than the
-//    serial loop, which the kernel IR allows.
+//    partial results are combined through workgroup memory (a tree of barriers), so every
+//    invocation ends with the row's result; top-level Loops are split the same way (their
+//    iterations only store elements of their own); a top-level Store is done by invocation 0. Sums
+//    and products are then combined in a different order than the serial loop, which the kernel IR
+//    allows.
 //
 // Semantics follow codegen/kernel_eval.cc exactly where the target language lets them: floored
 // integer division and modulo with a zero divisor giving 0, NaN-propagating max/min, saturating
@@ -97,17 +97,6 @@ class CDialect {
   virtual std::string Barrier() const = 0;
   /// The declaration of a workgroup array ("shared float name[64];").
   virtual std::string SharedArray(ScalarType type, const std::string& name, int size) const = 0;
-  /// A subgroup reduction of `x` over the invocations of the subgroup (every invocation gets the
-  /// result), or "" when unavailable for this kind and type. Only kSum/kProd on any type and
-  /// kMax/kMin on integers are asked for (float max/min must propagate NaN, which subgroup
-  /// operations do not promise).
-  virtual std::string SubgroupReduce(ReduceKind kind, ScalarType type, const std::string& x) const {
-    (void)kind, (void)type, (void)x;
-    return "";
-  }
-  /// The subgroup size the shader may assume when SubgroupReduce is used (0: unknown, which
-  /// disables subgroup reductions).
-  virtual int SubgroupSize() const { return 0; }
 };
 
 struct RenderOptions {

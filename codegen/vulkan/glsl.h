@@ -32,8 +32,6 @@ struct GlslTarget {
   bool int64 = true;           // shaderInt64: required (indices are i64)
   bool int8_storage = false;   // storageBuffer8BitAccess: u8/bool args
   bool int16_storage = false;  // storageBuffer16BitAccess: f16/bf16 args
-  uint32_t subgroup_size = 0;
-  bool subgroup_arithmetic = false;
   uint32_t max_workgroup_count_x = 65535;
   uint32_t max_workgroup_count_y = 65535;
 };

@@ -35,35 +35,62 @@ int64_t ByteSize(const ir::TensorType& type) {
   return type.num_elements() * ir::DTypeSize(type.dtype);
 }
 
-constexpr int kMatmulTile = 16;
+// The tiled matmul: C[b] = A[b] B[b] with A[b] of M x K and B[b] of K x N, element (i, k) of A
+// at b * M * K + i * a_row + k * a_col (and likewise for B), C dense. A workgroup of 16 x 16
+// invocations computes a 64 x 64 tile of C: per step of 16 along K it stages a 64 x 16 tile of A
+// and a 16 x 64 tile of B in shared memory (each invocation loads 4 elements of each), then every
+// invocation accumulates a 4 x 4 block of C in registers (rows ly + 16 i, columns lx + 16 j), so
+// each pair of shared-memory reads feeds 4 multiply-adds.
+constexpr int kMatmulTile = 64;
 
-// The tiled matmul: C[b] = A[b] B[b] with A[b] of M x K and B[b] of K x N, element (i, k) of A at
-// b * M * K + i * a_row + k * a_col (and likewise for B), C dense. Each 16 x 16 workgroup computes
-// one 16 x 16 tile of C, staging 16 x 16 tiles of A and B through shared memory.
 std::string MatmulGlsl(const std::string& name, bool f64, int64_t m, int64_t k, int64_t n,
                        int64_t a_row, int64_t a_col, int64_t b_row, int64_t b_col) {
   const std::string t = f64 ? "double" : "float";
   const std::string zero = f64 ? "0.0lf" : "0.0f";
-  const int tile = kMatmulTile;
   return absl::StrCat(
       "#version 450\n// kiln matmul ", name, ": [", m, " x ", k, "] x [", k, " x ", n, "]\n",
-      "layout(local_size_x = ", tile, ", local_size_y = ", tile, ", local_size_z = 1) in;\n",
+      "layout(local_size_x = 16, local_size_y = 16, local_size_z = 1) in;\n",
       "layout(std430, set = 0, binding = 0) readonly buffer Lhs { ", t, " d[]; } a;\n",
       "layout(std430, set = 0, binding = 1) readonly buffer Rhs { ", t, " d[]; } b;\n",
-      "layout(std430, set = 0, binding = 2) buffer Out { ", t, " d[]; } c;\n", "shared ", t,
-      " tile_a[", tile, "][", tile + 1, "];\n", "shared ", t, " tile_b[", tile, "][", tile + 1,
-      "];\n", "const uint M = ", m, "u, K = ", k, "u, N = ", n, "u;\n", "void main() {\n",
+      "layout(std430, set = 0, binding = 2) buffer Out { ", t, " d[]; } c;\n",
+      "shared ", t, " tile_a[16][65];\n",  // [k][row], padded against bank conflicts
+      "shared ", t, " tile_b[16][65];\n",  // [k][col]
+      "const uint M = ", m, "u, K = ", k, "u, N = ", n, "u;\n",
+      "void main() {\n",
       "  uint lx = gl_LocalInvocationID.x, ly = gl_LocalInvocationID.y;\n",
-      "  uint row = gl_WorkGroupID.y * ", tile, "u + ly;\n", "  uint col = gl_WorkGroupID.x * ",
-      tile, "u + lx;\n", "  uint batch = gl_WorkGroupID.z;\n",
-      "  uint a_base = batch * (M * K), b_base = batch * (K * N);\n", "  ", t, " acc = ", zero,
-      ";\n", "  for (uint k0 = 0u; k0 < K; k0 += ", tile, "u) {\n",
-      "    uint ka = k0 + lx, kb = k0 + ly;\n",
-      "    tile_a[ly][lx] = (row < M && ka < K) ? a.d[a_base + row * ", a_row, "u + ka * ", a_col,
-      "u] : ", zero, ";\n", "    tile_b[ly][lx] = (kb < K && col < N) ? b.d[b_base + kb * ", b_row,
-      "u + col * ", b_col, "u] : ", zero, ";\n", "    barrier();\n", "    for (uint kk = 0u; kk < ",
-      tile, "u; ++kk) acc += tile_a[ly][kk] * tile_b[kk][lx];\n", "    barrier();\n", "  }\n",
-      "  if (row < M && col < N) c.d[batch * (M * N) + row * N + col] = acc;\n", "}\n");
+      "  uint tid = ly * 16u + lx;\n",
+      "  uint row0 = gl_WorkGroupID.y * 64u, col0 = gl_WorkGroupID.x * 64u;\n",
+      "  uint batch = gl_WorkGroupID.z;\n",
+      "  uint a_base = batch * (M * K), b_base = batch * (K * N);\n",
+      "  ", t, " acc[4][4];\n",
+      "  for (uint i = 0u; i < 4u; ++i) for (uint j = 0u; j < 4u; ++j) acc[i][j] = ", zero, ";\n",
+      "  for (uint k0 = 0u; k0 < K; k0 += 16u) {\n",
+      "    for (uint e = tid; e < 1024u; e += 256u) {\n",
+      "      uint r = e >> 4u, ka = k0 + (e & 15u);\n",
+      "      tile_a[e & 15u][r] = (row0 + r < M && ka < K) ? a.d[a_base + (row0 + r) * ", a_row,
+      "u + ka * ", a_col, "u] : ", zero, ";\n",
+      "      uint kb = k0 + (e >> 6u), col = e & 63u;\n",
+      "      tile_b[e >> 6u][col] = (kb < K && col0 + col < N) ? b.d[b_base + kb * ", b_row,
+      "u + (col0 + col) * ", b_col, "u] : ", zero, ";\n",
+      "    }\n",
+      "    barrier();\n",
+      "    for (uint kk = 0u; kk < 16u; ++kk) {\n",
+      "      ", t, " av[4], bv[4];\n",
+      "      for (uint i = 0u; i < 4u; ++i) av[i] = tile_a[kk][ly + 16u * i];\n",
+      "      for (uint j = 0u; j < 4u; ++j) bv[j] = tile_b[kk][lx + 16u * j];\n",
+      "      for (uint i = 0u; i < 4u; ++i)\n",
+      "        for (uint j = 0u; j < 4u; ++j) acc[i][j] += av[i] * bv[j];\n",
+      "    }\n",
+      "    barrier();\n",
+      "  }\n",
+      "  for (uint i = 0u; i < 4u; ++i) {\n",
+      "    uint row = row0 + ly + 16u * i;\n",
+      "    for (uint j = 0u; j < 4u; ++j) {\n",
+      "      uint col = col0 + lx + 16u * j;\n",
+      "      if (row < M && col < N) c.d[batch * (M * N) + row * N + col] = acc[i][j];\n",
+      "    }\n",
+      "  }\n",
+      "}\n");
 }
 
 class Compiler {
@@ -177,12 +204,14 @@ class Compiler {
   // rounded to the device's storage-buffer offset alignment (a power of two) makes every offset
   // a multiple of it, as descriptor ranges require.
   int NewArenaSlot(const ir::Node& node, std::string name) {
-    const int slot = AddSlot(runtime::Slot::Arena(0, ByteSize(node.type)), node);
+    // A binding cannot be empty: zero-sized values still get 4 bytes.
+    const int slot =
+        AddSlot(runtime::Slot::Arena(0, std::max<int64_t>(ByteSize(node.type), 4)), node);
     arena_buffer_of_slot_[slot] = static_cast<passes::BufferId>(arena_buffers_.size());
     const int64_t align = std::max<int64_t>(
         runtime::kBufferAlignment,
         static_cast<int64_t>(device_->info().min_storage_buffer_offset_alignment));
-    const int64_t planned = (ByteSize(node.type) + align - 1) / align * align;
+    const int64_t planned = (std::max<int64_t>(ByteSize(node.type), 4) + align - 1) / align * align;
     arena_buffers_.push_back(passes::PlanBuffer{planned, false, false, std::move(name)});
     return slot;
   }
@@ -240,7 +269,19 @@ class Compiler {
 
   absl::Status EmitKernel(int g, const Kernel& kernel,
                           const std::map<ir::NodeId, int>& slot_override = {}) {
-    if (kernel.parallel_extent == 0) return absl::OkStatus();
+    if (kernel.parallel_extent == 0) {
+      // Nothing to compute (a zero-sized output), but later steps may bind its buffers: the
+      // memory plan still sees the step write them.
+      std::vector<int> reads, writes;
+      for (const KernelArg& arg : kernel.args) {
+        if (arg.role == ArgRole::kErrorFlag) continue;
+        auto it = slot_override.find(arg.node);
+        const int slot = it != slot_override.end() ? it->second : SlotFor(arg.node);
+        (arg.role == ArgRole::kInput ? reads : writes).push_back(slot);
+      }
+      RecordPlanStep(kernel.name + " (empty)", reads, writes);
+      return absl::OkStatus();
+    }
     Dump(absl::StrCat("kernel_", num_kernels_, ".kir"), PrintKernel(kernel));
     absl::StatusOr<GlslKernel> glsl = KernelToGlsl(kernel, target_);
     if (!glsl.ok()) return GroupError(g, glsl.status());
@@ -352,6 +393,8 @@ class Compiler {
       RecordPlanStep(name, {lhs_slot, rhs_slot}, {result_slot});
       spec_.dispatches.push_back(std::move(dispatch));
       ++num_matmuls_;
+    } else {
+      RecordPlanStep(name + " (empty)", {SlotFor(lhs), SlotFor(rhs)}, {result_slot});
     }
     if (!has_epilogue) return absl::OkStatus();
     absl::StatusOr<Epilogue> epilogue = LowerEpilogue(graph_, group);
@@ -441,8 +484,6 @@ GlslTarget TargetFor(const rv::DeviceInfo& info) {
   target.int64 = info.int64;
   target.int8_storage = info.int8_storage;
   target.int16_storage = info.int16_storage;
-  target.subgroup_size = info.subgroup_size;
-  target.subgroup_arithmetic = info.subgroup_arithmetic;
   if (info.max_workgroup_count[0] > 0) target.max_workgroup_count_x = info.max_workgroup_count[0];
   if (info.max_workgroup_count[1] > 0) target.max_workgroup_count_y = info.max_workgroup_count[1];
   return target;
