@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -99,6 +100,7 @@ class Compiler {
     if (!simplified.ok()) return simplified.status();
     graph_ = *std::move(simplified);
     plan_ = passes::Fuse(graph_);
+    FindTransposedOperands();
 
     std::vector<ir::TensorType> parameter_types, output_types;
     for (ir::NodeId p : graph_.Parameters()) parameter_types.push_back(graph_.node(p).type);
@@ -112,7 +114,7 @@ class Compiler {
     for (size_t g = 0; g < plan_.groups.size(); ++g) {
       if (absl::Status s = CompileGroup(static_cast<int>(g)); !s.ok()) return s;
     }
-    Dump("fusion.txt", passes::PrintFusionPlan(graph_, plan_));
+    Dump("fusion.txt", passes::PrintFusionPlan(graph_, plan_) + notes_);
     if (absl::Status s = CopyRepeatedOutputs(); !s.ok()) return s;
     if (absl::Status s = PlaceArenaBuffers(); !s.ok()) return s;
 
@@ -318,9 +320,61 @@ class Compiler {
            batch * b[b.size() - 2] * b.back() < limit && batch * a[a.size() - 2] * b.back() < limit;
   }
 
+  // A group that only copies a permute swapping the last two axes of a value with a buffer of its
+  // own, read only by tiled matmuls, is not run: the matmuls read the source with swapped strides.
+  void FindTransposedOperands() {
+    std::vector<std::vector<ir::NodeId>> users(static_cast<size_t>(graph_.num_nodes()));
+    for (ir::NodeId id = 0; id < graph_.num_nodes(); ++id) {
+      for (ir::NodeId in : graph_.node(id).inputs) users[static_cast<size_t>(in)].push_back(id);
+    }
+    std::set<ir::NodeId> graph_outputs, group_outputs;
+    for (const ir::Output& out : graph_.outputs()) graph_outputs.insert(out.node);
+    for (const FusionGroup& group : plan_.groups) {
+      group_outputs.insert(group.outputs.begin(), group.outputs.end());
+    }
+    for (size_t g = 0; g < plan_.groups.size(); ++g) {
+      const FusionGroup& group = plan_.groups[g];
+      if (group.kind == FusionKind::kContraction || group.nodes.size() != 1 ||
+          group.outputs.size() != 1) {
+        continue;
+      }
+      const ir::NodeId p = group.outputs[0];
+      const ir::Node& node = graph_.node(p);
+      const size_t rank = node.attrs.axes.size();
+      if (node.op != ir::Op::kPermute || graph_outputs.count(p) != 0 || rank < 2) continue;
+      bool swap = node.attrs.axes[rank - 2] == static_cast<int64_t>(rank - 1) &&
+                  node.attrs.axes[rank - 1] == static_cast<int64_t>(rank - 2);
+      for (size_t i = 0; i + 2 < rank; ++i) swap &= node.attrs.axes[i] == static_cast<int64_t>(i);
+      const ir::NodeId source = node.inputs[0];
+      const ir::Op source_op = graph_.node(source).op;
+      const bool materialized = source_op == ir::Op::kParameter || source_op == ir::Op::kConstant ||
+                                group_outputs.count(source) != 0;
+      if (transposed_source_.count(source) != 0) continue;  // itself an elided permute
+      if (!swap || !materialized || users[static_cast<size_t>(p)].empty()) continue;
+      bool only_matmuls = true;
+      for (ir::NodeId user : users[static_cast<size_t>(p)]) {
+        const int32_t ug = plan_.group_of[static_cast<size_t>(user)];
+        only_matmuls &=
+            ug >= 0 && plan_.groups[static_cast<size_t>(ug)].kind == FusionKind::kContraction &&
+            plan_.groups[static_cast<size_t>(ug)].root == user && TiledMatmul(graph_.node(user));
+      }
+      if (!only_matmuls) continue;
+      transposed_source_[p] = source;
+      skipped_groups_.insert(static_cast<int>(g));
+      absl::StrAppend(&notes_, "matmul: %", p, " permute read as a transposed view of %", source,
+                      " (group ", g, " not run)\n");
+    }
+  }
+
+  ir::NodeId OperandSource(ir::NodeId operand) const {
+    auto it = transposed_source_.find(operand);
+    return it == transposed_source_.end() ? operand : it->second;
+  }
+
   absl::Status CompileGroup(int g) {
     const FusionGroup& group = plan_.groups[static_cast<size_t>(g)];
     if (group.kind == FusionKind::kCopy && group.nodes.empty()) return absl::OkStatus();
+    if (skipped_groups_.count(g) != 0) return absl::OkStatus();
     if (group.kind == FusionKind::kContraction && TiledMatmul(graph_.node(group.root))) {
       return CompileMatmul(g);
     }
@@ -333,8 +387,10 @@ class Compiler {
     const FusionGroup& group = plan_.groups[static_cast<size_t>(g)];
     const ir::Node& root = graph_.node(group.root);
     const ir::NodeId lhs = root.inputs[0], rhs = root.inputs[1];
+    const bool lhs_transposed = OperandSource(lhs) != lhs;
+    const bool rhs_transposed = OperandSource(rhs) != rhs;
     // Leaves the fusion recomputes per group (fill, iota, random_*) need a buffer here.
-    for (const ir::NodeId operand : {lhs, rhs}) {
+    for (const ir::NodeId operand : {OperandSource(lhs), OperandSource(rhs)}) {
       const ir::Node& node = graph_.node(operand);
       if (slot_of_.count(operand) != 0 || node.op == ir::Op::kConstant ||
           !passes::IsRecomputedLeaf(node)) {
@@ -367,8 +423,10 @@ class Compiler {
     for (size_t i = 0; i + 2 < r; ++i) batch *= a[i];
     const std::string name = absl::StrCat("matmul_", group.root);
     if (root.type.num_elements() > 0) {
+      // A transposed view of a dense [cols, rows] matrix: element (i, j) at j * rows + i.
       const std::string glsl =
-          MatmulGlsl(name, root.type.dtype == ir::DType::kF64, m, k, n, k, 1, n, 1);
+          MatmulGlsl(name, root.type.dtype == ir::DType::kF64, m, k, n, lhs_transposed ? 1 : k,
+                     lhs_transposed ? m : 1, rhs_transposed ? 1 : n, rhs_transposed ? k : 1);
       Dump(absl::StrCat("kernel_", num_kernels_, ".kir"),
            absl::StrCat("// ", name, ": the tiled matmul template (no kernel IR)\n"));
       absl::StatusOr<int> shader = AddShader(name, glsl, 3);
@@ -379,13 +437,14 @@ class Compiler {
       dispatch.groups[0] = static_cast<uint32_t>((n + kMatmulTile - 1) / kMatmulTile);
       dispatch.groups[1] = static_cast<uint32_t>((m + kMatmulTile - 1) / kMatmulTile);
       dispatch.groups[2] = static_cast<uint32_t>(batch);
-      const int lhs_slot = SlotFor(lhs), rhs_slot = SlotFor(rhs);
+      const int lhs_slot = SlotFor(OperandSource(lhs)), rhs_slot = SlotFor(OperandSource(rhs));
       dispatch.buffer_slots = {lhs_slot, rhs_slot, result_slot};
       RecordPlanStep(name, {lhs_slot, rhs_slot}, {result_slot});
       spec_.dispatches.push_back(std::move(dispatch));
       ++num_matmuls_;
     } else {
-      RecordPlanStep(name + " (empty)", {SlotFor(lhs), SlotFor(rhs)}, {result_slot});
+      RecordPlanStep(name + " (empty)", {SlotFor(OperandSource(lhs)), SlotFor(OperandSource(rhs))},
+                     {result_slot});
     }
     if (!has_epilogue) return absl::OkStatus();
     absl::StatusOr<Epilogue> epilogue = LowerEpilogue(graph_, group);
@@ -451,6 +510,10 @@ class Compiler {
   std::map<int, passes::BufferId> arena_buffer_of_slot_;
   std::vector<passes::PlanBuffer> arena_buffers_;
   std::vector<passes::PlanStep> plan_steps_;
+  // Elided permutes (read by matmuls as strided views) and their sources; their groups.
+  std::unordered_map<ir::NodeId, ir::NodeId> transposed_source_;
+  std::set<int> skipped_groups_;
+  std::string notes_;  // appended to fusion.txt
   int error_flag_slot_ = -1;
   int num_kernels_ = 0;
   int num_matmuls_ = 0;
