@@ -123,6 +123,8 @@ PhysicalDevice QueryDevice(const InstanceApi& api, VkPhysicalDevice handle, int 
     info.max_workgroup_size[d] = limits.maxComputeWorkGroupSize[d];
     info.max_workgroup_count[d] = limits.maxComputeWorkGroupCount[d];
   }
+  info.max_storage_buffers =
+      std::min(limits.maxPerStageDescriptorStorageBuffers, limits.maxDescriptorSetStorageBuffers);
   info.max_storage_buffer_range = limits.maxStorageBufferRange;
   info.min_storage_buffer_offset_alignment = limits.minStorageBufferOffsetAlignment;
 
@@ -888,7 +890,7 @@ std::string DeviceInfo::ToString() const {
 }
 
 std::vector<DeviceInfo> ListDevices(const OpenOptions& options) {
-  absl::StatusOr<std::shared_ptr<InstanceApi>> instance = internal::CreateInstance(options.loader);
+  absl::StatusOr<std::shared_ptr<InstanceApi>> instance = internal::SharedInstance(options.loader);
   if (!instance.ok()) return {};
   absl::StatusOr<std::vector<PhysicalDevice>> devices = EnumerateDevices(**instance);
   if (!devices.ok()) return {};
@@ -904,7 +906,7 @@ bool VulkanDevice::uses_staging() const { return impl_->staging; }
 
 absl::StatusOr<std::shared_ptr<VulkanDevice>> VulkanDevice::Open(std::string_view selector,
                                                                  const OpenOptions& options) {
-  absl::StatusOr<std::shared_ptr<InstanceApi>> instance = internal::CreateInstance(options.loader);
+  absl::StatusOr<std::shared_ptr<InstanceApi>> instance = internal::SharedInstance(options.loader);
   if (!instance.ok()) return instance.status();
   absl::StatusOr<std::vector<PhysicalDevice>> devices = EnumerateDevices(**instance);
   if (!devices.ok()) return devices.status();
@@ -1112,7 +1114,11 @@ absl::StatusOr<std::shared_ptr<const VulkanExecutable>> VulkanDevice::Load(
     if (absl::Status spirv = CheckSpirv(shader.spirv); !spirv.ok()) {
       return invalid(shader_name, ": ", spirv.message());
     }
-    if (shader.num_buffers < 0) return invalid(shader_name, ": negative buffer count");
+    if (shader.num_buffers < 0 ||
+        static_cast<uint32_t>(shader.num_buffers) > info.max_storage_buffers) {
+      return invalid(shader_name, ": ", shader.num_buffers,
+                     " storage buffers; the device allows 0 to ", info.max_storage_buffers);
+    }
     if (shader.push_constant_bytes < 0 || shader.push_constant_bytes > kMaxPushConstantBytes ||
         shader.push_constant_bytes % 4 != 0) {
       return invalid(shader_name, ": ", shader.push_constant_bytes,

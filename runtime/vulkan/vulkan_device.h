@@ -86,6 +86,7 @@ struct DeviceInfo {
   uint32_t max_workgroup_invocations = 0;
   uint32_t max_workgroup_size[3] = {0, 0, 0};
   uint32_t max_workgroup_count[3] = {0, 0, 0};
+  uint32_t max_storage_buffers = 0;       // per shader (maxPerStageDescriptorStorageBuffers)
   uint64_t max_storage_buffer_range = 0;  // the most bytes one binding may cover
   uint64_t min_storage_buffer_offset_alignment = 0;
   uint64_t device_local_bytes = 0;  // the largest device-local heap

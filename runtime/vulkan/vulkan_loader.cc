@@ -94,6 +94,22 @@ absl::StatusOr<std::shared_ptr<InstanceApi>> CreateInstance(const std::string& l
   return api;
 }
 
+absl::StatusOr<std::shared_ptr<InstanceApi>> SharedInstance(const std::string& loader_path) {
+  std::string key = loader_path;
+  for (const char* variable :
+       {"KILN_VULKAN_LOADER", "VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_INSTANCE_LAYERS"}) {
+    const char* value = std::getenv(variable);
+    absl::StrAppend(&key, "\n", value != nullptr ? value : "");
+  }
+  static std::mutex mutex;
+  static auto* instances = new std::map<std::string, std::shared_ptr<InstanceApi>>;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = instances->find(key); it != instances->end()) return it->second;
+  absl::StatusOr<std::shared_ptr<InstanceApi>> instance = CreateInstance(loader_path);
+  if (instance.ok()) (*instances)[key] = *instance;
+  return instance;
+}
+
 absl::Status LoadDeviceApi(const InstanceApi& instance, VkDevice device, DeviceApi& api) {
 #define KILN_VK_LOAD_DEVICE(name)                                                       \
   api.name = reinterpret_cast<PFN_##name>(instance.vkGetDeviceProcAddr(device, #name)); \

@@ -98,6 +98,13 @@ absl::StatusOr<PFN_vkGetInstanceProcAddr> LoadLoader(const std::string& path);
 /// functions. FailedPrecondition when the loader has no driver.
 absl::StatusOr<std::shared_ptr<InstanceApi>> CreateInstance(const std::string& loader_path);
 
+/// The process's instance for `loader_path` and the driver-selecting environment
+/// (VK_DRIVER_FILES, VK_ICD_FILENAMES, VK_INSTANCE_LAYERS): created on first use, then kept for
+/// the life of the process. Destroying an instance makes the loader unload the drivers, and
+/// drivers (lavapipe's LLVM) leak their one-time initialisation on every unload; a kept instance
+/// also makes later ListDevices / Open calls cheap. Failures are not kept.
+absl::StatusOr<std::shared_ptr<InstanceApi>> SharedInstance(const std::string& loader_path);
+
 /// Loads the device functions of `device`.
 absl::Status LoadDeviceApi(const InstanceApi& instance, VkDevice device, DeviceApi& api);
 

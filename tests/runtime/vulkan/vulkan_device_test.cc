@@ -103,6 +103,7 @@ TEST(VulkanDevices, ListAndOpenByIndexAndName) {
     EXPECT_FALSE(devices[i].name.empty());
     EXPECT_GT(devices[i].max_workgroup_invocations, 0u);
     EXPECT_GT(devices[i].max_storage_buffer_range, 0u);
+    EXPECT_GE(devices[i].max_storage_buffers, 4u);  // the Vulkan minimum
     EXPECT_THAT(devices[i].ToString(), HasSubstr(devices[i].name));
   }
   const DeviceInfo& last = devices.back();
@@ -447,6 +448,11 @@ TEST_P(VulkanRun, LoadChecksTheSpec) {
   spec = AddSpec(64);
   spec.shaders[0].spirv.assign(3, 0u);
   expect_invalid(spec, "shader 0 (add): not SPIR-V");
+  if (device_->info().max_storage_buffers < (1u << 30)) {
+    spec = AddSpec(64);
+    spec.shaders[0].num_buffers = static_cast<int>(device_->info().max_storage_buffers) + 1;
+    expect_invalid(spec, "storage buffers; the device allows 0 to");
+  }
   spec = AddSpec(64);
   spec.dispatches[0].buffer_slots[2] = 7;
   expect_invalid(spec, "slot 7 does not exist");
