@@ -5,9 +5,10 @@
 //     elementwise / reduction / scatter / copy → LowerGroup → kernel IR → GLSL (glsl.h; long
 //       reductions run one workgroup per row, combined through shared memory) → SPIR-V
 //       (spirv.h: shaderc, validated, optimised)
-//     f32/f64 matmul → a GLSL matmul tiled through workgroup shared memory (16 x 16 tiles,
-//       batched; operand strides are parameters of the template), then the group's elementwise
-//       epilogue as a kernel over its result (LowerEpilogue)
+//     f32/f64 matmul → a GLSL matmul tiled through workgroup shared memory (64 x 64 tiles,
+//       4 x 4 register blocks per invocation, batched; a permute of the last two axes feeding
+//       it is read in place with swapped strides), then the group's elementwise epilogue as a
+//       kernel over its result (LowerEpilogue)
 //     other contractions (conv, integer matmul) → LowerGroup's direct loop nest, one invocation per
 //       output element, epilogue fused
 //   → PlanMemory (liveness → arena offsets) → VulkanExecutableSpec (slots, shaders, dispatches).
