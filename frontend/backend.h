@@ -76,9 +76,17 @@ KILN_DEFINE_BACKEND(Reference, runtime::DeviceKind::kReference);
 /// runtime's thread pool (KILN_NUM_THREADS, default: every core).
 KILN_DEFINE_BACKEND(Cpu, runtime::DeviceKind::kCpu);
 
+/// The Vulkan backend: graphs are fused and compiled to GLSL compute shaders, then SPIR-V
+/// (codegen/vulkan), and run on a Vulkan device (runtime/vulkan). `Vulkan::Device(0)` is the
+/// default device ($KILN_VULKAN_DEVICE, else the first discrete GPU, integrated GPU, any
+/// device; Mesa's lavapipe is a CPU device); index N > 0 is the N-th device the loader lists.
+/// Without a Vulkan device, realizing a tensor throws a kiln::Error that says so and suggests
+/// the Cpu backend. Present when kiln is built with KILN_ENABLE_VULKAN.
+KILN_DEFINE_BACKEND(Vulkan, runtime::DeviceKind::kVulkan);
+
 /// A backend chosen at run time. `Any::Device{}` reads the KILN_DEVICE environment variable
-/// ("reference", "cpu:0", "cuda:1", ...; unset means reference:0) and throws kiln::Error when it
-/// names an unknown device or a backend this build lacks.
+/// ("reference", "cpu:0", "vulkan:0", "cuda:1", ...; unset means reference:0) and throws
+/// kiln::Error when it names an unknown device or a backend this build lacks.
 struct Any {
   static constexpr BackendTraits kTraits{"Any", true, runtime::DeviceKind::kReference};
   struct Device : ::kiln::Device {

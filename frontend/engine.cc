@@ -12,6 +12,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/cpu/graph_compiler.h"
+#if KILN_HAVE_VULKAN
+#include "codegen/vulkan/graph_compiler.h"
+#endif
 #include "frontend/autograd.h"
 #include "frontend/error.h"
 #include "ir/builder.h"
@@ -42,6 +45,15 @@ struct ExecutorRegistry {
            std::span<const bool> donated,
            runtime::DeviceId) { return codegen::cpu::CompileAndRun(graph, arguments, donated); },
         true};
+#if KILN_HAVE_VULKAN
+    executors[runtime::DeviceKind::kVulkan] = {
+        Ignoring([](const ir::Graph& graph,
+                    std::span<const std::shared_ptr<const ir::TensorData>> arguments,
+                    runtime::DeviceId device) {
+          return codegen::vulkan::CompileAndRun(graph, arguments, device.index);
+        }),
+        false};
+#endif
   }
 
   // A plain executor, which never sees the donation flags.

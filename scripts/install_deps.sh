@@ -25,6 +25,7 @@ BASE_PACKAGES=(
   nodejs  # runs the wasm32 kernel of tests/cross/wasm
   lld  # ld.lld: links the code sections of .kiln blobs for non-host triples (codegen/aot)
   libvulkan-dev mesa-vulkan-drivers
+  libshaderc-dev glslang-dev spirv-tools
 )
 BAZEL_PACKAGES=(bazel-bootstrap bazel-rules-java)
 FORMAT_PACKAGES=(clang-format)

@@ -64,12 +64,12 @@ TEST_F(EnvironmentTest, ReadsTheVariable) {
 }
 
 TEST_F(EnvironmentTest, ExplainsABackendMissingFromThisBuild) {
-  // The Vulkan backend is not part of the build yet; the message must say what is.
-  ASSERT_FALSE(IsBackendAvailable(DeviceKind::kVulkan));
-  setenv("KILN_DEVICE", "vulkan", 1);
+  // The CUDA backend is not part of the build yet; the message must say what is.
+  ASSERT_FALSE(IsBackendAvailable(DeviceKind::kCuda));
+  setenv("KILN_DEVICE", "cuda", 1);
   auto id = DeviceFromEnvironment();
   ASSERT_FALSE(id.ok());
-  EXPECT_THAT(id.status().message(), HasSubstr("KILN_DEVICE=vulkan"));
+  EXPECT_THAT(id.status().message(), HasSubstr("KILN_DEVICE=cuda"));
   EXPECT_THAT(id.status().message(), HasSubstr("available: reference"));
 }
 
