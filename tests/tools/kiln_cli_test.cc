@@ -1,7 +1,9 @@
 // End-to-end tests of the `kiln` command line (tools/kiln, docs/cli.md): the program is run as a
 // user runs it (KILN_TOOL_PATH), and its outputs are checked against the reference interpreter.
 // Also: the bad IR-text corpus (tests/tools/corpus/ir_bad/expected.txt), `kiln dump` against a
-// KILN_DUMP run of the JIT, Graphviz output, and bad input on every command.
+// KILN_DUMP run of the JIT, Graphviz output, and bad input on every command. ONNX models
+// (tests/onnx/models, PyTorch's outputs as the oracle) go through compile/run, dynamic shapes,
+// import errors, and `kiln export` to ONNX (imported back) and MLIR (checked by mlir-opt-16).
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "codegen/cpu/graph_compiler.h"
+#include "frontend/onnx/import.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ir/interpreter.h"
@@ -286,9 +289,13 @@ TEST_F(KilnCli, BadInputGivesNonZeroExitAndNamesTheFile) {
   };
   std::vector<Case> cases = {
       {"compile " + P("missing.kir") + " -o " + P("x.kiln"), P("missing.kir") + ": cannot open"},
-      {"compile " + P("model.onnx") + " -o " + P("x.kiln"),
-       P("model.onnx") + ": ONNX import is not available in this build yet"},
-      {"dump " + P("model.onnx") + " --dir " + P("d"), "ONNX import is not available"},
+      {"compile " + P("model.onnx") + " -o " + P("x.kiln"), P("model.onnx") + ": cannot open"},
+      {"dump " + P("model.onnx") + " --dir " + P("d"), P("model.onnx") + ": cannot open"},
+      {std::string("compile ") + kMlp + " -o " + P("x.kiln") + " --input-shape x=4x16",
+       std::string(kMlp) + ": --input-shape applies to .onnx models only"},
+      {std::string("export ") + kMlp + " -o " + P("g.txt"), P("g.txt") + ": unknown format"},
+      {std::string("export ") + kMlp + " -o " + P("nodir/g.onnx"),
+       P("nodir/g.onnx") + ": cannot write"},
       {std::string("compile ") + kMlp + " -o " + P("x.kiln") + " --target vulkan", "--target"},
       {"inspect " + P("missing.kiln"), P("missing.kiln")},
       {"inspect " + std::string(kMlp), std::string(kMlp) + ": blob: "},
@@ -325,12 +332,249 @@ TEST_F(KilnCli, BadInputGivesNonZeroExitAndNamesTheFile) {
 TEST_F(KilnCli, HelpOnEveryCommand) {
   Result top = Kiln("--help");
   EXPECT_EQ(top.code, 0);
-  for (const char* command : {"compile", "run", "inspect", "dump", "viz", "bench"}) {
+  for (const char* command : {"compile", "run", "inspect", "dump", "viz", "bench", "export"}) {
     EXPECT_THAT(top.out, HasSubstr(command));
     Result r = Kiln(std::string(command) + " --help");
     EXPECT_EQ(r.code, 0) << command;
     EXPECT_THAT(r.out, HasSubstr("Usage")) << command;
     EXPECT_THAT(r.out, HasSubstr(command)) << command;
+  }
+}
+
+// ---- ONNX ---------------------------------------------------------------------------------------
+
+const std::string kModels = "tests/onnx/models/";
+
+// The ONNX test-data layout's tensors (input_<k>.pb / output_<k>.pb, named input_<k> / output_<k>
+// like the fixtures' graph inputs and outputs, tests/onnx/make_fixtures.py).
+std::vector<ir::TensorData> ReadTestData(const std::string& model, const std::string& kind) {
+  std::vector<ir::TensorData> out;
+  for (int k = 0;; ++k) {
+    const std::string path =
+        kModels + model + "/test_data_set_0/" + kind + "_" + std::to_string(k) + ".pb";
+    if (!fs::exists(path)) break;
+    absl::StatusOr<ir::TensorData> t = onnx::ReadTensorProtoFile(path);
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (t.ok()) out.push_back(*std::move(t));
+  }
+  EXPECT_FALSE(out.empty()) << model << ": no " << kind << " .pb files";
+  return out;
+}
+
+// The golden criterion of tests/onnx: |got - want| <= 1e-4 |want| + 1e-5 max|want|.
+void ExpectGolden(const ir::TensorData& want, const ir::TensorData& got, const std::string& what) {
+  ASSERT_EQ(want.dtype(), got.dtype()) << what;
+  ASSERT_EQ(want.shape(), got.shape()) << what;
+  double scale = 0;
+  for (int64_t i = 0; i < want.num_elements(); ++i) {
+    scale = std::max(scale, std::abs(want.GetDouble(i)));
+  }
+  int bad = 0;
+  for (int64_t i = 0; i < want.num_elements(); ++i) {
+    const double w = want.GetDouble(i), g = got.GetDouble(i);
+    if (std::abs(g - w) > 1e-4 * std::abs(w) + 1e-5 * scale && ++bad <= 5) {
+      ADD_FAILURE() << what << ": element " << i << " is " << g << ", PyTorch's " << w;
+    }
+  }
+}
+
+class KilnCliOnnx : public KilnCli {
+ protected:
+  // `kiln compile model.onnx` (with `extra` arguments), then `kiln run` on the test data's
+  // inputs written as .npy; the outputs must match PyTorch's.
+  void CompileRunGolden(const std::string& model_path, const std::string& fixture,
+                        const std::string& extra) {
+    SCOPED_TRACE(model_path + " " + extra);
+    const std::vector<ir::TensorData> inputs = ReadTestData(fixture, "input");
+    const std::vector<ir::TensorData> outputs = ReadTestData(fixture, "output");
+    const std::string blob = P(fixture + ".kiln"), out = P(fixture + "_out");
+    Result c = Kiln("compile " + model_path + " -o " + blob + " " + extra);
+    ASSERT_EQ(c.code, 0) << c.err;
+    std::string run = "run " + blob + " --output " + out;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const std::string npy = P(fixture + "_input_" + std::to_string(k) + ".npy");
+      ASSERT_TRUE(ir::WriteNpy(npy, inputs[k]).ok());
+      run += " -i input_" + std::to_string(k) + "=" + npy;
+    }
+    Result r = Kiln(run);
+    ASSERT_EQ(r.code, 0) << r.err;
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      absl::StatusOr<ir::TensorData> got =
+          ir::ReadNpy(out + "/output_" + std::to_string(k) + ".npy");
+      ASSERT_TRUE(got.ok()) << got.status();
+      ExpectGolden(outputs[k], *got, fixture + " output " + std::to_string(k));
+    }
+  }
+};
+
+// Every golden fixture through the command line: compile (initializers in the blob's weights
+// section, so the blob's only inputs are the model's), then run on .npy inputs.
+TEST_F(KilnCliOnnx, GoldenModelsCompileAndRunLikePyTorch) {
+  const std::vector<std::string> fixtures = {"mlp",         "cnn",           "resblock", "dwsep",
+                                             "transformer", "transformer13", "upsample"};
+  for (const std::string& f : fixtures) {
+    // The CNN's batch is dynamic: the test data's shape is given on the command line.
+    std::string extra;
+    if (f == "cnn") {
+      const ir::Shape shape = ReadTestData(f, "input")[0].shape();
+      extra = "--input-shape input_0=";
+      for (size_t i = 0; i < shape.size(); ++i) {
+        extra += (i ? "x" : "") + std::to_string(shape[i]);
+      }
+    }
+    CompileRunGolden(kModels + f + "/model.onnx", f, extra);
+  }
+  // The blob's signature: the model's input, and the initializers as weights (not inputs).
+  Result i = Kiln("inspect " + P("mlp.kiln"));
+  ASSERT_EQ(i.code, 0) << i.err;
+  EXPECT_THAT(i.out, HasSubstr("input input_0: f32[4,12]"));
+  EXPECT_THAT(i.out, Not(HasSubstr("input fc1.weight")));
+  Result missing = Kiln("run " + P("mlp.kiln"));
+  EXPECT_NE(missing.code, 0);
+  EXPECT_THAT(missing.err, HasSubstr("input 'input_0' (f32[4,12]) is not given"));
+}
+
+TEST_F(KilnCliOnnx, DynamicBatchNeedsInputShape) {
+  const std::string cnn = kModels + "cnn/model.onnx";
+  Result no_shape = Kiln("compile " + cnn + " -o " + P("cnn.kiln"));
+  EXPECT_NE(no_shape.code, 0);
+  EXPECT_THAT(no_shape.err, HasSubstr(cnn + ": input 'input_0': dimension 0 is dynamic ('batch')"));
+  EXPECT_THAT(no_shape.err, HasSubstr("--input-shape"));
+  EXPECT_THAT(no_shape.err, Not(HasSubstr("ImportOptions")));
+  EXPECT_FALSE(fs::exists(P("cnn.kiln")));
+
+  // Another batch than the test data's: the blob's signature follows --input-shape.
+  Result b5 = Kiln("compile " + cnn + " -o " + P("cnn5.kiln") + " --input-shape input_0=5x3x16x16");
+  ASSERT_EQ(b5.code, 0) << b5.err;
+  Result i = Kiln("inspect " + P("cnn5.kiln"));
+  EXPECT_THAT(i.out, HasSubstr("input input_0: f32[5,3,16,16]"));
+  EXPECT_THAT(i.out, HasSubstr("output output_0: f32[5,10]"));
+
+  struct Case {
+    std::string shape, expect;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"input_0=2x4x16x16", cnn + ": input 'input_0': the given shape [2,4,16,16] differs "
+                                       "from the model's fixed dimension 1 (3)"},
+           {"input_0=2x3x16", "has rank 3, the model's 4"},
+           {"nope=2x3x16x16", cnn + ": --input-shape names 'nope', which is not a model input"},
+           {"input_0=2xax16x16", "--input-shape 'input_0=2xax16x16': bad dimension 'a'"},
+           {"input_0", "--input-shape 'input_0': expected name=dims"},
+       }) {
+    SCOPED_TRACE(c.shape);
+    Result r = Kiln("compile " + cnn + " -o " + P("bad.kiln") + " --input-shape " + c.shape);
+    EXPECT_NE(r.code, 0);
+    EXPECT_THAT(r.err, HasSubstr(c.expect));
+  }
+  Result twice = Kiln("compile " + cnn + " -o " + P("bad.kiln") +
+                      " --input-shape input_0=1x3x16x16 --input-shape input_0=2x3x16x16");
+  EXPECT_NE(twice.code, 0);
+  EXPECT_THAT(twice.err, HasSubstr("input 'input_0' is given twice"));
+  EXPECT_FALSE(fs::exists(P("bad.kiln")));
+
+  // dump and viz take --input-shape too.
+  Result d = Kiln("dump " + cnn + " --dir " + P("dump") + " --input-shape input_0=1x3x16x16");
+  ASSERT_EQ(d.code, 0) << d.err;
+  EXPECT_TRUE(fs::exists(P("dump/0000-cpu/00-input.kir")));
+  Result v = Kiln("viz " + cnn + " -o " + P("cnn.dot") + " --input-shape input_0=1x3x16x16");
+  ASSERT_EQ(v.code, 0) << v.err;
+  EXPECT_THAT(ReadText(P("cnn.dot")), HasSubstr("digraph"));
+  EXPECT_NE(Kiln("viz " + cnn + " -o " + P("cnn2.dot")).code, 0);
+}
+
+TEST_F(KilnCliOnnx, ImportErrorsNameTheFileAndTheNodes) {
+  // tests/tools/onnx/make_fixtures.py writes both models.
+  const std::string unsupported = "tests/tools/onnx/unsupported.onnx";
+  Result u = Kiln("compile " + unsupported + " -o " + P("u.kiln"));
+  EXPECT_NE(u.code, 0);
+  EXPECT_THAT(u.err, HasSubstr("kiln compile: " + unsupported + ": unsupported ONNX operators: "));
+  EXPECT_THAT(u.err, HasSubstr("NonMaxSuppression (nodes nms_a, nms_b)"));
+  EXPECT_THAT(u.err, HasSubstr("TopK (node topk0)"));
+  EXPECT_THAT(u.err, HasSubstr("com.example::Thing (node custom0)"));
+  EXPECT_THAT(u.err, Not(HasSubstr("Relu")));
+  EXPECT_FALSE(fs::exists(P("u.kiln")));
+  Result e = Kiln("export " + unsupported + " -o " + P("u.onnx"));
+  EXPECT_NE(e.code, 0);
+  EXPECT_THAT(e.err, HasSubstr("kiln export: " + unsupported + ": unsupported ONNX operators"));
+
+  const std::string bad = "tests/tools/onnx/bad_node.onnx";
+  Result b = Kiln("compile " + bad + " -o " + P("b.kiln"));
+  EXPECT_NE(b.code, 0);
+  EXPECT_THAT(b.err, HasSubstr(bad + ": node 'add_mismatch' (Add): "));
+
+  // Not a model at all.
+  std::ofstream(P("garbage.onnx"), std::ios::binary) << "\x08\xff\xff\xff not protobuf";
+  Result g = Kiln("viz " + P("garbage.onnx") + " -o " + P("g.dot"));
+  EXPECT_NE(g.code, 0);
+  EXPECT_THAT(g.err, HasSubstr("kiln viz: " + P("garbage.onnx") + ": "));
+}
+
+// `kiln export` to ONNX and back: the exported model keeps the initializers as initializers,
+// compiles again through `kiln compile`, and still matches PyTorch. IR text exports too.
+TEST_F(KilnCliOnnx, ExportToOnnxImportsBack) {
+  for (const std::string f : {"resblock", "transformer"}) {
+    SCOPED_TRACE(f);
+    const std::string exported = P(f + "_export.onnx");
+    Result e = Kiln("export " + kModels + f + "/model.onnx -o " + exported);
+    ASSERT_EQ(e.code, 0) << e.err;
+    EXPECT_THAT(e.out, HasSubstr("wrote " + exported + " (onnx, "));
+    absl::StatusOr<onnx::ImportedModel> back = onnx::ImportFile(exported);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->input_names, std::vector<std::string>{"input_0"});
+    EXPECT_FALSE(back->weights.empty());
+    CompileRunGolden(exported, f, "");
+    // python3-onnx's checker accepts it (where /usr/bin/python3 has onnx; CI installs it).
+    if (std::system("/usr/bin/python3 -c 'import onnx' 2>/dev/null") == 0) {
+      const std::string check =
+          "/usr/bin/python3 -c 'import onnx, sys; "
+          "onnx.checker.check_model(onnx.load(sys.argv[1]), full_check=True)' '" +
+          exported + "' 2>" + P("checker.txt");
+      EXPECT_EQ(std::system(check.c_str()), 0) << ReadText(P("checker.txt"));
+    }
+  }
+
+  // IR text → ONNX (--format overrides the extension), imported back: the same results as the
+  // interpreter on the original graph.
+  const std::string from_kir = P("mlp_kir.bin");
+  Result k = Kiln(std::string("export ") + kMlp + " -o " + from_kir + " --format onnx --opset 16");
+  ASSERT_EQ(k.code, 0) << k.err;
+  fs::rename(from_kir, P("mlp_kir.onnx"));
+  const ir::Graph graph = Mlp();
+  const std::vector<ir::TensorData> inputs = WriteInputs(graph);
+  absl::StatusOr<onnx::ImportedModel> back = onnx::ImportFile(P("mlp_kir.onnx"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->opset_version, 16);
+  absl::StatusOr<std::vector<ir::TensorData>> want = ir::Interpret(graph, inputs);
+  absl::StatusOr<std::vector<ir::TensorData>> args = back->Arguments(inputs);
+  ASSERT_TRUE(want.ok() && args.ok());
+  absl::StatusOr<std::vector<ir::TensorData>> got = ir::Interpret(back->graph, *args);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t o = 0; o < want->size(); ++o) ExpectClose((*want)[o], (*got)[o], "output");
+  EXPECT_NE(Kiln(std::string("export ") + kMlp + " -o " + P("x.onnx") + " --opset 12").code, 0);
+}
+
+TEST_F(KilnCliOnnx, ExportToMlirVerifiesWithMlirOpt) {
+  const std::string cnn_mlir = P("cnn.mlir"), kir_mlir = P("mlp.mlir");
+  Result c = Kiln("export " + kModels + "cnn/model.onnx -o " + cnn_mlir +
+                  " --input-shape input_0=2x3x16x16");
+  ASSERT_EQ(c.code, 0) << c.err;
+  Result k = Kiln(std::string("export ") + kMlp + " -o " + kir_mlir + " --function mlp_fn");
+  ASSERT_EQ(k.code, 0) << k.err;
+  // The ONNX model's initializers are constants: its function takes only the model's input.
+  const std::string cnn_text = ReadText(cnn_mlir);
+  EXPECT_THAT(cnn_text, HasSubstr("func.func @main(%arg0: tensor<2x3x16x16xf32> {kiln.name = "
+                                  "\"input_0\"})"));
+  EXPECT_THAT(cnn_text, Not(HasSubstr("%arg1")));
+  EXPECT_THAT(ReadText(kir_mlir), HasSubstr("func.func @mlp_fn("));
+  const char* mlir_opt = "/usr/bin/mlir-opt-16";
+  if (!fs::exists(mlir_opt)) GTEST_SKIP() << mlir_opt << " is not installed (mlir-16-tools)";
+  for (const std::string& f : {cnn_mlir, kir_mlir}) {
+    const std::string command =
+        std::string(mlir_opt) + " '" + f + "' -o /dev/null 2>" + P("opt.txt");
+    const int status = std::system(command.c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << f << ": " << ReadText(P("opt.txt"));
   }
 }
 

@@ -20,10 +20,16 @@
 #include <set>
 #include <span>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "codegen/aot/aot.h"
 #include "codegen/cpu/graph_compiler.h"
+#include "codegen/mlir/mlir_text.h"
+#include "frontend/onnx/export.h"
+#include "frontend/onnx/import.h"
 #include "ir/dtype.h"
 #include "ir/graphviz.h"
 #include "ir/npy.h"
@@ -215,16 +221,70 @@ absl::Status Spawn(const std::vector<std::string>& argv) {
 
 }  // namespace
 
-absl::StatusOr<LoadedModel> ImportOnnx(const std::string& path) {
-  // Issue #7 replaces this body with kiln::onnx::ImportFile(path) (graph + initializers).
-  return absl::UnimplementedError(
-      absl::StrCat(path,
-                   ": ONNX import is not available in this build yet (issue #7); "
-                   "write the graph as IR text (.kir, docs/ir.md) instead"));
+absl::StatusOr<std::map<std::string, ir::Shape>> ParseInputShapes(
+    const std::vector<std::string>& args) {
+  std::map<std::string, ir::Shape> shapes;
+  for (const std::string& arg : args) {
+    // The last '=': ONNX names may hold any character, dimensions never hold '='.
+    const size_t eq = arg.rfind('=');
+    if (eq == std::string::npos || eq == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--input-shape '", arg, "': expected name=dims, e.g. input_0=1x3x16x16"));
+    }
+    const std::string name = arg.substr(0, eq), dims = arg.substr(eq + 1);
+    ir::Shape shape;
+    if (!dims.empty()) {  // "name=" is a scalar
+      for (absl::string_view d : absl::StrSplit(dims, absl::ByAnyChar("x,"))) {
+        int64_t v = 0;
+        if (!absl::SimpleAtoi(d, &v) || v < 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("--input-shape '", arg, "': bad dimension '", d,
+                           "' (dimensions are integers >= 0 joined by 'x', e.g. 1x3x16x16)"));
+        }
+        shape.push_back(v);
+      }
+    }
+    if (!shapes.emplace(name, std::move(shape)).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--input-shape: input '", name, "' is given twice"));
+    }
+  }
+  return shapes;
 }
 
-absl::StatusOr<LoadedModel> LoadModel(const std::string& path) {
-  if (fs::path(path).extension() == ".onnx") return ImportOnnx(path);
+absl::StatusOr<LoadedModel> ImportOnnx(const std::string& path, const OnnxArgs& onnx_args) {
+  absl::StatusOr<std::map<std::string, ir::Shape>> shapes =
+      ParseInputShapes(onnx_args.input_shapes);
+  if (!shapes.ok()) return shapes.status();
+  onnx::ImportOptions options;
+  options.input_shapes = *std::move(shapes);
+  options.weights_as_parameters = onnx_args.weights_as_parameters;
+  absl::StatusOr<onnx::ImportedModel> imported = onnx::ImportFile(path, options);
+  if (!imported.ok()) {
+    // The importer's messages name its C++ option; on the command line that is --input-shape.
+    return absl::Status(imported.status().code(),
+                        absl::StrReplaceAll(imported.status().message(),
+                                            {{"in ImportOptions::input_shapes (CLI: --input-shape)",
+                                              "with --input-shape <input>=<d0>x<d1>x..."},
+                                             {"ImportOptions::input_shapes", "--input-shape"}}));
+  }
+  LoadedModel model{std::move(imported->graph), {}};
+  // Weights in parameter order: the blob's signature lists them that way.
+  for (ir::NodeId p : model.graph.Parameters()) {
+    const std::string& name = model.graph.node(p).attrs.name;
+    auto it = imported->weights.find(name);
+    if (it == imported->weights.end()) continue;
+    model.weights.emplace_back(name, std::make_shared<const ir::TensorData>(std::move(it->second)));
+  }
+  return model;
+}
+
+absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const OnnxArgs& onnx) {
+  if (fs::path(path).extension() == ".onnx") return ImportOnnx(path, onnx);
+  if (!onnx.input_shapes.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": --input-shape applies to .onnx models only (IR text has static shapes)"));
+  }
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
   absl::StatusOr<ir::Graph> graph = ir::ParseGraph(*text);
@@ -239,7 +299,7 @@ int Compile(const CompileArgs& args) {
     return Fail("compile", absl::StrCat("target '", args.target,
                                         "' is not available in this build (targets: cpu)"));
   }
-  absl::StatusOr<LoadedModel> model = LoadModel(args.input);
+  absl::StatusOr<LoadedModel> model = LoadModel(args.input, args.onnx);
   if (!model.ok()) return Fail("compile", model.status());
   aot::CompileOptions options;
   options.triples = args.triples;
@@ -313,7 +373,7 @@ int Inspect(const InspectArgs& args) {
 }
 
 int Dump(const DumpArgs& args) {
-  absl::StatusOr<LoadedModel> model = LoadModel(args.input);
+  absl::StatusOr<LoadedModel> model = LoadModel(args.input, args.onnx);
   if (!model.ok()) return Fail("dump", model.status());
   // The same machinery as KILN_DUMP on the JIT path (passes/dump.h): the compile writes a fresh
   // numbered folder under the directory, with the same files.
@@ -340,7 +400,7 @@ int Dump(const DumpArgs& args) {
 }
 
 int Viz(const VizArgs& args) {
-  absl::StatusOr<LoadedModel> model = LoadModel(args.input);
+  absl::StatusOr<LoadedModel> model = LoadModel(args.input, args.onnx);
   if (!model.ok()) return Fail("viz", model.status());
   ir::DotOptions options;
   options.max_literal_elements = args.max_literal_elements;
@@ -424,6 +484,55 @@ int Bench(const BenchArgs& args) {
               args.warmup);
   std::printf("  min         %12.2f us\n", us(ms.front()));
   std::printf("  mean        %12.2f us\n", us(mean));
+  return 0;
+}
+
+int Export(const ExportArgs& args) {
+  std::string format = args.format;
+  if (format.empty()) {
+    const std::string ext = fs::path(args.output).extension().string();
+    if (ext == ".onnx") format = "onnx";
+    if (ext == ".mlir") format = "mlir";
+    if (format.empty()) {
+      return Fail("export", absl::StrCat(args.output,
+                                         ": unknown format (name the file .onnx or .mlir, or "
+                                         "give --format onnx|mlir)"));
+    }
+  }
+  if (format != "onnx" && format != "mlir") {
+    return Fail("export", absl::StrCat("unknown --format '", format, "' (onnx or mlir)"));
+  }
+  OnnxArgs onnx_args = args.onnx;
+  // ONNX keeps initializers as initializers; MLIR has no weights, so they become constants
+  // (the function's arguments are then the model's inputs only).
+  onnx_args.weights_as_parameters = format == "onnx";
+  absl::StatusOr<LoadedModel> model = LoadModel(args.input, onnx_args);
+  if (!model.ok()) return Fail("export", model.status());
+  absl::StatusOr<std::string> bytes;
+  if (format == "onnx") {
+    onnx::ExportOptions options;
+    options.opset = args.opset;
+    options.graph_name = fs::path(args.input).stem().string();
+    for (const auto& [name, value] : model->weights) options.weights[name] = *value;
+    bytes = onnx::ExportModel(model->graph, options);
+  } else {
+    codegen::MlirExportOptions options;
+    options.function_name = args.function_name;
+    bytes = codegen::ExportMlir(model->graph, options);
+  }
+  if (!bytes.ok()) return Fail("export", absl::StrCat(args.input, ": ", bytes.status().message()));
+  {
+    std::ofstream out(args.output, std::ios::binary | std::ios::trunc);
+    out.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
+    out.close();
+    if (!out) {
+      const int err = errno;
+      std::remove(args.output.c_str());
+      return Fail("export", absl::StrCat(args.output, ": cannot write: ", std::strerror(err)));
+    }
+  }
+  std::cout << "wrote " << args.output << " (" << format << ", " << bytes->size() << " bytes, "
+            << model->graph.num_nodes() << " nodes)\n";
   return 0;
 }
 

@@ -3,6 +3,7 @@
 // and the byte offset, line:column or op), and returns the process exit code (0 on success).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,13 +22,31 @@ struct LoadedModel {
   std::vector<std::pair<std::string, std::shared_ptr<const ir::TensorData>>> weights;
 };
 
-/// The ONNX import hook: the one place where `kiln` reads an .onnx file. Until ONNX import
-/// (issue #7) is wired in here (kiln::onnx::ImportFile), it fails with a message saying so.
-absl::StatusOr<LoadedModel> ImportOnnx(const std::string& path);
+/// How an ONNX model is read (kiln::onnx::ImportOptions, from the command line).
+struct OnnxArgs {
+  /// "--input-shape name=1x3x16x16" arguments (repeatable): static shapes for inputs with
+  /// dynamic dimensions. A scalar is "name=" (no dimensions).
+  std::vector<std::string> input_shapes;
+  /// true: initializers become graph parameters bound through LoadedModel::weights (compile puts
+  /// them in the blob's weights section, export writes them as initializers); false: they are
+  /// baked into the graph as constants.
+  bool weights_as_parameters = true;
+};
+
+/// Parses "name=1x3x16x16" arguments into ImportOptions::input_shapes' form. Errors name the
+/// argument.
+absl::StatusOr<std::map<std::string, ir::Shape>> ParseInputShapes(
+    const std::vector<std::string>& args);
+
+/// The ONNX import hook: the one place where `kiln` reads an .onnx file, through
+/// kiln::onnx::ImportFile. Initializers become LoadedModel::weights (in parameter order) unless
+/// onnx.weights_as_parameters is false. Errors name the file and the ONNX node or input.
+absl::StatusOr<LoadedModel> ImportOnnx(const std::string& path, const OnnxArgs& onnx = {});
 
 /// Reads a model: `.onnx` through ImportOnnx, anything else as IR text (ir::ParseGraph).
-/// Parse errors read "<path>:<line>:<column>: <what>".
-absl::StatusOr<LoadedModel> LoadModel(const std::string& path);
+/// Parse errors read "<path>:<line>:<column>: <what>". `onnx` only applies to .onnx files; for
+/// IR text, input shapes are an error (its shapes are static already).
+absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const OnnxArgs& onnx = {});
 
 struct CompileArgs {
   std::string input;   // graph.kir or model.onnx
@@ -36,6 +55,7 @@ struct CompileArgs {
   std::vector<std::string> triples;
   bool no_ir_text = false;
   std::string name;  // the model's name in the signature ("" -> the input's file stem)
+  OnnxArgs onnx;
 };
 int Compile(const CompileArgs& args);
 
@@ -55,6 +75,7 @@ int Inspect(const InspectArgs& args);
 struct DumpArgs {
   std::string input;
   std::string dir;
+  OnnxArgs onnx;
 };
 int Dump(const DumpArgs& args);
 
@@ -62,6 +83,7 @@ struct VizArgs {
   std::string input;
   std::string output;  // .dot, .svg, .png or .pdf
   int64_t max_literal_elements = 8;
+  OnnxArgs onnx;
 };
 int Viz(const VizArgs& args);
 
@@ -73,5 +95,18 @@ struct BenchArgs {
   uint64_t seed = 0;
 };
 int Bench(const BenchArgs& args);
+
+struct ExportArgs {
+  std::string input;                   // graph.kir or model.onnx
+  std::string output;                  // out.onnx or out.mlir
+  std::string format;                  // "onnx", "mlir" or "" (from the output's extension)
+  int64_t opset = 17;                  // ONNX output: the default-domain opset (16 or 17)
+  std::string function_name = "main";  // MLIR output: the func.func's name
+  OnnxArgs onnx;
+};
+/// Writes the graph as ONNX (kiln::onnx::ExportFile; an ONNX input's initializers stay
+/// initializers) or as MLIR text (codegen::ExportMlir; an ONNX input's initializers become
+/// constants, so the function's arguments are the model's inputs).
+int Export(const ExportArgs& args);
 
 }  // namespace kiln::tools

@@ -1,10 +1,22 @@
 // `kiln`: compile graphs into .kiln blobs, run, inspect and benchmark blobs, dump every compile
-// stage, draw graphs. docs/cli.md has every command with an example.
+// stage, draw graphs, export graphs as ONNX or MLIR text. docs/cli.md has every command with an
+// example.
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <string>
 
 #include "tools/kiln/commands.h"
+
+namespace {
+
+// --input-shape, on every command that reads a model.
+void AddOnnxOptions(CLI::App* command, kiln::tools::OnnxArgs& onnx) {
+  command->add_option("--input-shape", onnx.input_shapes,
+                      "ONNX input: a static shape for an input with dynamic dimensions, "
+                      "name=1x3x16x16 (repeatable)");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace kiln::tools;
@@ -27,6 +39,7 @@ int main(int argc, char** argv) {
                 "aarch64-linux-gnu; the host's triple is always included");
   c->add_flag("--no-ir-text", compile.no_ir_text, "leave the graph's IR text out of the blob");
   c->add_option("--name", compile.name, "the model's name in the signature (default: file stem)");
+  AddOnnxOptions(c, compile.onnx);
   c->callback([&] { result = Compile(compile); });
 
   RunArgs run;
@@ -53,6 +66,7 @@ int main(int argc, char** argv) {
       "(the same files as KILN_DUMP=<dir>)");
   d->add_option("input", dump.input, "graph.kir or model.onnx")->required();
   d->add_option("--dir", dump.dir, "the dump folder (created when missing)")->required();
+  AddOnnxOptions(d, dump.onnx);
   d->callback([&] { result = Dump(dump); });
 
   VizArgs viz;
@@ -64,6 +78,7 @@ int main(int argc, char** argv) {
   v->add_option("--max-literal", viz.max_literal_elements,
                 "constants show at most this many elements")
       ->default_val(8);
+  AddOnnxOptions(v, viz.onnx);
   v->callback([&] { result = Viz(viz); });
 
   BenchArgs bench;
@@ -77,6 +92,21 @@ int main(int argc, char** argv) {
   b->add_option("--seed", bench.seed, "seed of the random inputs")->default_val(0);
   b->callback([&] { result = Bench(bench); });
 
+  ExportArgs exp;
+  CLI::App* e = app.add_subcommand(
+      "export", "Write a graph as an ONNX model or as MLIR text (linalg on tensors)");
+  e->add_option("input", exp.input, "graph.kir or model.onnx")->required();
+  e->add_option("-o,--output", exp.output, "out.onnx or out.mlir")->required();
+  e->add_option("--format", exp.format, "onnx or mlir (default: from the output's extension)")
+      ->check(CLI::IsMember({"onnx", "mlir"}));
+  e->add_option("--opset", exp.opset, "ONNX output: the default-domain opset")
+      ->default_val(17)
+      ->check(CLI::IsMember({16, 17}));
+  e->add_option("--function", exp.function_name, "MLIR output: the func.func's name")
+      ->default_val("main");
+  AddOnnxOptions(e, exp.onnx);
+  e->callback([&] { result = Export(exp); });
+
   // CLI11 reports an unknown command only as "a subcommand is required": name it.
   bool known = true;
   try {
@@ -86,7 +116,7 @@ int main(int argc, char** argv) {
   }
   if (!known) {
     std::cerr << "kiln: unknown command '" << argv[1]
-              << "' (commands: compile, run, inspect, dump, viz, bench; see kiln --help)\n";
+              << "' (commands: compile, run, inspect, dump, viz, bench, export; see kiln --help)\n";
     return 2;
   }
   CLI11_PARSE(app, argc, argv);
