@@ -987,10 +987,7 @@ class Lowerer {
       parallel_extent_ = count;
       b_.SetParallelExtent(parallel_extent_);
       const ValueId gid = b_.Var(kGid);
-      for (NodeId output : group_.outputs) {
-        const Idx idx = Flat(graph_.node(output).type.shape, gid);
-        b_.Store(output_args_[output], gid, Value(output, idx));
-      }
+      StoreOutputs(Flat(shape, gid), gid);
       return;
     }
     // Rows of the last axis: gid over the leading axes, an inner loop over the last one.
@@ -998,12 +995,58 @@ class Lowerer {
     b_.SetParallelExtent(parallel_extent_);
     const VarId j = BeginLoop(inner);
     Idx idx{shape, {{0, rank - 1, b_.Var(kGid)}, {rank - 1, rank, b_.Var(j)}}};
-    const ValueId linear = Linear(idx);
-    for (NodeId output : group_.outputs) {
-      const Idx at = Reshaped(idx, graph_.node(output).type.shape);
-      b_.Store(output_args_[output], linear, Value(output, at));
-    }
+    StoreOutputs(idx, Linear(idx));
     EndLoop();
+  }
+
+  // An output that is only reshapes and permutes of another output of the group (autodiff makes
+  // such permuted copies for weight gradients: dW's convolution reads g with N and C swapped):
+  // the other output and the movement nodes from it up to this one, outermost first. Empty when
+  // the output is not of that form.
+  std::pair<NodeId, std::vector<NodeId>> MovedCopyOf(NodeId output) const {
+    std::vector<NodeId> chain;
+    NodeId id = output;
+    while (nodes_.count(id)) {
+      const ir::Node& node = graph_.node(id);
+      if (node.op != ir::Op::kReshape && node.op != ir::Op::kPermute) break;
+      chain.push_back(id);
+      id = node.inputs[0];
+      if (std::find(group_.outputs.begin(), group_.outputs.end(), id) != group_.outputs.end()) {
+        return {id, chain};
+      }
+    }
+    return {ir::kInvalidNode, {}};
+  }
+
+  // Stores every output at the loop's element `idx` (linear index `linear`; all outputs have the
+  // same element count). A moved copy of another output is not evaluated again at its own
+  // element, which would redo the whole chain at another index: the other output's value at
+  // this element (computed once, cached) is stored where the movement takes it.
+  void StoreOutputs(const Idx& idx, ValueId linear) {
+    for (NodeId output : group_.outputs) {
+      const auto [source, chain] = MovedCopyOf(output);
+      if (source == ir::kInvalidNode) {
+        b_.Store(output_args_[output], linear,
+                 Value(output, Reshaped(idx, graph_.node(output).type.shape)));
+        continue;
+      }
+      const Idx at_source = Reshaped(idx, graph_.node(source).type.shape);
+      const ValueId value = Value(source, at_source);
+      Idx moved = at_source;  // Forward through the chain: source's index -> output's index.
+      for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+        const ir::Node& node = graph_.node(*it);
+        if (node.op == ir::Op::kReshape) {
+          moved = Reshaped(moved, node.type.shape);
+        } else {
+          std::vector<int64_t> inverse(node.attrs.axes.size());
+          for (size_t i = 0; i < inverse.size(); ++i) {
+            inverse[static_cast<size_t>(node.attrs.axes[i])] = static_cast<int64_t>(i);
+          }
+          moved = Permuted(moved, node.type.shape, inverse);
+        }
+      }
+      b_.Store(output_args_[output], Linear(moved), value);
+    }
   }
 
   void LowerReduction() {
