@@ -776,7 +776,8 @@ class Lowerer {
     int64_t reduced_after = 1;  // Product of the reduced runs after the current one.
     for (size_t i = 0; i < runs.size(); ++i) {
       const bool split_off = last_run != kNoValue && static_cast<int>(i) == last_reduced;
-      if (runs[i].reduced && !split_off) reduced_after *= Prod(in_shape, runs[i].begin, runs[i].end);
+      if (runs[i].reduced && !split_off)
+        reduced_after *= Prod(in_shape, runs[i].begin, runs[i].end);
     }
     Idx out{in_shape, {}};
     for (size_t i = 0; i < runs.size(); ++i) {
@@ -842,8 +843,7 @@ class Lowerer {
       PushScope();
       const VarId q = b_.BeginReduce(kind, init, inner);
       PushScope();
-      const Idx input =
-          ReducedInputIndex(idx, in_shape, node.attrs.axes, b_.Var(r), b_.Var(q));
+      const Idx input = ReducedInputIndex(idx, in_shape, node.attrs.axes, b_.Var(r), b_.Var(q));
       const ValueId value = Value(x, input);
       PopScope();
       const ValueId partial = b_.EndReduce(value);

@@ -509,8 +509,8 @@ NodeId WindowMaxTiledRule(Emitter& e, const ir::Graph& graph, const ir::Node& no
   // Sizes that are not a multiple of the window (max_pool2d 2x2 on 11x11): the windows leave the
   // last rows/columns out, which get no gradient; the rule runs on the covered part and pads.
   const bool cut = covered != in;
-  const NodeId x = cut ? e.Slice(node.inputs[0], std::vector<int64_t>(r, 0), covered)
-                       : node.inputs[0];
+  const NodeId x =
+      cut ? e.Slice(node.inputs[0], std::vector<int64_t>(r, 0), covered) : node.inputs[0];
   const NodeId xs = e.Reshape(x, split);
   const NodeId ys = e.Reshape(out, small);
   NodeId taken = ir::kInvalidNode, mask = ir::kInvalidNode;

@@ -419,7 +419,8 @@ absl::Status RunConvCol2Im(const ConvParams& params, const ir::Shape& output_sha
   for (int64_t o = 0; o < out_channels; ++o) {
     for (int64_t c = 0; c < channels; ++c) {
       const T* src = weight + (o * channels + c) * kernel;
-      for (int64_t kk = 0; kk < kernel; ++kk) weight_t[((o * kernel + kk) * channels) + c] = src[kk];
+      for (int64_t kk = 0; kk < kernel; ++kk)
+        weight_t[((o * kernel + kk) * channels) + c] = src[kk];
     }
   }
   CoreProblem<T> problem;

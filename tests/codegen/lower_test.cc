@@ -132,7 +132,8 @@ TEST(LowerTest, PermutedCopyOfAnOutputIsStoredNotRecomputed) {
   // exp is evaluated once per element and stored at both places.
   ir::Builder b;
   const NodeId x = b.Parameter("x", {DType::kF32, {2, 3, 4, 5}});
-  const NodeId y = b.Binary(Op::kMul, b.Unary(Op::kExp, x), b.Fill(2.0, {DType::kF32, {2, 3, 4, 5}}));
+  const NodeId y =
+      b.Binary(Op::kMul, b.Unary(Op::kExp, x), b.Fill(2.0, {DType::kF32, {2, 3, 4, 5}}));
   b.Output(y);
   b.Output(b.Reshape(b.Permute(y, {1, 0, 2, 3}), {3, 2, 20}));
   absl::StatusOr<ir::Graph> graph = std::move(b).Build();
@@ -141,7 +142,8 @@ TEST(LowerTest, PermutedCopyOfAnOutputIsStoredNotRecomputed) {
   ASSERT_EQ(plan.groups.size(), 1u);
   const std::string text = ExpectLoweredMatches(*graph, RandomArgs(*graph), {1e-6, 1e-6});
   size_t exps = 0;
-  for (size_t at = text.find("exp.f32"); at != std::string::npos; at = text.find("exp.f32", at + 1)) {
+  for (size_t at = text.find("exp.f32"); at != std::string::npos;
+       at = text.find("exp.f32", at + 1)) {
     ++exps;
   }
   EXPECT_EQ(exps, 1u) << text;

@@ -544,9 +544,9 @@ TEST(Gradient, WindowMaxTiesGoToTheFirstMaximum) {
 
 // max_pool2d-style windows (window == strides, no padding) with many ties, on a shape the
 // windows tile and on one they do not (5 x 7: the last row and column lie outside every window;
-// the split-axes rule runs on the covered 4 x 6 and pads the remainder with zeros). Both must give exactly the direct loop's
-// values, bit for bit: the first maximum in row-major window order takes g, and a -0.0 g comes
-// out as +0.0 (0 + g), as the general rule's sum of per-offset parts gives.
+// the split-axes rule runs on the covered 4 x 6 and pads the remainder with zeros). Both must give
+// exactly the direct loop's values, bit for bit: the first maximum in row-major window order takes
+// g, and a -0.0 g comes out as +0.0 (0 + g), as the general rule's sum of per-offset parts gives.
 TEST(Gradient, WindowMaxTiledTiesMatchTheGeneralRuleBitForBit) {
   for (const ir::Shape& shape : {ir::Shape{2, 3, 4, 6}, ir::Shape{2, 3, 5, 7}}) {
     SCOPED_TRACE(::testing::PrintToString(shape));
