@@ -746,8 +746,10 @@ class Lowerer {
 
   // Index into a reduction's input `in_shape` from the kept coordinates of `row` (an index into
   // the outer shape) and the reduced coordinates linearised in `r` (row-major over the axes).
+  // With `last_run` given, the last reduced run's coordinate is `last_run` and `r` linearises
+  // only the reduced runs before it.
   Idx ReducedInputIndex(const Idx& row, const ir::Shape& in_shape, const std::vector<int64_t>& axes,
-                        ValueId r) {
+                        ValueId r, ValueId last_run = kNoValue) {
     const std::set<int64_t> reduced(axes.begin(), axes.end());
     struct Run {
       int begin, end;
@@ -767,14 +769,25 @@ class Lowerer {
       Cut(kept, run.begin);
       Cut(kept, run.end);
     }
+    int last_reduced = -1;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (runs[i].reduced) last_reduced = static_cast<int>(i);
+    }
     int64_t reduced_after = 1;  // Product of the reduced runs after the current one.
-    for (const Run& run : runs) {
-      if (run.reduced) reduced_after *= Prod(in_shape, run.begin, run.end);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const bool split_off = last_run != kNoValue && static_cast<int>(i) == last_reduced;
+      if (runs[i].reduced && !split_off)
+        reduced_after *= Prod(in_shape, runs[i].begin, runs[i].end);
     }
     Idx out{in_shape, {}};
-    for (const Run& run : runs) {
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const Run& run = runs[i];
       if (!run.reduced) {
         out.segs.push_back({run.begin, run.end, Merge(kept, run.begin, run.end)});
+        continue;
+      }
+      if (last_run != kNoValue && static_cast<int>(i) == last_reduced) {
+        out.segs.push_back({run.begin, run.end, last_run});
         continue;
       }
       const int64_t size = Prod(in_shape, run.begin, run.end);
@@ -818,12 +831,50 @@ class Lowerer {
         kind = ReduceKind::kArgMin;
         break;
     }
+    // Reduced axes split by kept ones with the last reduced run innermost (a bias gradient: sum
+    // of [N, C, H, W] over N, H and W): one flat loop would divide its counter into coordinates
+    // at every element and read with a stride the vectoriser cannot follow. Nested instead, the
+    // inner loop runs over the contiguous last run (a plain reassociable sum the vectoriser
+    // splits into lanes) and the outer one over the rest.
+    const int64_t inner = InnermostReducedRun(in_shape, node.attrs.axes);
+    if (inner >= 16 && inner < count &&
+        (kind == ReduceKind::kSum || kind == ReduceKind::kMax || kind == ReduceKind::kMin)) {
+      const VarId r = b_.BeginReduce(kind, init, count / inner);
+      PushScope();
+      const VarId q = b_.BeginReduce(kind, init, inner);
+      PushScope();
+      const Idx input = ReducedInputIndex(idx, in_shape, node.attrs.axes, b_.Var(r), b_.Var(q));
+      const ValueId value = Value(x, input);
+      PopScope();
+      const ValueId partial = b_.EndReduce(value);
+      PopScope();
+      return b_.EndReduce(partial);
+    }
     const VarId r = b_.BeginReduce(kind, init, count);
     PushScope();
     const Idx input = ReducedInputIndex(idx, in_shape, node.attrs.axes, b_.Var(r));
     const ValueId value = Value(x, input);
     PopScope();
     return b_.EndReduce(value);
+  }
+
+  // The size of the last run of reduced axes when it ends at the last axis and both a kept axis
+  // and a reduced axis (of sizes > 1) come before it; 0 otherwise. Runs under 16 elements (a
+  // vector's worth) stay flat: nesting would only change the order of the sum.
+  static int64_t InnermostReducedRun(const ir::Shape& in_shape, const std::vector<int64_t>& axes) {
+    const std::set<int64_t> reduced(axes.begin(), axes.end());
+    const int rank = Rank(in_shape);
+    if (rank == 0 || !reduced.count(rank - 1)) return 0;
+    int begin = rank - 1;
+    while (begin > 0 && reduced.count(begin - 1)) --begin;
+    bool kept_before = false;
+    for (int axis = 0; axis < begin; ++axis) kept_before = kept_before || Dim(in_shape, axis) > 1;
+    bool reduced_before = false;
+    for (int axis = 0; axis < begin; ++axis) {
+      reduced_before = reduced_before || (reduced.count(axis) && Dim(in_shape, axis) > 1);
+    }
+    if (!kept_before || !reduced_before) return 0;
+    return Prod(in_shape, begin, rank);
   }
 
   ValueId MatMulAt(NodeId id, const Idx& idx) {
@@ -987,10 +1038,7 @@ class Lowerer {
       parallel_extent_ = count;
       b_.SetParallelExtent(parallel_extent_);
       const ValueId gid = b_.Var(kGid);
-      for (NodeId output : group_.outputs) {
-        const Idx idx = Flat(graph_.node(output).type.shape, gid);
-        b_.Store(output_args_[output], gid, Value(output, idx));
-      }
+      StoreOutputs(Flat(shape, gid), gid);
       return;
     }
     // Rows of the last axis: gid over the leading axes, an inner loop over the last one.
@@ -998,12 +1046,58 @@ class Lowerer {
     b_.SetParallelExtent(parallel_extent_);
     const VarId j = BeginLoop(inner);
     Idx idx{shape, {{0, rank - 1, b_.Var(kGid)}, {rank - 1, rank, b_.Var(j)}}};
-    const ValueId linear = Linear(idx);
-    for (NodeId output : group_.outputs) {
-      const Idx at = Reshaped(idx, graph_.node(output).type.shape);
-      b_.Store(output_args_[output], linear, Value(output, at));
-    }
+    StoreOutputs(idx, Linear(idx));
     EndLoop();
+  }
+
+  // An output that is only reshapes and permutes of another output of the group (autodiff makes
+  // such permuted copies for weight gradients: dW's convolution reads g with N and C swapped):
+  // the other output and the movement nodes from it up to this one, outermost first. Empty when
+  // the output is not of that form.
+  std::pair<NodeId, std::vector<NodeId>> MovedCopyOf(NodeId output) const {
+    std::vector<NodeId> chain;
+    NodeId id = output;
+    while (nodes_.count(id)) {
+      const ir::Node& node = graph_.node(id);
+      if (node.op != ir::Op::kReshape && node.op != ir::Op::kPermute) break;
+      chain.push_back(id);
+      id = node.inputs[0];
+      if (std::find(group_.outputs.begin(), group_.outputs.end(), id) != group_.outputs.end()) {
+        return {id, chain};
+      }
+    }
+    return {ir::kInvalidNode, {}};
+  }
+
+  // Stores every output at the loop's element `idx` (linear index `linear`; all outputs have the
+  // same element count). A moved copy of another output is not evaluated again at its own
+  // element, which would redo the whole chain at another index: the other output's value at
+  // this element (computed once, cached) is stored where the movement takes it.
+  void StoreOutputs(const Idx& idx, ValueId linear) {
+    for (NodeId output : group_.outputs) {
+      const auto [source, chain] = MovedCopyOf(output);
+      if (source == ir::kInvalidNode) {
+        b_.Store(output_args_[output], linear,
+                 Value(output, Reshaped(idx, graph_.node(output).type.shape)));
+        continue;
+      }
+      const Idx at_source = Reshaped(idx, graph_.node(source).type.shape);
+      const ValueId value = Value(source, at_source);
+      Idx moved = at_source;  // Forward through the chain: source's index -> output's index.
+      for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+        const ir::Node& node = graph_.node(*it);
+        if (node.op == ir::Op::kReshape) {
+          moved = Reshaped(moved, node.type.shape);
+        } else {
+          std::vector<int64_t> inverse(node.attrs.axes.size());
+          for (size_t i = 0; i < inverse.size(); ++i) {
+            inverse[static_cast<size_t>(node.attrs.axes[i])] = static_cast<int64_t>(i);
+          }
+          moved = Permuted(moved, node.type.shape, inverse);
+        }
+      }
+      b_.Store(output_args_[output], Linear(moved), value);
+    }
   }
 
   void LowerReduction() {

@@ -471,8 +471,9 @@ NodeId WindowSumRule(Emitter& e, const ir::Graph& graph, const ir::Node& node, N
   return e.Window(Op::kWindowSum, src, a);
 }
 
-// window_max whose windows tile x exactly (window == strides, no padding, no dilation, every
-// size divisible by its window; max_pool2d 2x2 stride 2): each windowed axis of length n is split
+// window_max whose windows tile x (window == strides, no padding, no dilation; max_pool2d 2x2
+// stride 2; a size that is not a multiple of its window leaves a remainder that no window reads
+// and that gets a zero gradient): each windowed axis of length n is split
 // into [n / w, w], so window offsets become small axes and the first-maximum mask needs no
 // strided slices or spreads of the full tensor, only slices and pads on the size-w axes (cheap
 // index math once fused). The mask is the general rule's `first` per offset; the result adds a
@@ -484,14 +485,16 @@ NodeId WindowMaxTiledRule(Emitter& e, const ir::Graph& graph, const ir::Node& no
   const Shape& in = graph.node(node.inputs[0]).type.shape;
   const size_t r = in.size();
   Shape split, small;               // x split by window; the output with size-1 window axes.
+  Shape covered(r);                 // the part of x the windows read.
   std::vector<size_t> window_axes;  // position of each windowed axis's offset axis in `split`.
   std::vector<int64_t> window;
   for (size_t i = 0; i < r; ++i) {
     const int64_t w = attrs.window[i];
     if (At(attrs.strides, i, 1) != w || At(attrs.dilation, i, 1) != 1 || At(attrs.low, i, 0) != 0 ||
-        At(attrs.high, i, 0) != 0 || w < 1 || in[i] % w != 0) {
+        At(attrs.high, i, 0) != 0 || w < 1 || in[i] < w) {
       return ir::kInvalidNode;
     }
+    covered[i] = in[i] / w * w;
     split.push_back(in[i] / w);
     small.push_back(in[i] / w);
     if (w > 1) {
@@ -503,7 +506,12 @@ NodeId WindowMaxTiledRule(Emitter& e, const ir::Graph& graph, const ir::Node& no
   }
   if (window_axes.empty()) return ir::kInvalidNode;  // Identity window: the general rule is fine.
   const size_t s = split.size();
-  const NodeId xs = e.Reshape(node.inputs[0], split);
+  // Sizes that are not a multiple of the window (max_pool2d 2x2 on 11x11): the windows leave the
+  // last rows/columns out, which get no gradient; the rule runs on the covered part and pads.
+  const bool cut = covered != in;
+  const NodeId x =
+      cut ? e.Slice(node.inputs[0], std::vector<int64_t>(r, 0), covered) : node.inputs[0];
+  const NodeId xs = e.Reshape(x, split);
   const NodeId ys = e.Reshape(out, small);
   NodeId taken = ir::kInvalidNode, mask = ir::kInvalidNode;
   std::vector<int64_t> k(window.size(), 0);
@@ -536,7 +544,10 @@ NodeId WindowMaxTiledRule(Emitter& e, const ir::Graph& graph, const ir::Node& no
   // The general rule sums one part per offset (g at the taken element, +0 elsewhere), which turns
   // a -0.0 g into +0.0; adding +0 does the same here.
   if (ir::NumElements(window) > 1) dx = e.Add(dx, e.Like(dx, 0.0));
-  return e.Reshape(dx, in);
+  if (!cut) return e.Reshape(dx, in);
+  std::vector<int64_t> high(r);
+  for (size_t i = 0; i < r; ++i) high[i] = in[i] - covered[i];
+  return e.Pad(e.Reshape(dx, covered), std::vector<int64_t>(r, 0), high);
 }
 
 // window_max: like torch's max_pool, g goes to the first maximum of each window in row-major

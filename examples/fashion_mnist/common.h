@@ -5,6 +5,8 @@
 
 #include <kiln/kiln.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -68,10 +70,31 @@ inline Flags ParseFlags(int argc, char** argv, Flags defaults) {
   return flags;
 }
 
-/// Pixels scaled to [0, 1] and normalised with the training set's mean and standard deviation.
-inline kiln::data::DatasetPtr Prepare(kiln::data::DatasetPtr images) {
-  // Fashion-MNIST's training-set pixel mean and standard deviation (after scaling to [0, 1]).
-  return kiln::data::normalize(kiln::data::scale_to_unit(std::move(images)), {0.2860f}, {0.3530f});
+/// The mean and (population) standard deviation of every pixel of `images` (u8 [N, H, W])
+/// scaled to [0, 1]: torchvision's Normalize statistics, computed from the data.
+struct PixelStats {
+  float mean = 0, std = 1;
+};
+inline PixelStats ComputePixelStats(const kiln::data::InMemoryDataset& images) {
+  const kiln::ir::TensorData& pixels = images.inputs();
+  const auto* bytes = reinterpret_cast<const uint8_t*>(pixels.data());
+  double sum = 0, sum_sq = 0;
+  const int64_t n = pixels.num_elements();
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = bytes[i] / 255.0;
+    sum += x;
+    sum_sq += x * x;
+  }
+  const double mean = sum / static_cast<double>(n);
+  return {static_cast<float>(mean),
+          static_cast<float>(std::sqrt(sum_sq / static_cast<double>(n) - mean * mean))};
+}
+
+/// Pixels scaled to [0, 1] and normalised with the training set's statistics (`stats`), as
+/// torchvision's ToTensor + Normalize do.
+inline kiln::data::DatasetPtr Prepare(kiln::data::DatasetPtr images, PixelStats stats) {
+  return kiln::data::normalize(kiln::data::scale_to_unit(std::move(images)), {stats.mean},
+                               {stats.std});
 }
 
 /// Trains `model` with SGD (momentum 0.9) on Fashion-MNIST, validating on the test set after each
@@ -81,8 +104,10 @@ template <class B, class Model, class ToLogits>
 double Train(Model& model, const Flags& flags, ToLogits to_logits) {
   using kiln::data::Batch;
   typename B::Device device;
-  auto train = Prepare(kiln::data::FashionMnist::train(flags.data_dir));
-  auto test = Prepare(kiln::data::FashionMnist::test(flags.data_dir));
+  const auto train_images = kiln::data::FashionMnist::train(flags.data_dir);
+  const PixelStats stats = ComputePixelStats(*train_images);
+  auto train = Prepare(train_images, stats);
+  auto test = Prepare(kiln::data::FashionMnist::test(flags.data_dir), stats);
   auto train_loader = kiln::data::DataLoaderConfig(flags.batch_size)
                           .with_shuffle(flags.seed)
                           .with_workers(flags.workers)
@@ -91,7 +116,8 @@ double Train(Model& model, const Flags& flags, ToLogits to_logits) {
 
   std::cout << "model: " << Model::kModuleName << ", " << model.num_params() << " parameters; "
             << train->size() << " training and " << test->size() << " test images; batch "
-            << flags.batch_size << "\n";
+            << flags.batch_size << "; pixels normalised with the training set's mean " << stats.mean
+            << ", std " << stats.std << "\n";
   auto optimizer = kiln::optim::SgdConfig().with_lr(flags.lr).with_momentum(0.9).init();
   auto step = [&](Model& m, const Batch& batch) {
     auto logits = to_logits(m, batch.inputs_as<B, 3, kiln::Float>(device));

@@ -20,9 +20,15 @@ int main(int argc, char** argv) {
     const auto flags = fashion_mnist::ParseFlags(argc, argv, {.dir = "runs/mlp"});
     kiln::manual_seed(flags.seed);
     B::Device device;
-    Mlp<B> model{kiln::nn::LinearConfig(784, 512).init<B>(device),
-                 kiln::nn::LinearConfig(512, 256).init<B>(device),
-                 kiln::nn::LinearConfig(256, 10).init<B>(device)};
+    // He (Kaiming) uniform weights for a ReLU network, U(±sqrt(6 / fan_in)), instead of
+    // torch.nn.Linear's default U(±1 / sqrt(fan_in)); biases keep the default. With the
+    // default, one epoch ends at 0.835–0.844 test accuracy in both kiln and PyTorch
+    // (docs/training.md), right on the 0.84 target; He init trains faster.
+    const auto he =
+        kiln::nn::Initializer::KaimingUniform(kiln::nn::FanMode::kFanIn, kiln::nn::Gain::Relu());
+    Mlp<B> model{kiln::nn::LinearConfig(784, 512).with_initializer(he).init<B>(device),
+                 kiln::nn::LinearConfig(512, 256).with_initializer(he).init<B>(device),
+                 kiln::nn::LinearConfig(256, 10).with_initializer(he).init<B>(device)};
     fashion_mnist::Train<B>(model, flags, [](const Mlp<B>& m, const kiln::Tensor<B, 3>& images) {
       return m.forward(images.reshape<2>({images.dim(0), 784}));
     });

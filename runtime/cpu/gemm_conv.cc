@@ -371,12 +371,120 @@ absl::Status RunConvTransposed(const ConvParams& params, const ir::Shape& output
   return absl::OkStatus();
 }
 
+// An input-gradient convolution: autodiff's dX = conv(g, W') with W'[C, O, k] the flipped,
+// transposed weight, unit strides and "full" padding k - 1 on both sides. As an implicit GEMM
+// its im2col panels are O * prod(k) deep over the padded output positions, packed for only C
+// rows of A, and (k - 1)-wide borders of every panel are zeros that are multiplied anyway.
+// Computed the other way round (col2im, as the forward conv's transpose): for each image
+// cols[(c, kk), p] = W'^T[(c, kk), o] * g[o, p] is one GEMM whose B is g itself (dense rows, no
+// gather, no padding), then every column adds back at output position p + (k - 1) - kk. About
+// prod(in) / prod(out) of the multiply-adds (121 / 169 for the CNN's 11x11 -> 13x13). Only the
+// plain 2-d case without groups, dilation or epilogue takes this path.
+bool UseCol2Im(const ConvParams& params, const ir::Shape& output_shape) {
+  if (params.input_shape.size() != 4 || params.groups != 1 || params.bias != nullptr ||
+      params.residual != nullptr || params.activation != GemmActivation::kNone) {
+    return false;
+  }
+  for (size_t t = 0; t < 2; ++t) {
+    const int64_t k = params.weight_shape[t + 2];
+    if (k < 2 || At(params.strides, t, 1) != 1 || At(params.dilation, t, 1) != 1 ||
+        At(params.input_dilation, t, 1) != 1 || At(params.low, t, 0) != k - 1 ||
+        At(params.high, t, 0) != k - 1) {
+      return false;
+    }
+  }
+  const int64_t columns_bytes = params.input_shape[0] * params.weight_shape[0] *
+                                params.weight_shape[2] * params.weight_shape[3] *
+                                params.input_shape[2] * params.input_shape[3] *
+                                (params.dtype == ir::DType::kF64 ? 8 : 4);
+  // Enough positions to fill a few register tiles; the columns are capped at 64 MiB.
+  return params.input_shape[2] * params.input_shape[3] >= 32 && output_shape[1] >= 8 &&
+         columns_bytes <= (int64_t{64} << 20);
+}
+
+template <class T>
+absl::Status RunConvCol2Im(const ConvParams& params, const ir::Shape& output_shape,
+                           runtime::ThreadPool* pool) {
+  const int64_t images = params.input_shape[0], channels = params.input_shape[1];
+  const int64_t in_h = params.input_shape[2], in_w = params.input_shape[3];
+  const int64_t out_channels = params.weight_shape[0];
+  const int64_t kh_size = params.weight_shape[2], kw_size = params.weight_shape[3];
+  const int64_t out_h = output_shape[2], out_w = output_shape[3];
+  const int64_t kernel = kh_size * kw_size, plane = in_h * in_w;
+  const int64_t rows = out_channels * kernel;  // (output channel, kernel position)
+  // Kept per calling thread across calls, as in RunConvTransposed.
+  thread_local std::vector<T> weight_t, columns;
+  weight_t.resize(static_cast<size_t>(rows * channels));
+  columns.resize(static_cast<size_t>(images * rows * plane));
+  // weight_t[(o, kk), c] = W'[o, c, kk].
+  const T* weight = static_cast<const T*>(params.weight);
+  for (int64_t o = 0; o < out_channels; ++o) {
+    for (int64_t c = 0; c < channels; ++c) {
+      const T* src = weight + (o * channels + c) * kernel;
+      for (int64_t kk = 0; kk < kernel; ++kk)
+        weight_t[((o * kernel + kk) * channels) + c] = src[kk];
+    }
+  }
+  CoreProblem<T> problem;
+  problem.m = rows;
+  problem.n = plane;
+  problem.k = channels;
+  problem.a = weight_t.data();
+  problem.a_row_stride = channels;
+  problem.a_col_stride = 1;
+  problem.b = static_cast<const T*>(params.input);
+  const StridedBPacker<T> dense(/*row_stride=*/plane, /*col_stride=*/1);
+  problem.b_packer = &dense;
+  problem.c = columns.data();
+  problem.ldc = plane;
+  problem.batches.reserve(static_cast<size_t>(images));
+  for (int64_t image = 0; image < images; ++image) {
+    BatchOffsets offsets;
+    offsets.b = image * channels * plane;
+    offsets.c = image * rows * plane;
+    problem.batches.push_back(offsets);
+  }
+  absl::Status status = gemm_internal::RunCore(problem, EpilogueVariant{}, params.tuning, pool);
+  if (!status.ok()) return status;
+  // out[image, o, y, x] = sum over (kh, kw) of columns[image, (o, kh, kw), y - (kh_size - 1 - kh),
+  // x - (kw_size - 1 - kw)] where that position lies inside g's plane.
+  T* output = static_cast<T*>(params.output);
+  const T* cols = columns.data();  // not `columns` in the lambda: a worker has its own, empty
+  auto col2im = [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {  // r = (image, o)
+      const int64_t image = r / out_channels, o = r % out_channels;
+      T* dst = output + r * out_h * out_w;
+      std::fill(dst, dst + out_h * out_w, T{0});
+      const T* src_rows = cols + (image * rows + o * kernel) * plane;
+      for (int64_t kh = 0; kh < kh_size; ++kh) {
+        for (int64_t kw = 0; kw < kw_size; ++kw) {
+          const T* src = src_rows + (kh * kw_size + kw) * plane;
+          const int64_t dy = kh_size - 1 - kh, dx = kw_size - 1 - kw;
+          for (int64_t y = 0; y < in_h; ++y) {
+            T* d = dst + (y + dy) * out_w + dx;
+            const T* s = src + y * in_w;
+            for (int64_t x = 0; x < in_w; ++x) d[x] += s[x];
+          }
+        }
+      }
+    }
+  };
+  const int64_t planes = images * out_channels;
+  if (pool != nullptr && pool->num_threads() > 1 && planes > 1) {
+    pool->ParallelFor(planes, 1, col2im);
+  } else {
+    col2im(0, planes);
+  }
+  return absl::OkStatus();
+}
+
 template <class T>
 absl::Status RunConv(const ConvParams& params, const ir::Shape& output_shape,
                      const gemm_internal::MicroKernelProvider& kernels, runtime::ThreadPool* pool) {
   if (UseTransposedSmallOutput(params, output_shape)) {
     return RunConvTransposed<T>(params, output_shape, kernels, pool);
   }
+  if (UseCol2Im(params, output_shape)) return RunConvCol2Im<T>(params, output_shape, pool);
   const int64_t images = params.input_shape[0], channels = params.input_shape[1];
   const int64_t out_channels = params.weight_shape[0], group_channels = params.weight_shape[1];
   const int64_t groups = params.groups, group_outputs = out_channels / groups;

@@ -77,6 +77,78 @@ TEST(LowerTest, RowKernelShapeForBroadcastAlongLeadingAxes) {
   EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("urem"))) << text;
 }
 
+// Runs a one-output-list graph through Fuse + LowerGroup + the kernel evaluator against the
+// interpreter; returns the kernels' text.
+std::string ExpectLoweredMatches(const ir::Graph& graph, const std::vector<ir::TensorData>& args,
+                                 test::Tolerance tolerance) {
+  absl::StatusOr<std::vector<ir::TensorData>> expected = ir::Interpret(graph, args);
+  EXPECT_TRUE(expected.ok()) << expected.status();
+  absl::StatusOr<test::PipelineResult> actual = test::RunLowered(graph, args, {});
+  EXPECT_TRUE(actual.ok()) << actual.status();
+  if (!expected.ok() || !actual.ok()) return "";
+  std::string kernels;
+  for (const codegen::Kernel& k : actual->kernels) kernels += codegen::PrintKernel(k);
+  for (size_t i = 0; i < expected->size(); ++i) {
+    EXPECT_TRUE(test::TensorsClose((*expected)[i], actual->outputs[i], tolerance))
+        << "output " << i << "\n"
+        << kernels;
+  }
+  return kernels;
+}
+
+std::vector<ir::TensorData> RandomArgs(const ir::Graph& graph) {
+  std::vector<ir::TensorData> args;
+  int seed = 1;
+  for (NodeId p : graph.Parameters()) {
+    const ir::TensorType& type = graph.node(p).type;
+    std::vector<double> values(static_cast<size_t>(type.num_elements()));
+    for (size_t i = 0; i < values.size(); ++i) {
+      values[i] = static_cast<double>((i * 37 + static_cast<size_t>(seed) * 11) % 23) / 7.0 - 1.5;
+    }
+    args.push_back(*ir::TensorData::FromDoubles(type.dtype, type.shape, values));
+    ++seed;
+  }
+  return args;
+}
+
+TEST(LowerTest, SumOverAxesAroundAKeptOneNestsAContiguousInnerLoop) {
+  // A bias gradient: [N, C, H, W] summed over N, H, W. The inner reduction runs over the
+  // contiguous H * W with no division of its counter; the outer one over N.
+  for (Op op : {Op::kReduceSum, Op::kReduceMax}) {
+    ir::Builder b;
+    const NodeId x = b.Parameter("x", {DType::kF32, {3, 4, 5, 6}});
+    b.Output(b.Reduce(op, x, {0, 2, 3}));
+    absl::StatusOr<ir::Graph> graph = std::move(b).Build();
+    ASSERT_TRUE(graph.ok());
+    const std::string text = ExpectLoweredMatches(*graph, RandomArgs(*graph), {1e-5, 1e-6});
+    EXPECT_THAT(text, ::testing::HasSubstr("in [0, 3)")) << text;   // outer: N
+    EXPECT_THAT(text, ::testing::HasSubstr("in [0, 30)")) << text;  // inner: H * W
+    EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("udiv"))) << text;
+  }
+}
+
+TEST(LowerTest, PermutedCopyOfAnOutputIsStoredNotRecomputed) {
+  // y = exp(x) * 2 and permute(y) (autodiff's N/C-swapped gradient for a weight-gradient conv):
+  // exp is evaluated once per element and stored at both places.
+  ir::Builder b;
+  const NodeId x = b.Parameter("x", {DType::kF32, {2, 3, 4, 5}});
+  const NodeId y =
+      b.Binary(Op::kMul, b.Unary(Op::kExp, x), b.Fill(2.0, {DType::kF32, {2, 3, 4, 5}}));
+  b.Output(y);
+  b.Output(b.Reshape(b.Permute(y, {1, 0, 2, 3}), {3, 2, 20}));
+  absl::StatusOr<ir::Graph> graph = std::move(b).Build();
+  ASSERT_TRUE(graph.ok());
+  const passes::FusionPlan plan = passes::Fuse(*graph);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  const std::string text = ExpectLoweredMatches(*graph, RandomArgs(*graph), {1e-6, 1e-6});
+  size_t exps = 0;
+  for (size_t at = text.find("exp.f32"); at != std::string::npos;
+       at = text.find("exp.f32", at + 1)) {
+    ++exps;
+  }
+  EXPECT_EQ(exps, 1u) << text;
+}
+
 TEST(LowerTest, EpilogueExposesCoordinatesAndTheContractionValue) {
   ir::Builder b;
   const NodeId a = b.Parameter("a", {DType::kF32, {2, 3}});

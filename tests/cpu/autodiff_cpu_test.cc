@@ -95,6 +95,13 @@ std::vector<GradGraph> Graphs() {
          return b.WindowReduce(Op::kWindowMax, rows,
                                WindowAttrs({1, 1, 2, 2}, {1, 1, 2, 2}, {}, {}));
        }},
+      // max_pool2d 2x2 on 5 x 7 (the CNN's 11 x 11 case): the last row and column get no
+      // gradient; the split-axes rule runs on the covered part and pads.
+      {"window_max tiled remainder",
+       [](ir::Builder& b) {
+         const NodeId x = b.Parameter("x", {kF32, {2, 3, 5, 7}});
+         return b.WindowReduce(Op::kWindowMax, x, WindowAttrs({1, 1, 2, 2}, {1, 1, 2, 2}, {}, {}));
+       }},
       {"window_sum strided",
        [](ir::Builder& b) {
          const NodeId x = b.Parameter("x", {kF32, {2, 7, 6}});

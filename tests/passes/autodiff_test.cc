@@ -317,6 +317,13 @@ std::vector<GradCase> GradientCases() {
                                            WindowAttrs({1, 2, 3}, {1, 2, 3}, {}, {}, {}));
                    },
                    {Kind::kDistinct}});
+  // Sizes that are not multiples of the window (max_pool2d on 11 x 11): the remainder gets 0.
+  cases.push_back({"window_max tiled remainder",
+                   [](ir::Builder& b) {
+                     return b.WindowReduce(Op::kWindowMax, P(b, "x", {2, 5, 7}),
+                                           WindowAttrs({1, 2, 3}, {1, 2, 3}, {}, {}, {}));
+                   },
+                   {Kind::kDistinct}});
   // Ties within windows: rows 1 and 2 both hold the maximum x, so exactly one of them (the
   // first) may take the gradient.
   cases.push_back({"window_max ties", [](ir::Builder& b) {
@@ -536,10 +543,10 @@ TEST(Gradient, WindowMaxTiesGoToTheFirstMaximum) {
 }
 
 // max_pool2d-style windows (window == strides, no padding) with many ties, on a shape the
-// windows tile (the split-axes rule) and on one they do not (5 x 7: the last row and column lie
-// outside every window, so the general rule runs). Both must give exactly the direct loop's
-// values, bit for bit: the first maximum in row-major window order takes g, and a -0.0 g comes
-// out as +0.0 (0 + g), as the general rule's sum of per-offset parts gives.
+// windows tile and on one they do not (5 x 7: the last row and column lie outside every window;
+// the split-axes rule runs on the covered 4 x 6 and pads the remainder with zeros). Both must give
+// exactly the direct loop's values, bit for bit: the first maximum in row-major window order takes
+// g, and a -0.0 g comes out as +0.0 (0 + g), as the general rule's sum of per-offset parts gives.
 TEST(Gradient, WindowMaxTiledTiesMatchTheGeneralRuleBitForBit) {
   for (const ir::Shape& shape : {ir::Shape{2, 3, 4, 6}, ir::Shape{2, 3, 5, 7}}) {
     SCOPED_TRACE(::testing::PrintToString(shape));

@@ -312,6 +312,30 @@ TEST(ConvTest, WeightGradientShapesTakeTheTransposedPath) {
   RunAllWays(padded);
 }
 
+TEST(ConvTest, InputGradientShapesTakeTheCol2ImPath) {
+  // Unit strides and full padding k - 1: the input gradient of a 3x3 conv (autodiff's conv of g
+  // with the flipped weight), computed as a GEMM on g's own rows and a col2im. Shapes as the CNN
+  // training step's dX of conv 2 (11x11 -> 13x13) with fewer images, then a non-square kernel.
+  ConvCase conv2;
+  conv2.input = {3, 64, 11, 11};
+  conv2.weight = {32, 64, 3, 3};
+  conv2.low = {2, 2};
+  conv2.high = {2, 2};
+  RunAllWays(conv2);
+  conv2.tuning.kc = 20;  // several depth blocks
+  conv2.tuning.mc = 1;
+  RunAllWays(conv2);
+  ConvCase wide;
+  wide.input = {2, 5, 6, 9};
+  wide.weight = {9, 5, 2, 4};
+  wide.low = {1, 3};
+  wide.high = {1, 3};
+  RunAllWays(wide);
+  // Not full padding on one side: the implicit GEMM, same results.
+  wide.high = {1, 2};
+  RunAllWays(wide);
+}
+
 TEST(ConvTest, EmptyChannelsGiveTheEpilogueOfZero) {
   ConvCase tc;
   tc.input = {2, 0, 4};
