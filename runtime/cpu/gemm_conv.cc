@@ -404,6 +404,7 @@ bool UseCol2Im(const ConvParams& params, const ir::Shape& output_shape) {
 
 template <class T>
 absl::Status RunConvCol2Im(const ConvParams& params, const ir::Shape& output_shape,
+                           const gemm_internal::MicroKernelProvider& kernels,
                            runtime::ThreadPool* pool) {
   const int64_t images = params.input_shape[0], channels = params.input_shape[1];
   const int64_t in_h = params.input_shape[2], in_w = params.input_shape[3];
@@ -444,7 +445,8 @@ absl::Status RunConvCol2Im(const ConvParams& params, const ir::Shape& output_sha
     offsets.c = image * rows * plane;
     problem.batches.push_back(offsets);
   }
-  absl::Status status = gemm_internal::RunCore(problem, EpilogueVariant{}, params.tuning, pool);
+  absl::Status status =
+      gemm_internal::RunCore(problem, EpilogueVariant{}, params.tuning, kernels, pool);
   if (!status.ok()) return status;
   // out[image, o, y, x] = sum over (kh, kw) of columns[image, (o, kh, kw), y - (kh_size - 1 - kh),
   // x - (kw_size - 1 - kw)] where that position lies inside g's plane.
@@ -484,7 +486,7 @@ absl::Status RunConv(const ConvParams& params, const ir::Shape& output_shape,
   if (UseTransposedSmallOutput(params, output_shape)) {
     return RunConvTransposed<T>(params, output_shape, kernels, pool);
   }
-  if (UseCol2Im(params, output_shape)) return RunConvCol2Im<T>(params, output_shape, pool);
+  if (UseCol2Im(params, output_shape)) return RunConvCol2Im<T>(params, output_shape, kernels, pool);
   const int64_t images = params.input_shape[0], channels = params.input_shape[1];
   const int64_t out_channels = params.weight_shape[0], group_channels = params.weight_shape[1];
   const int64_t groups = params.groups, group_outputs = out_channels / groups;
