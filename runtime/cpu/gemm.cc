@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -330,6 +331,12 @@ class AlignedBuffer {
 
 struct PackBuffers {
   AlignedBuffer a, b;
+  // What `a` holds: the block at (ic, pc) of the A of RunCore call `a_generation` (0: nothing).
+  // Batch entries that share A (a convolution's images) then pack it once per thread and call.
+  uint64_t a_generation = 0;
+  const void* a_source = nullptr;
+  const void* a_packed = nullptr;  // a.Get()'s pointer then: a reallocation drops the contents
+  int64_t a_ic = 0, a_pc = 0;
 };
 
 PackBuffers& ThreadBuffers() {
@@ -344,7 +351,10 @@ struct Plan {
   Blocking blocking;
   MicroKernelFn plain = nullptr;  // every depth block but the last
   MicroKernelFn last = nullptr;   // the last depth block: with the epilogue
+  uint64_t generation = 0;        // unique per RunCore call (A is read-only during one)
 };
+
+std::atomic<uint64_t> next_generation{1};
 
 // C[m0:m1, n0:n1] of batch entry `batch`.
 template <class T>
@@ -377,8 +387,18 @@ void ComputeRect(const CoreProblem<T>& p, const Plan& plan, const BatchOffsets& 
     do {
       const int64_t kcb = std::min(kc_max, p.k - pc);
       const bool first = pc == 0, last = pc + kcb >= p.k;
-      PackA(a + ic * p.a_row_stride + pc * p.a_col_stride, p.a_row_stride, p.a_col_stride, mcb, kcb,
-            mr, a_packed);
+      // The packed block depends on (A, ic, pc) and, within one call, on nothing else (mcb, kcb
+      // and mr follow from ic and pc).
+      if (buffers.a_generation != plan.generation || buffers.a_source != a || buffers.a_ic != ic ||
+          buffers.a_pc != pc || buffers.a_packed != a_packed) {
+        PackA(a + ic * p.a_row_stride + pc * p.a_col_stride, p.a_row_stride, p.a_col_stride, mcb,
+              kcb, mr, a_packed);
+        buffers.a_generation = plan.generation;
+        buffers.a_source = a;
+        buffers.a_ic = ic;
+        buffers.a_pc = pc;
+        buffers.a_packed = a_packed;
+      }
       const MicroKernelFn kernel = last ? plan.last : plan.plain;
       args.beta = first ? static_cast<double>(p.beta) : 1.0;
       for (int64_t jc = n0; jc < n1; jc += nc) {
@@ -536,8 +556,18 @@ absl::Status RunCore(const CoreProblem<T>& problem, const EpilogueVariant& epilo
     int mr = 1;
     while (mr < problem.m) mr *= 2;
     plan.shape.mr = mr;
+  } else if (tuning.mr == 0 && problem.m <= 4 * plan.shape.mr) {
+    // A few row panels (a convolution's 16 or 32 output channels on a 14-row tile): the same
+    // number of panels of balanced height, ceil(m / panels), instead of full panels and a
+    // mostly-padding last one (16 rows: 2 x 8 instead of 14 + 14; 32 rows: 3 x 11 instead of
+    // 3 x 14). Only when that saves at least 1/8 of the padded rows, as each height is one more
+    // compiled kernel.
+    const int64_t panels = CeilDiv(problem.m, plan.shape.mr);
+    const int balanced = static_cast<int>(CeilDiv(problem.m, panels));
+    if ((plan.shape.mr - balanced) * 8 >= plan.shape.mr) plan.shape.mr = balanced;
   }
   plan.blocking = ChooseBlocking(plan.shape, sizeof(T), tuning);
+  plan.generation = next_generation.fetch_add(1, std::memory_order_relaxed);
   absl::StatusOr<MicroKernelFn> plain = kernels.Get(dtype, plan.shape, EpilogueVariant{});
   if (!plain.ok()) return plain.status();
   absl::StatusOr<MicroKernelFn> last = kernels.Get(dtype, plan.shape, epilogue);

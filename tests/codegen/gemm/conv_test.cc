@@ -283,6 +283,54 @@ TEST(ConvTest, SmallBlocksSplitThePackedWindows) {
   RunAllWays(tc);
 }
 
+TEST(ConvTest, SmallImagesTakeTheRowCopyPath) {
+  // 2-d convs with unit width stride and output rows of at most 16 that divide the NR panel
+  // (16, 8, 4 wide) pack im2col one output row per masked copy on AVX-512 hosts (the imported
+  // CNN's 16x16 and 8x8 convs); 16 and 32 output channels take balanced row panels.
+  ConvCase conv1;  // as the CNN of benchmarks/peers/onnx_peers.py, fewer images
+  conv1.input = {3, 3, 16, 16};
+  conv1.weight = {16, 3, 3, 3};
+  conv1.low = {1, 1};
+  conv1.high = {1, 1};
+  conv1.bias = true;
+  conv1.activation = GemmActivation::kRelu;
+  RunAllWays(conv1);
+  ConvCase conv2;
+  conv2.input = {2, 16, 8, 8};
+  conv2.weight = {32, 16, 3, 3};
+  conv2.low = {1, 1};
+  conv2.high = {1, 1};
+  RunAllWays(conv2);
+  // Height stride and dilation, a 3x4 output (12 columns: a partial panel).
+  ConvCase strided;
+  strided.input = {2, 3, 9, 4};
+  strided.weight = {5, 3, 3, 3};
+  strided.strides = {2, 1};
+  strided.dilation = {2, 1};
+  strided.low = {0, 1};
+  strided.high = {0, 1};
+  RunAllWays(strided);
+  // Width dilation; padding wider than the kernel (whole rows and columns of zeros).
+  ConvCase dilated;
+  dilated.input = {1, 2, 7, 8};
+  dilated.weight = {3, 2, 2, 3};
+  dilated.dilation = {1, 2};
+  dilated.low = {1, 2};
+  dilated.high = {1, 2};
+  RunAllWays(dilated);
+  ConvCase wide;
+  wide.input = {1, 2, 5, 2};
+  wide.weight = {3, 2, 2, 2};
+  wide.low = {3, 4};
+  wide.high = {2, 3};
+  RunAllWays(wide);
+  // Depth blocks ending inside a channel's window, column blocks of one NR panel.
+  conv1.tuning.kc = 5;
+  conv1.tuning.nc = 1;
+  conv1.residual = true;
+  RunAllWays(conv1);
+}
+
 TEST(ConvTest, WeightGradientShapesTakeTheTransposedPath) {
   // Small outputs (<= 16 positions) with a long reduction and no epilogue: the weight gradient of
   // a 3x3 conv, computed as out^T = im2col^T * W^T. Shapes as the CNN training step's dW of

@@ -428,6 +428,47 @@ TEST(GemmTest, Batches) {
   RunBoth(large);
 }
 
+TEST(GemmTest, SharedAIsRepackedOnEveryCall) {
+  // Batch entries sharing A (stride 0, like a convolution's images) pack it once per thread
+  // and call; a later call with the same buffer and new contents (weights after an update, a
+  // reused arena) must not see the old packing.
+  const int64_t B = 6, M = 16, N = 40, K = 27;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> uniform(-1, 1);
+  std::vector<float> a(static_cast<size_t>(M * K)), b(static_cast<size_t>(B * K * N));
+  for (float& v : b) v = static_cast<float>(uniform(rng));
+  for (int threads : {1, 2}) {
+    for (int call = 0; call < 3; ++call) {
+      SCOPED_TRACE(absl::StrCat("threads=", threads, " call=", call));
+      for (float& v : a) v = static_cast<float>(uniform(rng));
+      std::vector<float> out(static_cast<size_t>(B * M * N), 0.0f);
+      GemmParams params;
+      params.batch = {B};
+      params.m = M;
+      params.n = N;
+      params.k = K;
+      params.a = MatrixView{a.data(), K, 1, {0}};
+      params.b = DenseMatrix(b.data(), K, N, {B});
+      params.c = DenseMatrix(out.data(), M, N, {B});
+      ASSERT_TRUE(Gemm(params, threads > 1 ? &TwoThreads() : nullptr).ok());
+      for (int64_t e = 0; e < B; ++e) {
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t n = 0; n < N; ++n) {
+            double expected = 0, abs_sum = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              const double p = static_cast<double>(a[m * K + k]) * b[(e * K + k) * N + n];
+              expected += p;
+              abs_sum += std::abs(p);
+            }
+            ASSERT_NEAR(out[(e * M + m) * N + n], expected, 8e-7 * abs_sum + 1e-30)
+                << e << " " << m << " " << n;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(GemmTest, PermutedViewNeedsNoCopy) {
   // x: [B=2, M=5, H=3, K=4] dense; y: [B, H, K, N=6] dense. out[b, h] = x[b, :, h, :] y[b, h],
   // the attention-score pattern, read through strides only.
