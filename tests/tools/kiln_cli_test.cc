@@ -289,7 +289,7 @@ TEST_F(KilnCli, BadInputGivesNonZeroExitAndNamesTheFile) {
       {"compile " + P("model.onnx") + " -o " + P("x.kiln"),
        P("model.onnx") + ": ONNX import is not available in this build yet"},
       {"dump " + P("model.onnx") + " --dir " + P("d"), "ONNX import is not available"},
-      {std::string("compile ") + kMlp + " -o " + P("x.kiln") + " --target vulkan", "--target"},
+      {std::string("compile ") + kMlp + " -o " + P("x.kiln") + " --target tpu", "--target"},
       {"inspect " + P("missing.kiln"), P("missing.kiln")},
       {"inspect " + std::string(kMlp), std::string(kMlp) + ": blob: "},
       {"run " + std::string(kMlp) + " -i " + P("in_x.npy"), std::string(kMlp) + ": "},
