@@ -258,7 +258,6 @@ const char* SectionKindName(SectionKind kind) {
   return "unknown";
 }
 
-
 const char* HostArchitecture() {
 #if defined(__x86_64__)
   return "x86_64";
@@ -531,11 +530,11 @@ struct CapabilityFeature {
   const char* feature;
 };
 constexpr CapabilityFeature kCapabilityFeatures[] = {
-    {9, "shaderFloat16"},               // Float16
-    {10, "shaderFloat64"},              // Float64
-    {11, "shaderInt64"},                // Int64
-    {22, "shaderInt16"},                // Int16
-    {39, "shaderInt8"},                 // Int8
+    {9, "shaderFloat16"},                // Float16
+    {10, "shaderFloat64"},               // Float64
+    {11, "shaderInt64"},                 // Int64
+    {22, "shaderInt16"},                 // Int16
+    {39, "shaderInt8"},                  // Int8
     {4433, "storageBuffer16BitAccess"},  // StorageBuffer16BitAccess
     {4448, "storageBuffer8BitAccess"},   // StorageBuffer8BitAccess
 };
@@ -558,10 +557,9 @@ absl::StatusOr<SpirvFacts> ScanSpirv(std::span<const uint32_t> words) {
   for (size_t at = 5; at < words.size();) {
     const uint32_t count = words[at] >> 16, opcode = words[at] & 0xffffu;
     if (count == 0 || count > words.size() - at) {
-      return absl::InvalidArgumentError(absl::StrCat("the instruction at word ", at, " (opcode ",
-                                                     opcode, ") has ", count,
-                                                     " words but the module ends at word ",
-                                                     words.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the instruction at word ", at, " (opcode ", opcode, ") has ", count,
+                       " words but the module ends at word ", words.size()));
     }
     if (opcode == 17 && count == 2) {  // OpCapability
       for (const CapabilityFeature& c : kCapabilityFeatures) {
@@ -586,9 +584,11 @@ absl::StatusOr<SpirvFacts> ScanSpirv(std::span<const uint32_t> words) {
   return facts;
 }
 
-absl::StatusOr<std::shared_ptr<const VulkanPlan>> ParseVulkanPlan(
-    const json& j, const Signature& signature, std::span<const std::byte> spirv,
-    uint64_t weights_size, const std::string& where) {
+absl::StatusOr<std::shared_ptr<const VulkanPlan>> ParseVulkanPlan(const json& j,
+                                                                  const Signature& signature,
+                                                                  std::span<const std::byte> spirv,
+                                                                  uint64_t weights_size,
+                                                                  const std::string& where) {
   const Reader r(where);
   auto plan = std::make_shared<VulkanPlan>();
   KILN_ASSIGN(features, r.Array(j, "vulkan plan", "features", 16));
@@ -632,17 +632,17 @@ absl::StatusOr<std::shared_ptr<const VulkanPlan>> ParseVulkanPlan(
     } else if (kind == "arena") {
       KILN_ASSIGN(offset, r.Int(s, path, "offset", 0, kMaxDimension));
       if (offset % alignment != 0) {
-        return r.Error(path, absl::StrCat("arena offset ", offset, " is not a multiple of ",
-                                          alignment));
+        return r.Error(path,
+                       absl::StrCat("arena offset ", offset, " is not a multiple of ", alignment));
       }
       slot.offset = offset;
     } else if (kind == "constant") {
       KILN_ASSIGN(offset, r.Int(s, path, "weights_offset", 0, kMaxDimension));
       if (static_cast<uint64_t>(offset) > weights_size ||
           static_cast<uint64_t>(size) > weights_size - static_cast<uint64_t>(offset)) {
-        return r.Error(path, absl::StrCat("constant [", offset, ", +", size,
-                                          ") lies outside the weights section of ",
-                                          weights_size, " bytes"));
+        return r.Error(
+            path, absl::StrCat("constant [", offset, ", +", size,
+                               ") lies outside the weights section of ", weights_size, " bytes"));
       }
       slot.weights_offset = offset;
     } else if (kind == "error_flag") {
@@ -683,8 +683,8 @@ absl::StatusOr<std::shared_ptr<const VulkanPlan>> ParseVulkanPlan(
     }
     for (const std::string& f : facts->features) {
       if (std::find(plan->features.begin(), plan->features.end(), f) == plan->features.end()) {
-        return r.Error(path, absl::StrCat("the SPIR-V needs ", f,
-                                          ", which the plan's features do not list"));
+        return r.Error(
+            path, absl::StrCat("the SPIR-V needs ", f, ", which the plan's features do not list"));
       }
     }
     shader.name = name;
@@ -701,10 +701,11 @@ absl::StatusOr<std::shared_ptr<const VulkanPlan>> ParseVulkanPlan(
     const std::string path = absl::StrCat("dispatches[", i, "]");
     const json& d = (*dispatches)[i];
     VulkanPlan::Dispatch dispatch;
-    KILN_ASSIGN(shader, r.Int(d, path, "shader", 0, static_cast<int64_t>(plan->shaders.size()) - 1));
+    KILN_ASSIGN(shader,
+                r.Int(d, path, "shader", 0, static_cast<int64_t>(plan->shaders.size()) - 1));
     const VulkanPlan::Shader& sh = plan->shaders[static_cast<size_t>(shader)];
-    KILN_ASSIGN(buffers, r.Ints(d, path, "buffers", 64, 0,
-                                static_cast<int64_t>(plan->slots.size()) - 1));
+    KILN_ASSIGN(buffers,
+                r.Ints(d, path, "buffers", 64, 0, static_cast<int64_t>(plan->slots.size()) - 1));
     if (static_cast<int>(buffers.size()) != sh.num_buffers) {
       return r.Error(path, absl::StrCat(buffers.size(), " buffers, shader ", shader, " takes ",
                                         sh.num_buffers));
@@ -745,6 +746,13 @@ absl::StatusOr<Signature> ParseSignature(const json& j, const std::string& where
 }
 
 }  // namespace
+
+const char* VulkanFeatureForCapability(uint32_t capability) {
+  for (const CapabilityFeature& c : kCapabilityFeatures) {
+    if (c.capability == capability) return c.feature;
+  }
+  return nullptr;
+}
 
 bool IsVulkanFeature(const std::string& name) {
   for (const CapabilityFeature& c : kCapabilityFeatures) {

@@ -136,6 +136,9 @@ struct VulkanPlan {
 
 /// Known Vulkan feature names of VulkanPlan::features.
 bool IsVulkanFeature(const std::string& name);
+/// The device feature a SPIR-V capability needs (Float64 → "shaderFloat64", Int64, Float16,
+/// Int16, Int8, StorageBuffer8/16BitAccess); nullptr for the others (Shader, ...).
+const char* VulkanFeatureForCapability(uint32_t capability);
 
 /// A blob parsed and validated (see the file comment). Holds copies of the small parts; the
 /// weights and code stay in the caller's bytes (offsets into them).

@@ -152,9 +152,8 @@ static bool ValidDevice(const char* device) {
 }
 
 static kiln_status BadDevice(const char* device) {
-  return Fail(KILN_ERROR_INVALID_ARGUMENT,
-              std::string("kiln: unknown device \"") + device +
-                  "\" (expected cpu, vulkan or vulkan:<index|name>)");
+  return Fail(KILN_ERROR_INVALID_ARGUMENT, std::string("kiln: unknown device \"") + device +
+                                               "\" (expected cpu, vulkan or vulkan:<index|name>)");
 }
 
 kiln_status kiln_model_load_file_on(const char* path, const char* device, kiln_model** out) {
@@ -181,8 +180,7 @@ kiln_status kiln_model_load_memory_on(const void* data, size_t size, const char*
     kiln::runtime::blob::LoadOptions options;
     if (device != nullptr) options.device = device;
     return Wrap(kiln::runtime::blob::Model::LoadMemory(
-                    std::span<const std::byte>(static_cast<const std::byte*>(data), size),
-                    options),
+                    std::span<const std::byte>(static_cast<const std::byte*>(data), size), options),
                 out);
   } catch (const std::exception& e) {
     return Fail(KILN_ERROR_INTERNAL, e.what());

@@ -260,16 +260,10 @@ absl::Status CompileVulkan(const ir::Graph& bound, const std::string& name, Weig
   for (const runtime::vulkan::ShaderSpec& shader : spec.shaders) {
     const std::vector<uint32_t>& w = shader.spirv;
     for (size_t at = 5; at < w.size() && (w[at] >> 16) != 0; at += w[at] >> 16) {
-      if ((w[at] & 0xffffu) != 17 || (w[at] >> 16) != 2) continue;  // OpCapability
-      switch (w[at + 1]) {
-        case 9: features.insert("shaderFloat16"); break;
-        case 10: features.insert("shaderFloat64"); break;
-        case 11: features.insert("shaderInt64"); break;
-        case 22: features.insert("shaderInt16"); break;
-        case 39: features.insert("shaderInt8"); break;
-        case 4433: features.insert("storageBuffer16BitAccess"); break;
-        case 4448: features.insert("storageBuffer8BitAccess"); break;
-        default: break;
+      const bool capability = (w[at] & 0xffffu) == 17 && (w[at] >> 16) == 2;  // OpCapability
+      if (!capability || at + 1 >= w.size()) continue;
+      if (const char* f = runtime::blob::VulkanFeatureForCapability(w[at + 1])) {
+        features.insert(f);
       }
     }
     plan["shaders"].push_back(json{{"name", shader.name},
@@ -568,8 +562,8 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
   std::string vulkan_plan, spirv;
   if (options.vulkan) {
 #if KILN_AOT_HAVE_VULKAN
-    if (absl::Status s = CompileVulkan(*bound, signature["name"].get<std::string>(),
-                                       weights_writer, &vulkan_plan, &spirv);
+    if (absl::Status s = CompileVulkan(*bound, signature["name"].get<std::string>(), weights_writer,
+                                       &vulkan_plan, &spirv);
         !s.ok()) {
       return s;
     }
@@ -583,7 +577,8 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
   all.push_back(Section{runtime::blob::SectionKind::kWeights, "", std::move(weights)});
   for (Section& s : sections) all.push_back(std::move(s));
   if (options.vulkan) {
-    all.push_back(Section{runtime::blob::SectionKind::kVulkanPlan, "vulkan", std::move(vulkan_plan)});
+    all.push_back(
+        Section{runtime::blob::SectionKind::kVulkanPlan, "vulkan", std::move(vulkan_plan)});
     all.push_back(Section{runtime::blob::SectionKind::kSpirv, "spirv", std::move(spirv)});
   }
   if (options.include_ir_text) {

@@ -215,8 +215,7 @@ class Compiler {
         AddSlot(runtime::Slot::Arena(0, std::max<int64_t>(ByteSize(node.type), 4)), node);
     arena_buffer_of_slot_[slot] = static_cast<passes::BufferId>(arena_buffers_.size());
     const int64_t align = std::max<int64_t>(
-        runtime::kBufferAlignment,
-        static_cast<int64_t>(info_.min_storage_buffer_offset_alignment));
+        runtime::kBufferAlignment, static_cast<int64_t>(info_.min_storage_buffer_offset_alignment));
     const int64_t planned = (std::max<int64_t>(ByteSize(node.type), 4) + align - 1) / align * align;
     arena_buffers_.push_back(passes::PlanBuffer{planned, false, false, std::move(name)});
     return slot;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -256,6 +257,43 @@ TEST_F(AotVulkanTest, MissingFeatureNamesIt) {
   info.max_workgroup_invocations = 32;
   EXPECT_THAT(runtime::vulkan::CheckDeviceCanRun(*v->vulkan, info).message(),
               HasSubstr("invocations"));
+}
+
+TEST_F(AotVulkanTest, ByteOutputsNeedAndGet8BitStorage) {
+  // u8 and bool outputs: the section lists storageBuffer8BitAccess (from the SPIR-V), lavapipe
+  // has it, and the bytes equal the interpreter's (the casts are exact).
+  ir::Builder b;
+  ir::NodeId x = b.Parameter("x", F32({300}));
+  ir::NodeId scaled = b.Binary(ir::Op::kMul, x, b.Fill(100.0, F32({300})));
+  b.Output(b.Cast(scaled, ir::DType::kU8), "bytes");
+  b.Output(b.Cast(x, ir::DType::kBool), "nonzero");
+  absl::StatusOr<ir::Graph> g = std::move(b).Build();
+  ASSERT_TRUE(g.ok()) << g.status();
+  aot::CompileOptions options;
+  options.vulkan = true;
+  absl::StatusOr<std::string> blob = aot::Compile(*g, options);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  absl::StatusOr<runtime::blob::BlobView> v = runtime::blob::ParseBlob(Bytes(*blob));
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_NE(v->vulkan, nullptr);
+  EXPECT_THAT(v->vulkan->features, testing::Contains("storageBuffer8BitAccess"));
+
+  ir::TensorData input = Random(F32({300}), 11);
+  float* values = reinterpret_cast<float*>(input.data());
+  values[0] = 0.0f;  // a false for the bool output
+  std::vector<ir::TensorData> args = {input};
+  absl::StatusOr<std::vector<ir::TensorData>> expected = ir::Interpret(*g, args);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  kiln_model* model = nullptr;
+  ASSERT_EQ(kiln_model_load_memory_on(blob->data(), blob->size(), "vulkan", &model), KILN_OK)
+      << kiln_last_error();
+  std::vector<uint8_t> bytes(300), nonzero(300);
+  const void* inputs[] = {input.data()};
+  void* outputs[] = {bytes.data(), nonzero.data()};
+  ASSERT_EQ(kiln_model_run(model, inputs, outputs), KILN_OK) << kiln_last_error();
+  kiln_model_free(model);
+  EXPECT_EQ(std::memcmp(bytes.data(), (*expected)[0].data(), 300), 0);
+  EXPECT_EQ(std::memcmp(nonzero.data(), (*expected)[1].data(), 300), 0);
 }
 
 }  // namespace
