@@ -13,7 +13,8 @@
 // extents, grains, error contexts, GEMM/convolution descriptors — and the code targets), the
 // weights (raw bytes, each constant at a 64-byte aligned offset so a mapped file is used in
 // place), one code section per target triple (a shared object holding the kernels and GEMM
-// micro-kernels), and optionally the IR text of the graph.
+// micro-kernels), optionally the IR text of the graph, and optionally a Vulkan launch plan with
+// its SPIR-V (VulkanPlan; run by runtime/vulkan/blob_vulkan.h when loaded with device "vulkan").
 //
 // ParseBlob validates everything that does not need the code: magic, version, bounds of every
 // section and of every constant inside the weights, checksums, JSON structure, signature and
