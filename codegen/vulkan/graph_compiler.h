@@ -69,6 +69,17 @@ absl::StatusOr<std::shared_ptr<runtime::vulkan::VulkanDevice>> DeviceForIndex(in
 absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(
     const ir::Graph& graph, std::shared_ptr<runtime::vulkan::VulkanDevice> device);
 
+/// The device AOT compiles for when no device is at hand: every shader feature the GLSL may use is
+/// assumed present (the blob records the ones its SPIR-V declares, checked when it is loaded),
+/// limits are Vulkan 1.1's minimums, and minStorageBufferOffsetAlignment is 256 (the largest the
+/// specification allows, so arena offsets suit every device).
+runtime::vulkan::DeviceInfo PortableDeviceInfo();
+
+/// Compiles `graph` for a device described by `info` without opening one (codegen/aot): the
+/// result has `spec`, `glsl` and the types; `executable` and `device` are null.
+absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileSpec(
+    const ir::Graph& graph, const runtime::vulkan::DeviceInfo& info);
+
 /// Runs a compiled graph on its device (argument types checked).
 absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
     const CompiledGraph& compiled,
