@@ -551,6 +551,7 @@ GlslTarget TargetFor(const rv::DeviceInfo& info) {
   target.int64 = info.int64;
   target.int8_storage = info.int8_storage;
   target.int16_storage = info.int16_storage;
+  target.subgroup_arithmetic = info.subgroup_arithmetic;
   if (info.max_workgroup_count[0] > 0) target.max_workgroup_count_x = info.max_workgroup_count[0];
   if (info.max_workgroup_count[1] > 0) target.max_workgroup_count_y = info.max_workgroup_count[1];
   return target;
@@ -578,12 +579,22 @@ absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(
   return Compiler(graph, std::move(device), info).Run();
 }
 
+absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(
+    const ir::Graph& graph, std::shared_ptr<rv::VulkanDevice> device, const rv::DeviceInfo& info) {
+  if (device == nullptr) return absl::InvalidArgumentError("vulkan backend: no device");
+  return Compiler(graph, std::move(device), info).Run();
+}
+
 rv::DeviceInfo PortableDeviceInfo() {
   rv::DeviceInfo info;
   info.name = "portable Vulkan 1.1 baseline";
   info.api_version = (1u << 22) | (1u << 12);  // VK_MAKE_API_VERSION(0, 1, 1, 0)
   info.float64 = info.int64 = info.float16 = info.int16 = info.int8 = true;
   info.int8_storage = info.int16_storage = true;
+  // No subgroup arithmetic: blobs keep the workgroup-memory reduction tree, which every
+  // Vulkan 1.1 compute device runs (subgroup arithmetic is optional in compute shaders), so a
+  // blob needs no subgroup feature and loads wherever its other features are present.
+  info.subgroup_arithmetic = false;
   info.max_shared_memory_bytes = 16384;
   info.max_workgroup_invocations = 128;
   info.max_workgroup_size[0] = info.max_workgroup_size[1] = 128;
