@@ -60,6 +60,7 @@ class Renderer {
     for (const std::string& name : helper_order_) absl::StrAppend(&out.helpers, helpers_[name]);
     out.shared_decls = shared_;
     out.body = body_;
+    out.uses_subgroups = uses_subgroups_;
     return out;
   }
 
@@ -799,6 +800,7 @@ class Renderer {
     }
     CloseScope();
     Line(indent, "}");
+    if (SubgroupCombine(stmt, type, indent)) return absl::OkStatus();
     const std::string lid_slot = absl::StrCat(sval, "[uint(lid)]");
     Line(indent, absl::StrCat(lid_slot, " = ", arg_kind ? best : acc, ";"));
     if (arg_kind) Line(indent, absl::StrCat(sidx, "[uint(lid)] = ", acc, ";"));
@@ -836,6 +838,174 @@ class Renderer {
     return absl::OkStatus();
   }
 
+  // The bits of a float type as the unsigned integer type of its width.
+  static ScalarType BitsOf(ScalarType type) {
+    return type == ScalarType::kF64 ? ScalarType::kU64 : ScalarType::kU32;
+  }
+
+  // Whether the dialect has every subgroup operation the combine of `stmt` needs.
+  bool CanCombineInSubgroups(const Stmt& stmt, ScalarType type) const {
+    if (!options_.subgroups || d_.SubgroupId().empty() || d_.NumSubgroups().empty() ||
+        d_.SubgroupElect().empty()) {
+      return false;
+    }
+    const auto has = [&](ReduceKind kind, ScalarType t) {
+      return !d_.SubgroupReduce(kind, t, "x").empty();
+    };
+    const bool is_float = IsFloatType(type);
+    switch (stmt.reduce_kind) {
+      case ReduceKind::kSum:
+      case ReduceKind::kProd:
+        return has(stmt.reduce_kind, type);
+      case ReduceKind::kMax:
+      case ReduceKind::kMin:
+        // Floats: the NaN travels as its bits (the subgroup max/min of NaN is undefined).
+        return has(stmt.reduce_kind, type) && (!is_float || has(ReduceKind::kMax, BitsOf(type)));
+      case ReduceKind::kArgMax:
+      case ReduceKind::kArgMin:
+        // Indices travel as i32 (first index = subgroup min), NaN presence as a u32 max.
+        return stmt.extent <= std::numeric_limits<int32_t>::max() &&
+               has(stmt.reduce_kind == ReduceKind::kArgMax ? ReduceKind::kMax : ReduceKind::kMin,
+                   type) &&
+               has(ReduceKind::kMin, ScalarType::kI32) &&
+               (!is_float || has(ReduceKind::kMax, ScalarType::kU32));
+    }
+    return false;
+  }
+
+  // The cross-invocation combine of a cooperative reduce through subgroup operations: each
+  // subgroup combines its invocations' partial results (acc, and best for argmax/argmin), one
+  // invocation per subgroup writes the subgroup's result to workgroup memory, and after one
+  // barrier every invocation combines the subgroups' results serially. Returns false (nothing
+  // written) when the dialect lacks an operation needed; the caller then uses the tree.
+  bool SubgroupCombine(const Stmt& stmt, ScalarType type, int indent) {
+    if (!CanCombineInSubgroups(stmt, type)) return false;
+    uses_subgroups_ = true;
+    const std::string acc = absl::StrCat("acc", stmt.var), best = absl::StrCat("best", stmt.var);
+    const std::string sval = absl::StrCat("red_v", stmt.var),
+                      sidx = absl::StrCat("red_i", stmt.var);
+    const std::string sg = absl::StrCat("sg", stmt.var);
+    const std::string u32 = T(ScalarType::kU32), i32 = T(ScalarType::kI32);
+    const std::string u0 = Zero(ScalarType::kU32), u1 = One(ScalarType::kU32);
+    const bool is_float = IsFloatType(type);
+    const std::string slot = absl::StrCat("[", d_.SubgroupId(), "]");
+    const std::string s = absl::StrCat("s", stmt.var);
+    const std::string loop = absl::StrCat("for (", u32, " ", s, " = ", u1, "; ", s, " < ",
+                                          d_.NumSubgroups(), "; ++", s, ") {");
+    if (stmt.reduce_kind == ReduceKind::kArgMax || stmt.reduce_kind == ReduceKind::kArgMin) {
+      const bool want_max = stmt.reduce_kind == ReduceKind::kArgMax;
+      const ReduceKind extreme = want_max ? ReduceKind::kMax : ReduceKind::kMin;
+      const std::string has = absl::StrCat("(", acc, " >= ", Zero(ScalarType::kI64), ")");
+      // A value no candidate is worse than (invocations with nothing never become candidates,
+      // so it may equal a real value).
+      std::string worst;
+      if (is_float) {
+        worst = Literal(type, 0, want_max ? -INFINITY : INFINITY);
+      } else if (type == ScalarType::kI32) {
+        worst = Literal(
+            type,
+            want_max ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int32_t>::max(),
+            0);
+      } else {
+        worst = Literal(type, want_max ? 0 : 0xffffffffLL, 0);
+      }
+      const std::string nan = absl::StrCat(sg, "_nan"), m = absl::StrCat(sg, "_m"),
+                        cand = absl::StrCat(sg, "_c"), first = absl::StrCat(sg, "_i");
+      std::string is_cand;
+      if (is_float) {
+        // A NaN anywhere in the subgroup wins (the evaluator's first NaN), else the extreme.
+        Line(indent, absl::StrCat(u32, " ", nan, " = ",
+                                  d_.SubgroupReduce(ReduceKind::kMax, ScalarType::kU32,
+                                                    absl::StrCat("((", has, " && ", d_.IsNan(best),
+                                                                 ") ? ", u1, " : ", u0, ")")),
+                                  ";"));
+        Line(indent, absl::StrCat(T(type), " ", m, " = ",
+                                  d_.SubgroupReduce(extreme, type,
+                                                    absl::StrCat("((", has, " && !", d_.IsNan(best),
+                                                                 ") ? ", best, " : ", worst, ")")),
+                                  ";"));
+        is_cand =
+            absl::StrCat("(", nan, " != ", u0, " ? ", d_.IsNan(best), " : ", best, " == ", m, ")");
+      } else {
+        Line(indent,
+             absl::StrCat(T(type), " ", m, " = ",
+                          d_.SubgroupReduce(extreme, type,
+                                            absl::StrCat("(", has, " ? ", best, " : ", worst, ")")),
+                          ";"));
+        is_cand = absl::StrCat("(", best, " == ", m, ")");
+      }
+      // The first index among the invocations holding the subgroup's extreme: each holds the
+      // first index of its own best, so the minimum is the subgroup's first.
+      const std::string none = Literal(ScalarType::kI32, std::numeric_limits<int32_t>::max(), 0);
+      Line(indent, absl::StrCat(T(ScalarType::kBool), " ", cand, " = ", has, " && ", is_cand, ";"));
+      Line(indent, absl::StrCat(i32, " ", first, " = ",
+                                d_.SubgroupReduce(ReduceKind::kMin, ScalarType::kI32,
+                                                  absl::StrCat("(", cand, " ? ",
+                                                               d_.Convert(ScalarType::kI32, acc),
+                                                               " : ", none, ")")),
+                                ";"));
+      Line(indent, absl::StrCat("if (", d_.SubgroupElect(), ") {"));
+      const std::string value =
+          is_float ? absl::StrCat("(", nan, " != ", u0, " ? ", Literal(type, 0, NAN), " : ", m, ")")
+                   : m;
+      Line(indent + 1, absl::StrCat(sval, slot, " = ", value, ";"));
+      Line(indent + 1, absl::StrCat(sidx, slot, " = (", first, " == ", none, " ? ",
+                                    Literal(ScalarType::kI64, -1, 0), " : ",
+                                    d_.SignExtend32(ScalarType::kI64, first), ");"));
+      Line(indent, "}");
+      Line(indent, d_.Barrier());
+      Line(indent, absl::StrCat(acc, " = ", sidx, "[0];"));
+      Line(indent, absl::StrCat(best, " = ", sval, "[0];"));
+      Line(indent, loop);
+      const std::string b = absl::StrCat(sval, "[", s, "]"), bi = absl::StrCat(sidx, "[", s, "]");
+      // As in the tree: b wins when acc has nothing, or b is better, or equal with a smaller
+      // index.
+      Line(indent + 1,
+           absl::StrCat("if (", bi, " >= ", Zero(ScalarType::kI64), " && (", acc, " < ",
+                        Zero(ScalarType::kI64), " || ", ArgBetter(stmt.reduce_kind, type, b, best),
+                        " || (!", ArgBetter(stmt.reduce_kind, type, best, b), " && ", bi, " < ",
+                        acc, "))) { ", best, " = ", b, "; ", acc, " = ", bi, "; }"));
+      Line(indent, "}");
+    } else {
+      if (is_float &&
+          (stmt.reduce_kind == ReduceKind::kMax || stmt.reduce_kind == ReduceKind::kMin)) {
+        // NaN propagates: the subgroup's result is one of its NaNs (largest bit pattern) if it
+        // has any, else the max/min of the others.
+        const ScalarType bits = BitsOf(type);
+        const std::string nan = absl::StrCat(sg, "_nan"), m = absl::StrCat(sg, "_m");
+        Line(indent, absl::StrCat(T(bits), " ", nan, " = ",
+                                  d_.SubgroupReduce(ReduceKind::kMax, bits,
+                                                    absl::StrCat("(", d_.IsNan(acc), " ? ",
+                                                                 d_.Bitcast(type, bits, acc), " : ",
+                                                                 Zero(bits), ")")),
+                                  ";"));
+        Line(indent, absl::StrCat(T(type), " ", m, " = ",
+                                  d_.SubgroupReduce(stmt.reduce_kind, type,
+                                                    absl::StrCat("(", d_.IsNan(acc), " ? ",
+                                                                 Zero(type), " : ", acc, ")")),
+                                  ";"));
+        Line(indent, absl::StrCat(T(type), " ", sg, " = (", nan, " != ", Zero(bits), " ? ",
+                                  d_.Bitcast(bits, type, nan), " : ", m, ");"));
+      } else {
+        Line(indent,
+             absl::StrCat(T(type), " ", sg, " = ",
+                          WrapU8(type, d_.SubgroupReduce(stmt.reduce_kind, type, acc)), ";"));
+      }
+      Line(indent, absl::StrCat("if (", d_.SubgroupElect(), ") { ", sval, slot, " = ", sg, "; }"));
+      Line(indent, d_.Barrier());
+      Line(indent, absl::StrCat(acc, " = ", sval, "[0];"));
+      Line(indent, loop);
+      Line(
+          indent + 1,
+          absl::StrCat(acc, " = ",
+                       Combine(stmt.reduce_kind, type, acc, absl::StrCat(sval, "[", s, "]")), ";"));
+      Line(indent, "}");
+    }
+    // Everyone has read the arrays before a later reduce (or a loop around this) writes them.
+    Line(indent, d_.Barrier());
+    return true;
+  }
+
   const Kernel& k_;
   const CDialect& d_;
   RenderOptions options_;
@@ -849,6 +1019,7 @@ class Renderer {
   std::vector<std::string> helper_order_;
   std::string shared_;
   std::string body_;
+  bool uses_subgroups_ = false;
   absl::Status error_;
 };
 

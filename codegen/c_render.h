@@ -18,7 +18,9 @@
 //    long. The `workgroup_size` invocations of a workgroup share one `gid` (they must all run
 //    the body: no early return in between) and `lid` in [0, workgroup_size) is their index. Every
 //    top-level Reduce statement is split over them (iteration r by invocation r mod size), and the
-//    partial results are combined through workgroup memory (a tree of barriers), so every
+//    partial results are combined through workgroup memory (a tree of barriers; with
+//    RenderOptions::subgroups, within each subgroup by the dialect's subgroup operations first
+//    and then across subgroups through workgroup memory after one barrier), so every
 //    invocation ends with the row's result; top-level Loops are split the same way (their
 //    iterations only store elements of their own); a top-level Store is done by invocation 0. Sums
 //    and products are then combined in a different order than the serial loop, which the kernel IR
@@ -97,12 +99,33 @@ class CDialect {
   virtual std::string Barrier() const = 0;
   /// The declaration of a workgroup array ("shared float name[64];").
   virtual std::string SharedArray(ScalarType type, const std::string& name, int size) const = 0;
+
+  /// Subgroup (warp) operations for the cross-invocation combine of cooperative reductions,
+  /// used only with RenderOptions::subgroups. SubgroupReduce returns the call that combines `x`
+  /// over the invocations of the subgroup with `kind` (kSum, kProd, kMax or kMin) on `type`, or
+  /// "" when the language has none for that type (the renderer then combines through workgroup
+  /// memory). The defaults say "none".
+  virtual std::string SubgroupReduce(ReduceKind kind, ScalarType type, const std::string& x) const {
+    (void)kind, (void)type, (void)x;
+    return "";
+  }
+  /// The subgroup's index in the workgroup and the number of subgroups (both `uint`), and a
+  /// condition true in exactly one invocation of each subgroup.
+  virtual std::string SubgroupId() const { return ""; }
+  virtual std::string NumSubgroups() const { return ""; }
+  virtual std::string SubgroupElect() const { return ""; }
 };
 
 struct RenderOptions {
   /// Workgroup per gid (see the header comment). Requires workgroup_size to be a power of two.
   bool cooperative = false;
   int workgroup_size = 64;
+  /// Cooperative kernels: combine the invocations' partial results within each subgroup with
+  /// the dialect's subgroup operations, then the subgroups' results through workgroup memory
+  /// (one barrier instead of a log2(workgroup_size) tree). Reductions whose kind and type the
+  /// dialect's SubgroupReduce lacks keep the workgroup-memory tree. Results are those of the
+  /// tree: NaN-propagating max/min, first-index argmax/argmin with NaN first.
+  bool subgroups = false;
 };
 
 /// What RenderKernel produces.
@@ -114,6 +137,8 @@ struct RenderedKernel {
   /// The statements of one invocation, indented by two spaces. Uses `gid` (i64) and, in
   /// cooperative kernels, `lid` (i64).
   std::string body;
+  /// Whether the body uses the dialect's subgroup operations (RenderOptions::subgroups).
+  bool uses_subgroups = false;
 };
 
 /// Renders `kernel` (which must verify). Fails with Unimplemented naming the op and type when the

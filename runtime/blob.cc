@@ -250,6 +250,10 @@ const char* SectionKindName(SectionKind kind) {
       return "code";
     case SectionKind::kIrText:
       return "ir text";
+    case SectionKind::kVulkanPlan:
+      return "vulkan plan";
+    case SectionKind::kSpirv:
+      return "spirv";
   }
   return "unknown";
 }
@@ -518,6 +522,214 @@ absl::StatusOr<Plan> ParsePlan(const json& j, const Signature& signature, uint64
   return plan;
 }
 
+// ---- The Vulkan plan ---------------------------------------------------------------------------
+
+// SPIR-V capabilities that need a device feature, and the feature's Vulkan name.
+struct CapabilityFeature {
+  uint32_t capability;
+  const char* feature;
+};
+constexpr CapabilityFeature kCapabilityFeatures[] = {
+    {9, "shaderFloat16"},                // Float16
+    {10, "shaderFloat64"},               // Float64
+    {11, "shaderInt64"},                 // Int64
+    {22, "shaderInt16"},                 // Int16
+    {39, "shaderInt8"},                  // Int8
+    {4433, "storageBuffer16BitAccess"},  // StorageBuffer16BitAccess
+    {4448, "storageBuffer8BitAccess"},   // StorageBuffer8BitAccess
+};
+
+// What ParseBlob needs from a module: its declared features and workgroup size. Walks every
+// instruction inside `words` (never past it) and fails, naming the word, on a bad header, an
+// instruction of 0 words or one running past the end, no GLCompute entry point, or no LocalSize.
+struct SpirvFacts {
+  std::vector<std::string> features;
+  uint32_t local_size[3] = {0, 0, 0};
+};
+absl::StatusOr<SpirvFacts> ScanSpirv(std::span<const uint32_t> words) {
+  if (words.size() < 5) return absl::InvalidArgumentError("has fewer than 5 words");
+  if (words[0] != 0x07230203u) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not SPIR-V: word 0 is 0x", absl::Hex(words[0])));
+  }
+  SpirvFacts facts;
+  bool compute = false, local_size = false;
+  for (size_t at = 5; at < words.size();) {
+    const uint32_t count = words[at] >> 16, opcode = words[at] & 0xffffu;
+    if (count == 0 || count > words.size() - at) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the instruction at word ", at, " (opcode ", opcode, ") has ", count,
+                       " words but the module ends at word ", words.size()));
+    }
+    if (opcode == 17 && count == 2) {  // OpCapability
+      for (const CapabilityFeature& c : kCapabilityFeatures) {
+        if (c.capability == words[at + 1]) facts.features.push_back(c.feature);
+      }
+    } else if (opcode == 15 && count >= 3 && words[at + 1] == 5) {  // OpEntryPoint GLCompute
+      compute = true;
+    } else if (opcode == 16 && count == 6 && words[at + 2] == 17) {  // OpExecutionMode LocalSize
+      for (int d = 0; d < 3; ++d) facts.local_size[d] = words[at + 3 + d];
+      local_size = true;
+    }
+    at += count;
+  }
+  if (!compute) return absl::InvalidArgumentError("has no GLCompute entry point");
+  if (!local_size) return absl::InvalidArgumentError("has no LocalSize execution mode");
+  for (int d = 0; d < 3; ++d) {
+    if (facts.local_size[d] == 0 || facts.local_size[d] > 1024) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("has a LocalSize of ", facts.local_size[d], " along axis ", d));
+    }
+  }
+  return facts;
+}
+
+absl::StatusOr<std::shared_ptr<const VulkanPlan>> ParseVulkanPlan(const json& j,
+                                                                  const Signature& signature,
+                                                                  std::span<const std::byte> spirv,
+                                                                  uint64_t weights_size,
+                                                                  const std::string& where) {
+  const Reader r(where);
+  auto plan = std::make_shared<VulkanPlan>();
+  KILN_ASSIGN(features, r.Array(j, "vulkan plan", "features", 16));
+  for (size_t i = 0; i < features->size(); ++i) {
+    const json& f = (*features)[i];
+    if (!f.is_string() || !IsVulkanFeature(f.get<std::string>())) {
+      return r.Error(absl::StrCat("features[", i, "]"), "is not a known Vulkan feature");
+    }
+    plan->features.push_back(f.get<std::string>());
+  }
+  KILN_ASSIGN(api, r.Ints(j, "vulkan plan", "vulkan_version", 2, 1, 9));
+  if (api.size() != 2) return r.Error("vulkan_version", "is not [major, minor]");
+  plan->api_major = static_cast<uint32_t>(api[0]);
+  plan->api_minor = static_cast<uint32_t>(api[1]);
+  KILN_ASSIGN(alignment, r.Int(j, "vulkan plan", "offset_alignment", 1, 4096));
+  if ((alignment & (alignment - 1)) != 0) {
+    return r.Error("offset_alignment", "is not a power of two");
+  }
+  plan->offset_alignment = alignment;
+
+  KILN_ASSIGN(slots, r.Array(j, "vulkan plan", "slots", kMaxSlots));
+  std::vector<bool> output_bound(signature.outputs.size(), false);
+  for (size_t i = 0; i < slots->size(); ++i) {
+    const std::string path = absl::StrCat("slots[", i, "]");
+    const json& s = (*slots)[i];
+    VulkanPlan::Slot slot;
+    KILN_ASSIGN(kind, r.String(s, path, "kind"));
+    KILN_ASSIGN(size, r.Int(s, path, "size", 0, kMaxDimension));
+    slot.kind = kind;
+    slot.size = size;
+    if (kind == "input" || kind == "output") {
+      const std::vector<TensorSpec>& tensors =
+          kind == "input" ? signature.inputs : signature.outputs;
+      KILN_ASSIGN(index, r.Int(s, path, "index", 0, static_cast<int64_t>(tensors.size()) - 1));
+      if (size > tensors[index].size_bytes) {
+        return r.Error(path, absl::StrCat(size, " bytes, but ", kind, " ", index, " has ",
+                                          tensors[index].size_bytes));
+      }
+      slot.index = index;
+      if (kind == "output") output_bound[index] = true;
+    } else if (kind == "arena") {
+      KILN_ASSIGN(offset, r.Int(s, path, "offset", 0, kMaxDimension));
+      if (offset % alignment != 0) {
+        return r.Error(path,
+                       absl::StrCat("arena offset ", offset, " is not a multiple of ", alignment));
+      }
+      slot.offset = offset;
+    } else if (kind == "constant") {
+      KILN_ASSIGN(offset, r.Int(s, path, "weights_offset", 0, kMaxDimension));
+      if (static_cast<uint64_t>(offset) > weights_size ||
+          static_cast<uint64_t>(size) > weights_size - static_cast<uint64_t>(offset)) {
+        return r.Error(
+            path, absl::StrCat("constant [", offset, ", +", size,
+                               ") lies outside the weights section of ", weights_size, " bytes"));
+      }
+      slot.weights_offset = offset;
+    } else if (kind == "error_flag") {
+      if (size != 16) return r.Error(path, "an error flag has 16 bytes");
+    } else {
+      return r.Error(path, absl::StrCat("unknown slot kind \"", kind, "\""));
+    }
+    plan->slots.push_back(std::move(slot));
+  }
+  for (size_t k = 0; k < output_bound.size(); ++k) {
+    if (!output_bound[k]) return r.Error("slots", absl::StrCat("no slot for output ", k));
+  }
+
+  KILN_ASSIGN(shaders, r.Array(j, "vulkan plan", "shaders", 1 << 16));
+  const uint64_t spirv_words = spirv.size() / 4;
+  for (size_t i = 0; i < shaders->size(); ++i) {
+    const std::string path = absl::StrCat("shaders[", i, "]");
+    const json& s = (*shaders)[i];
+    VulkanPlan::Shader shader;
+    KILN_ASSIGN(name, r.String(s, path, "name"));
+    KILN_ASSIGN(offset, r.Int(s, path, "spirv_offset", 0, kMaxDimension));
+    KILN_ASSIGN(words, r.Int(s, path, "spirv_words", 5, kMaxDimension));
+    KILN_ASSIGN(buffers, r.Int(s, path, "buffers", 0, 64));
+    KILN_ASSIGN(push, r.Int(s, path, "push_constant_bytes", 0, 128));
+    if (push % 4 != 0) return r.Error(path, "push_constant_bytes is not a multiple of 4");
+    if (offset % 4 != 0 || static_cast<uint64_t>(offset) / 4 > spirv_words ||
+        static_cast<uint64_t>(words) > spirv_words - static_cast<uint64_t>(offset) / 4) {
+      return r.Error(path, absl::StrCat("SPIR-V bytes [", offset, ", +", words * 4,
+                                        ") are unaligned or outside the SPIR-V section of ",
+                                        spirv.size(), " bytes"));
+    }
+    std::vector<uint32_t> module(static_cast<size_t>(words));
+    std::memcpy(module.data(), spirv.data() + offset, module.size() * 4);
+    absl::StatusOr<SpirvFacts> facts = ScanSpirv(module);
+    if (!facts.ok()) {
+      return r.Error(path, absl::StrCat("SPIR-V at byte ", offset, " of the SPIR-V section ",
+                                        facts.status().message()));
+    }
+    for (const std::string& f : facts->features) {
+      if (std::find(plan->features.begin(), plan->features.end(), f) == plan->features.end()) {
+        return r.Error(
+            path, absl::StrCat("the SPIR-V needs ", f, ", which the plan's features do not list"));
+      }
+    }
+    shader.name = name;
+    shader.spirv_offset = static_cast<uint64_t>(offset);
+    shader.spirv_words = static_cast<uint64_t>(words);
+    shader.num_buffers = static_cast<int>(buffers);
+    shader.push_constant_bytes = static_cast<int>(push);
+    for (int d = 0; d < 3; ++d) shader.local_size[d] = facts->local_size[d];
+    plan->shaders.push_back(std::move(shader));
+  }
+
+  KILN_ASSIGN(dispatches, r.Array(j, "vulkan plan", "dispatches", 1 << 20));
+  for (size_t i = 0; i < dispatches->size(); ++i) {
+    const std::string path = absl::StrCat("dispatches[", i, "]");
+    const json& d = (*dispatches)[i];
+    VulkanPlan::Dispatch dispatch;
+    KILN_ASSIGN(shader,
+                r.Int(d, path, "shader", 0, static_cast<int64_t>(plan->shaders.size()) - 1));
+    const VulkanPlan::Shader& sh = plan->shaders[static_cast<size_t>(shader)];
+    KILN_ASSIGN(buffers,
+                r.Ints(d, path, "buffers", 64, 0, static_cast<int64_t>(plan->slots.size()) - 1));
+    if (static_cast<int>(buffers.size()) != sh.num_buffers) {
+      return r.Error(path, absl::StrCat(buffers.size(), " buffers, shader ", shader, " takes ",
+                                        sh.num_buffers));
+    }
+    KILN_ASSIGN(push, r.Ints(d, path, "push_constants", 128, 0, 255));
+    if (static_cast<int>(push.size()) != sh.push_constant_bytes) {
+      return r.Error(path, absl::StrCat(push.size(), " push-constant bytes, shader ", shader,
+                                        " takes ", sh.push_constant_bytes));
+    }
+    KILN_ASSIGN(groups, r.Ints(d, path, "groups", 3, 0, std::numeric_limits<uint32_t>::max()));
+    if (groups.size() != 3) return r.Error(path, "groups is not [x, y, z]");
+    KILN_ASSIGN(name, r.String(d, path, "name"));
+    KILN_ASSIGN(context, r.String(d, path, "error_context"));
+    dispatch.shader = static_cast<int>(shader);
+    for (int64_t b : buffers) dispatch.buffers.push_back(static_cast<int>(b));
+    for (int64_t p : push) dispatch.push_constants.push_back(static_cast<uint8_t>(p));
+    for (int a = 0; a < 3; ++a) dispatch.groups[a] = static_cast<uint32_t>(groups[a]);
+    dispatch.name = name;
+    dispatch.error_context = context;
+    plan->dispatches.push_back(std::move(dispatch));
+  }
+  return std::shared_ptr<const VulkanPlan>(std::move(plan));
+}
+
 absl::StatusOr<Signature> ParseSignature(const json& j, const std::string& where) {
   const Reader r(where);
   Signature signature;
@@ -534,6 +746,20 @@ absl::StatusOr<Signature> ParseSignature(const json& j, const std::string& where
 }
 
 }  // namespace
+
+const char* VulkanFeatureForCapability(uint32_t capability) {
+  for (const CapabilityFeature& c : kCapabilityFeatures) {
+    if (c.capability == capability) return c.feature;
+  }
+  return nullptr;
+}
+
+bool IsVulkanFeature(const std::string& name) {
+  for (const CapabilityFeature& c : kCapabilityFeatures) {
+    if (name == c.feature) return true;
+  }
+  return false;
+}
 
 absl::StatusOr<BlobView> ParseBlob(std::span<const std::byte> bytes) {
   if (bytes.size() < kHeaderBytes) {
@@ -569,7 +795,7 @@ absl::StatusOr<BlobView> ParseBlob(std::span<const std::byte> bytes) {
   if (XXH3_64bits(base + table_offset, table_bytes) != table_checksum) {
     return Bad("section table checksum mismatch (byte offset ", table_offset, ")");
   }
-  int signature_section = -1, plan_section = -1;
+  int signature_section = -1, plan_section = -1, vulkan_section = -1, spirv_section = -1;
   for (uint32_t i = 0; i < count; ++i) {
     const std::byte* e = base + table_offset + i * kSectionEntryBytes;
     const uint64_t at = table_offset + i * kSectionEntryBytes;
@@ -580,7 +806,7 @@ absl::StatusOr<BlobView> ParseBlob(std::span<const std::byte> bytes) {
     entry.checksum = ReadU64(e + 24);
     const char* name = reinterpret_cast<const char*>(e + 32);
     entry.name.assign(name, strnlen(name, kSectionNameBytes));
-    if (kind < 1 || kind > 5)
+    if (kind < 1 || kind > 7)
       return Bad("section ", i, ": unknown kind ", kind, " (byte offset ", at, ")");
     entry.kind = static_cast<SectionKind>(kind);
     const std::string what = absl::StrCat("section ", i, " (", SectionKindName(entry.kind), ")");
@@ -612,6 +838,12 @@ absl::StatusOr<BlobView> ParseBlob(std::span<const std::byte> bytes) {
         break;
       case SectionKind::kIrText:
         status = unique(view.ir_text_section);
+        break;
+      case SectionKind::kVulkanPlan:
+        status = unique(vulkan_section);
+        break;
+      case SectionKind::kSpirv:
+        status = unique(spirv_section);
         break;
       case SectionKind::kCode:
         break;
@@ -671,6 +903,19 @@ absl::StatusOr<BlobView> ParseBlob(std::span<const std::byte> bytes) {
     if (target.section < 0) return r.Error(path, "no code section for triple " + triple);
     view.targets.push_back(std::move(target));
   }
+  if ((vulkan_section >= 0) != (spirv_section >= 0)) {
+    return Bad("a vulkan plan section needs a spirv section and vice versa");
+  }
+  if (vulkan_section >= 0) {
+    const std::string where = absl::StrCat("section ", vulkan_section, " (vulkan plan)");
+    KILN_ASSIGN(vulkan_json, ParseJson(section_bytes(vulkan_section), where));
+    KILN_ASSIGN(vulkan, ParseVulkanPlan(vulkan_json, view.signature, section_bytes(spirv_section),
+                                        weights_size, where));
+    auto with_sections = std::make_shared<VulkanPlan>(*vulkan);
+    with_sections->plan_section = vulkan_section;
+    with_sections->spirv_section = spirv_section;
+    view.vulkan = std::move(with_sections);
+  }
   view.launch_plan_json.assign(reinterpret_cast<const char*>(section_bytes(plan_section).data()),
                                view.sections[plan_section].size);
   return view;
@@ -699,6 +944,20 @@ std::string DescribeBlob(const BlobView& view) {
     absl::StrAppend(&text, "target ", t.triple, " cpu ", t.cpu, " (", t.vector_bits,
                     "-bit vectors, ", t.vector_registers, " registers", t.fma ? ", fma" : "",
                     ") in section ", t.section, "\n");
+  }
+  if (view.vulkan != nullptr) {
+    const VulkanPlan& v = *view.vulkan;
+    absl::StrAppend(&text, "vulkan plan (section ", v.plan_section, ", SPIR-V in section ",
+                    v.spirv_section, "): Vulkan ", v.api_major, ".", v.api_minor, ", features [",
+                    absl::StrJoin(v.features, ", "), "], arena offsets aligned to ",
+                    v.offset_alignment, ", ", v.slots.size(), " slots, ", v.shaders.size(),
+                    " shaders, ", v.dispatches.size(), " dispatches\n");
+    for (size_t i = 0; i < v.shaders.size(); ++i) {
+      const VulkanPlan::Shader& s = v.shaders[i];
+      absl::StrAppend(&text, "  shader ", i, ": ", s.name, " (", s.spirv_words,
+                      " SPIR-V words, local size ", s.local_size[0], "x", s.local_size[1], "x",
+                      s.local_size[2], ", ", s.num_buffers, " buffers)\n");
+    }
   }
   return text;
 }
@@ -750,9 +1009,35 @@ bool TripleMatchesHost(const std::string& triple) {
   return head == arch || (arch == "aarch64" && head == "arm64");
 }
 
+VulkanRunnerFactory& VulkanFactory() {
+  static VulkanRunnerFactory factory = nullptr;
+  return factory;
+}
+
+}  // namespace
+
+void SetVulkanRunnerFactory(VulkanRunnerFactory factory) { VulkanFactory() = factory; }
+
+namespace {
+
+// "" / "cpu" → false; "vulkan" / "vulkan:<selector>" → true and the selector.
+absl::StatusOr<bool> ParseDevice(const std::string& device, std::string* selector) {
+  if (device.empty() || device == "cpu") return false;
+  if (device == "vulkan") return true;
+  if (absl::StartsWith(device, "vulkan:")) {
+    *selector = device.substr(7);
+    return true;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "blob: unknown device \"", device, "\" (expected cpu, vulkan or vulkan:<index|name>)"));
+}
+
 }  // namespace
 
 struct Model::Impl {
+  LoadOptions options;
+  std::string device;
+  std::unique_ptr<DeviceRunner> runner;  // set when running on a device other than the CPU
   BlobView view;
   // Keeps the bytes alive: an mmap of the file or an aligned copy.
   std::shared_ptr<const std::byte> bytes;
@@ -766,6 +1051,23 @@ struct Model::Impl {
     std::span<const std::byte> all(bytes.get(), size);
     KILN_ASSIGN(parsed, ParseBlob(all));
     view = std::move(parsed);
+    std::string selector;
+    KILN_ASSIGN(on_vulkan, ParseDevice(options.device, &selector));
+    if (on_vulkan) {
+      if (view.vulkan == nullptr) {
+        return absl::FailedPreconditionError(
+            "blob: the blob has no Vulkan section (compile it with `kiln compile --target "
+            "vulkan`, aot::CompileOptions::vulkan)");
+      }
+      if (VulkanFactory() == nullptr) {
+        return absl::FailedPreconditionError(
+            "blob: this runtime was built without Vulkan (runtime::vulkan::EnableVulkanBlobs)");
+      }
+      KILN_ASSIGN(made, VulkanFactory()(view, all, bytes, selector));
+      runner = std::move(made);
+      device = runner->Describe();
+      return absl::OkStatus();
+    }
     const CodeTarget* target = nullptr;
     for (const CodeTarget& t : view.targets) {
       if (TripleMatchesHost(t.triple) && CpuSupports(t.features)) {
@@ -907,6 +1209,7 @@ struct Model::Impl {
           absl::StrCat("blob: launch plan: ", exe.status().message()));
     }
     executable = std::make_unique<Executable>(*std::move(exe));
+    device = absl::StrCat("cpu (", target->triple, ")");
     return absl::OkStatus();
   }
 };
@@ -916,13 +1219,17 @@ Model::~Model() = default;
 
 const Signature& Model::signature() const { return impl_->view.signature; }
 const BlobView& Model::view() const { return impl_->view; }
+const std::string& Model::device() const { return impl_->device; }
 
 absl::Status Model::Run(std::span<const void* const> inputs, std::span<void* const> outputs) const {
+  if (impl_->runner != nullptr) return impl_->runner->Run(inputs, outputs);
   return impl_->executable->Run(inputs, outputs, DefaultThreadPool());
 }
 
-absl::StatusOr<std::unique_ptr<Model>> Model::LoadMemory(std::span<const std::byte> bytes) {
+absl::StatusOr<std::unique_ptr<Model>> Model::LoadMemory(std::span<const std::byte> bytes,
+                                                         const LoadOptions& options) {
   auto impl = std::make_unique<Impl>();
+  impl->options = options;
   absl::StatusOr<Buffer> copy = AllocateAlignedBuffer(static_cast<int64_t>(bytes.size()));
   if (!copy.ok()) return copy.status();
   if (!bytes.empty()) std::memcpy(copy->data(), bytes.data(), bytes.size());
@@ -933,7 +1240,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadMemory(std::span<const std::by
   return std::unique_ptr<Model>(new Model(std::move(impl)));
 }
 
-absl::StatusOr<std::unique_ptr<Model>> Model::LoadFile(const std::string& path) {
+absl::StatusOr<std::unique_ptr<Model>> Model::LoadFile(const std::string& path,
+                                                       const LoadOptions& options) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return absl::NotFoundError(absl::StrCat("blob: cannot open ", path, ": ", strerror(errno)));
@@ -945,6 +1253,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadFile(const std::string& path) 
   }
   const size_t size = static_cast<size_t>(st.st_size);
   auto impl = std::make_unique<Impl>();
+  impl->options = options;
   if (size == 0) {
     close(fd);
     return Bad(path, ": empty file");

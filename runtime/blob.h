@@ -13,7 +13,8 @@
 // extents, grains, error contexts, GEMM/convolution descriptors — and the code targets), the
 // weights (raw bytes, each constant at a 64-byte aligned offset so a mapped file is used in
 // place), one code section per target triple (a shared object holding the kernels and GEMM
-// micro-kernels), and optionally the IR text of the graph.
+// micro-kernels), optionally the IR text of the graph, and optionally a Vulkan launch plan with
+// its SPIR-V (VulkanPlan; run by runtime/vulkan/blob_vulkan.h when loaded with device "vulkan").
 //
 // ParseBlob validates everything that does not need the code: magic, version, bounds of every
 // section and of every constant inside the weights, checksums, JSON structure, signature and
@@ -48,8 +49,11 @@ enum class SectionKind : uint32_t {
   kWeights = 3,     // raw constant bytes
   kCode = 4,        // a shared object for the triple named by the entry
   kIrText = 5,      // the graph's IR text (ir::Print), for debugging
+  kVulkanPlan = 6,  // JSON: the Vulkan launch plan (slots, shaders, dispatches, features)
+  kSpirv = 7,       // the Vulkan plan's shaders: SPIR-V words, each shader at a 4-byte offset
 };
-/// "signature", "launch plan", "weights", "code", "ir text"; "unknown" otherwise.
+/// "signature", "launch plan", "weights", "code", "ir text", "vulkan plan", "spirv"; "unknown"
+/// otherwise.
 const char* SectionKindName(SectionKind kind);
 
 struct SectionEntry {
@@ -88,6 +92,55 @@ struct CodeTarget {
   int section = -1;  // index into BlobView::sections
 };
 
+/// The Vulkan launch plan (sections kVulkanPlan + kSpirv), validated by ParseBlob: every slot,
+/// shader and dispatch index in range, SPIR-V inside the SPIR-V section and walkable (header,
+/// instruction bounds, a GLCompute entry point, LocalSize), constants inside the weights section,
+/// and every capability the SPIR-V declares covered by `features`. runtime/vulkan/blob_vulkan.h
+/// turns it into a VulkanExecutableSpec.
+struct VulkanPlan {
+  struct Slot {
+    std::string kind;  // "input", "output", "arena", "constant", "error_flag"
+    int64_t size = 0;
+    int64_t index = 0;           // input / output
+    int64_t offset = 0;          // arena
+    int64_t weights_offset = 0;  // constant: bytes into the weights section
+  };
+  struct Shader {
+    std::string name;
+    uint64_t spirv_offset = 0;  // bytes into the SPIR-V section (a multiple of 4)
+    uint64_t spirv_words = 0;
+    int num_buffers = 0;
+    int push_constant_bytes = 0;
+    uint32_t local_size[3] = {1, 1, 1};  // from the module's OpExecutionMode LocalSize
+  };
+  struct Dispatch {
+    int shader = 0;
+    std::vector<int> buffers;  // slot indices, binding order
+    std::vector<uint8_t> push_constants;
+    uint32_t groups[3] = {1, 1, 1};
+    std::string name;
+    std::string error_context;
+  };
+  /// Vulkan device features the shaders need ("shaderInt64", "shaderFloat64", "shaderFloat16",
+  /// "shaderInt16", "shaderInt8", "storageBuffer8BitAccess", "storageBuffer16BitAccess").
+  std::vector<std::string> features;
+  uint32_t api_major = 1, api_minor = 1;  // the Vulkan version the SPIR-V needs
+  /// Arena offsets are multiples of this; a device whose minStorageBufferOffsetAlignment does not
+  /// divide it cannot run the plan.
+  int64_t offset_alignment = 256;
+  std::vector<Slot> slots;
+  std::vector<Shader> shaders;
+  std::vector<Dispatch> dispatches;
+  int plan_section = -1;
+  int spirv_section = -1;
+};
+
+/// Known Vulkan feature names of VulkanPlan::features.
+bool IsVulkanFeature(const std::string& name);
+/// The device feature a SPIR-V capability needs (Float64 → "shaderFloat64", Int64, Float16,
+/// Int16, Int8, StorageBuffer8/16BitAccess); nullptr for the others (Shader, ...).
+const char* VulkanFeatureForCapability(uint32_t capability);
+
 /// A blob parsed and validated (see the file comment). Holds copies of the small parts; the
 /// weights and code stay in the caller's bytes (offsets into them).
 struct BlobView {
@@ -102,6 +155,8 @@ struct BlobView {
   /// Number of slots and steps of the launch plan.
   int num_slots = 0;
   int num_steps = 0;
+  /// The Vulkan launch plan, when the blob has one (aot::CompileOptions::vulkan).
+  std::shared_ptr<const VulkanPlan> vulkan;
 };
 
 /// Parses and validates `bytes` (a whole blob). Errors are InvalidArgument (FailedPrecondition
@@ -117,13 +172,43 @@ std::string DescribeBlob(const BlobView& view);
 /// runs the code section whose triple starts with it.
 const char* HostArchitecture();
 
+/// Runs a blob on a device other than the CPU (its own section). Thread-safe to Run concurrently.
+class DeviceRunner {
+ public:
+  virtual ~DeviceRunner() = default;
+  virtual absl::Status Run(std::span<const void* const> inputs,
+                           std::span<void* const> outputs) const = 0;
+  /// "vulkan: <device name>".
+  virtual std::string Describe() const = 0;
+};
+
+/// Makes a Vulkan runner for a parsed blob. `bytes` is the whole blob (kept alive by `keep`);
+/// `selector` is what follows "vulkan:" (empty: the default device). Installed by
+/// runtime::vulkan::EnableVulkanBlobs() (runtime/vulkan/blob_vulkan.h), which libkiln_runtime.so
+/// calls when it is loaded; kiln_runtime itself does not link the Vulkan driver.
+using VulkanRunnerFactory = absl::StatusOr<std::unique_ptr<DeviceRunner>> (*)(
+    const BlobView& view, std::span<const std::byte> bytes, std::shared_ptr<const void> keep,
+    const std::string& selector);
+void SetVulkanRunnerFactory(VulkanRunnerFactory factory);
+
+struct LoadOptions {
+  /// "" or "cpu": the code section for this CPU. "vulkan", "vulkan:<index>" or
+  /// "vulkan:<name substring>": the Vulkan section on that device (runtime::vulkan::VulkanDevice
+  /// selectors; "vulkan" alone is $KILN_VULKAN_DEVICE or the first GPU). A blob without a Vulkan
+  /// section, a runtime without Vulkan, no such device or a device lacking a feature the
+  /// section requires: FailedPrecondition saying which.
+  std::string device;
+};
+
 /// A loaded, ready-to-run blob. Thread-safe to Run concurrently.
 class Model {
  public:
   /// Maps `path` read-only and loads it (weights used in place from the mapping).
-  static absl::StatusOr<std::unique_ptr<Model>> LoadFile(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<Model>> LoadFile(const std::string& path,
+                                                         const LoadOptions& options = {});
   /// Copies `bytes` into aligned memory and loads them.
-  static absl::StatusOr<std::unique_ptr<Model>> LoadMemory(std::span<const std::byte> bytes);
+  static absl::StatusOr<std::unique_ptr<Model>> LoadMemory(std::span<const std::byte> bytes,
+                                                           const LoadOptions& options = {});
 
   ~Model();
   Model(const Model&) = delete;
@@ -131,6 +216,8 @@ class Model {
 
   const Signature& signature() const;
   const BlobView& view() const;
+  /// "cpu (<triple>)" or the DeviceRunner's description ("vulkan: llvmpipe ...").
+  const std::string& device() const;
   /// Runs once: inputs[i] / outputs[i] point to signature().inputs[i].size_bytes bytes.
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const;
 

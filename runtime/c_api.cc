@@ -140,16 +140,55 @@ kiln_status kiln_model_load_file(const char* path, kiln_model** out) {
 }
 
 kiln_status kiln_model_load_memory(const void* data, size_t size, kiln_model** out) {
+  return kiln_model_load_memory_on(data, size, nullptr, out);
+}
+
+// NULL, "", "cpu", "vulkan", "vulkan:<selector>" (Model::Load says the same, but its
+// InvalidArgument would read as a bad blob here).
+static bool ValidDevice(const char* device) {
+  if (device == nullptr) return true;
+  const std::string d = device;
+  return d.empty() || d == "cpu" || d == "vulkan" || d.rfind("vulkan:", 0) == 0;
+}
+
+static kiln_status BadDevice(const char* device) {
+  return Fail(KILN_ERROR_INVALID_ARGUMENT, std::string("kiln: unknown device \"") + device +
+                                               "\" (expected cpu, vulkan or vulkan:<index|name>)");
+}
+
+kiln_status kiln_model_load_file_on(const char* path, const char* device, kiln_model** out) {
+  if (out == nullptr) return Fail(KILN_ERROR_INVALID_ARGUMENT, "kiln: null output pointer");
+  *out = nullptr;
+  if (path == nullptr) return Fail(KILN_ERROR_INVALID_ARGUMENT, "kiln: null path");
+  if (!ValidDevice(device)) return BadDevice(device);
+  try {
+    kiln::runtime::blob::LoadOptions options;
+    if (device != nullptr) options.device = device;
+    return Wrap(kiln::runtime::blob::Model::LoadFile(path, options), out);
+  } catch (const std::exception& e) {
+    return Fail(KILN_ERROR_INTERNAL, e.what());
+  }
+}
+
+kiln_status kiln_model_load_memory_on(const void* data, size_t size, const char* device,
+                                      kiln_model** out) {
   if (out == nullptr) return Fail(KILN_ERROR_INVALID_ARGUMENT, "kiln: null output pointer");
   *out = nullptr;
   if (data == nullptr && size != 0) return Fail(KILN_ERROR_INVALID_ARGUMENT, "kiln: null data");
+  if (!ValidDevice(device)) return BadDevice(device);
   try {
+    kiln::runtime::blob::LoadOptions options;
+    if (device != nullptr) options.device = device;
     return Wrap(kiln::runtime::blob::Model::LoadMemory(
-                    std::span<const std::byte>(static_cast<const std::byte*>(data), size)),
+                    std::span<const std::byte>(static_cast<const std::byte*>(data), size), options),
                 out);
   } catch (const std::exception& e) {
     return Fail(KILN_ERROR_INTERNAL, e.what());
   }
+}
+
+const char* kiln_model_device(const kiln_model* model) {
+  return model == nullptr ? nullptr : model->model->device().c_str();
 }
 
 void kiln_model_free(kiln_model* model) { delete model; }

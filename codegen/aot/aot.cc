@@ -29,6 +29,9 @@
 #include "runtime/cpu/gemm_internal.h"
 #include "runtime/executable.h"
 #include "xxhash.h"
+#if KILN_AOT_HAVE_VULKAN
+#include "codegen/vulkan/graph_compiler.h"
+#endif
 
 namespace kiln::aot {
 namespace {
@@ -180,6 +183,113 @@ std::string Assemble(std::vector<Section> sections) {
   return blob;
 }
 
+// Puts `bytes` into the weights section, reusing an equal constant already there (the CPU and
+// Vulkan plans bind the same weights); returns its offset.
+class WeightsWriter {
+ public:
+  explicit WeightsWriter(std::string* weights) : weights_(weights) {}
+  uint64_t Add(const void* data, size_t size) {
+    const uint64_t hash = XXH3_64bits(data, size);
+    auto range = known_.equal_range(hash);
+    for (auto it = range.first; it != range.second; ++it) {
+      const auto [offset, length] = it->second;
+      if (length == size && std::memcmp(weights_->data() + offset, data, size) == 0) return offset;
+    }
+    weights_->resize((weights_->size() + 63) / 64 * 64, '\0');
+    const uint64_t offset = weights_->size();
+    weights_->append(static_cast<const char*>(data), size);
+    known_.emplace(hash, std::make_pair(offset, size));
+    return offset;
+  }
+
+ private:
+  std::string* weights_;
+  std::multimap<uint64_t, std::pair<uint64_t, size_t>> known_;
+};
+
+#if KILN_AOT_HAVE_VULKAN
+// The Vulkan sections: the plan (JSON) and the SPIR-V of its shaders.
+absl::Status CompileVulkan(const ir::Graph& bound, const std::string& name, WeightsWriter& weights,
+                           std::string* plan_text, std::string* spirv) {
+  const runtime::vulkan::DeviceInfo portable = codegen::vulkan::PortableDeviceInfo();
+  absl::StatusOr<std::shared_ptr<const codegen::vulkan::CompiledGraph>> compiled =
+      codegen::vulkan::CompileSpec(bound, portable);
+  if (!compiled.ok()) {
+    return absl::Status(compiled.status().code(),
+                        absl::StrCat("aot: vulkan graph compile: ", compiled.status().message()));
+  }
+  const runtime::vulkan::VulkanExecutableSpec& spec = (*compiled)->spec;
+  json plan;
+  plan["name"] = name;
+  plan["vulkan_version"] = {1, 1};  // SPIR-V 1.3 (codegen/vulkan/spirv.h)
+  plan["offset_alignment"] = portable.min_storage_buffer_offset_alignment;
+  plan["slots"] = json::array();
+  for (const runtime::Slot& slot : spec.slots) {
+    json s{{"size", slot.size_bytes}};
+    switch (slot.kind) {
+      case runtime::SlotKind::kInput:
+        s["kind"] = "input";
+        s["index"] = slot.index;
+        break;
+      case runtime::SlotKind::kOutput:
+        s["kind"] = "output";
+        s["index"] = slot.index;
+        break;
+      case runtime::SlotKind::kArena:
+        s["kind"] = "arena";
+        s["offset"] = slot.offset;
+        break;
+      case runtime::SlotKind::kErrorFlag:
+        s["kind"] = "error_flag";
+        break;
+      case runtime::SlotKind::kScalar:
+        return absl::UnimplementedError(
+            "aot: graphs with scalar slots cannot be compiled to blobs (vulkan)");
+      case runtime::SlotKind::kConstant:
+        s["kind"] = "constant";
+        s["weights_offset"] = weights.Add(slot.constant.data(), slot.constant.size());
+        break;
+    }
+    if (!slot.label.empty()) s["label"] = slot.label;
+    plan["slots"].push_back(std::move(s));
+  }
+  // The features are the capabilities the modules declare (what the runtime checks them against
+  // in ParseBlob): shaderInt64 always (indices are i64), f64/f16/8-bit storage only when used.
+  std::set<std::string> features;
+  plan["shaders"] = json::array();
+  for (const runtime::vulkan::ShaderSpec& shader : spec.shaders) {
+    const std::vector<uint32_t>& w = shader.spirv;
+    for (size_t at = 5; at < w.size() && (w[at] >> 16) != 0; at += w[at] >> 16) {
+      const bool capability = (w[at] & 0xffffu) == 17 && (w[at] >> 16) == 2;  // OpCapability
+      if (!capability || at + 1 >= w.size()) continue;
+      if (const char* f = runtime::blob::VulkanFeatureForCapability(w[at + 1])) {
+        features.insert(f);
+      }
+    }
+    plan["shaders"].push_back(json{{"name", shader.name},
+                                   {"spirv_offset", spirv->size()},
+                                   {"spirv_words", w.size()},
+                                   {"buffers", shader.num_buffers},
+                                   {"push_constant_bytes", shader.push_constant_bytes}});
+    spirv->append(reinterpret_cast<const char*>(w.data()), w.size() * 4);
+  }
+  plan["features"] = std::vector<std::string>(features.begin(), features.end());
+  plan["dispatches"] = json::array();
+  for (const runtime::vulkan::Dispatch& d : spec.dispatches) {
+    std::vector<int> push;
+    for (std::byte b : d.push_constants) push.push_back(static_cast<int>(b));
+    plan["dispatches"].push_back(json{{"shader", d.shader},
+                                      {"buffers", d.buffer_slots},
+                                      {"push_constants", push},
+                                      {"groups", {d.groups[0], d.groups[1], d.groups[2]}},
+                                      {"name", d.name},
+                                      {"error_context", d.error_context}});
+  }
+  *plan_text = plan.dump();
+  return absl::OkStatus();
+}
+#endif
+
 }  // namespace
 
 absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions& options) {
@@ -229,6 +339,7 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
     if (step.fn == runtime::cpu::ContractionKernel) descriptor_slots.insert(step.slot_args[3]);
   }
   std::string weights;
+  WeightsWriter weights_writer(&weights);
   json plan;
   plan["name"] = signature["name"];
   plan["slots"] = json::array();
@@ -260,10 +371,8 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
           break;
         }
         s["kind"] = "constant";
-        weights.resize((weights.size() + 63) / 64 * 64, '\0');
-        s["weights_offset"] = weights.size();
-        weights.append(reinterpret_cast<const char*>(exe.constant_data(i)),
-                       static_cast<size_t>(slot.size_bytes));
+        s["weights_offset"] =
+            weights_writer.Add(exe.constant_data(i), static_cast<size_t>(slot.size_bytes));
         break;
     }
     if (!slot.label.empty()) s["label"] = slot.label;
@@ -450,11 +559,28 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
     plan["targets"].push_back(std::move(tj));
     sections.push_back(Section{runtime::blob::SectionKind::kCode, target.triple, bytes.str()});
   }
+  std::string vulkan_plan, spirv;
+  if (options.vulkan) {
+#if KILN_AOT_HAVE_VULKAN
+    if (absl::Status s = CompileVulkan(*bound, signature["name"].get<std::string>(), weights_writer,
+                                       &vulkan_plan, &spirv);
+        !s.ok()) {
+      return s;
+    }
+#else
+    return absl::UnimplementedError("aot: this build of kiln has no Vulkan backend");
+#endif
+  }
   std::vector<Section> all;
   all.push_back(Section{runtime::blob::SectionKind::kSignature, "", signature.dump()});
   all.push_back(Section{runtime::blob::SectionKind::kLaunchPlan, "", plan.dump()});
   all.push_back(Section{runtime::blob::SectionKind::kWeights, "", std::move(weights)});
   for (Section& s : sections) all.push_back(std::move(s));
+  if (options.vulkan) {
+    all.push_back(
+        Section{runtime::blob::SectionKind::kVulkanPlan, "vulkan", std::move(vulkan_plan)});
+    all.push_back(Section{runtime::blob::SectionKind::kSpirv, "spirv", std::move(spirv)});
+  }
   if (options.include_ir_text) {
     all.push_back(Section{runtime::blob::SectionKind::kIrText, "", ir::PrintGraph(graph)});
   }

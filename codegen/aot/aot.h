@@ -11,7 +11,8 @@
 // launch plan as the JIT), then every kernel and every GEMM micro-kernel it uses is compiled to
 // machine code once per triple (the host's CPU for the host triple, a generic CPU of the triple
 // for the others) and linked into a shared object per triple (host: `cc -shared`; other triples:
-// `ld.lld`), stored as the blob's code sections.
+// `ld.lld`), stored as the blob's code sections. With CompileOptions::vulkan the blob also
+// carries the Vulkan graph compiler's plan and SPIR-V (docs/deploy.md, docs/vulkan.md).
 #pragma once
 
 #include <memory>
@@ -40,6 +41,12 @@ struct CompileOptions {
   /// parameters are the blob's inputs, in graph order. A name that is no parameter, or a value
   /// whose type differs from the parameter's, is an error.
   std::vector<std::pair<std::string, std::shared_ptr<const ir::TensorData>>> weights;
+  /// Also compile for Vulkan: the graph goes through the Vulkan graph compiler
+  /// (codegen/vulkan) for codegen::vulkan::PortableDeviceInfo() (no device needed), and the blob
+  /// gains a "vulkan plan" section (slots, shaders, dispatches, the Vulkan version and the device
+  /// features the SPIR-V declares) and a "spirv" section. Constants are shared with the CPU plan's
+  /// weights section where their bytes are equal. Unimplemented in a build without Vulkan.
+  bool vulkan = false;
 };
 
 /// Compiles `graph` (which must verify; parameters are the blob's inputs in order, named by

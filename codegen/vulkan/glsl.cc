@@ -207,6 +207,40 @@ class GlslDialect : public CDialect {
     return absl::StrCat("shared ", TypeName(type), " ", name, "[", size, "];");
   }
 
+  // GL_KHR_shader_subgroup_arithmetic on 32-bit types and f64 sums/products (64-bit integers
+  // would need GL_EXT_shader_subgroup_extended_types_int64; bool has no add/mul: both keep the
+  // workgroup-memory tree). Only offered when the device reports subgroup arithmetic in compute.
+  std::string SubgroupReduce(ReduceKind kind, ScalarType type,
+                             const std::string& x) const override {
+    if (!target_.subgroup_arithmetic) return "";
+    const bool ok = type == ScalarType::kF32 || type == ScalarType::kI32 ||
+                    type == ScalarType::kU32 || type == ScalarType::kU8 ||
+                    (type == ScalarType::kF64 && target_.float64 &&
+                     (kind == ReduceKind::kSum || kind == ReduceKind::kProd));
+    if (!ok) return "";
+    switch (kind) {
+      case ReduceKind::kSum:
+        return absl::StrCat("subgroupAdd(", x, ")");
+      case ReduceKind::kProd:
+        return absl::StrCat("subgroupMul(", x, ")");
+      case ReduceKind::kMax:
+        return absl::StrCat("subgroupMax(", x, ")");
+      case ReduceKind::kMin:
+        return absl::StrCat("subgroupMin(", x, ")");
+      default:
+        return "";
+    }
+  }
+  std::string SubgroupId() const override {
+    return target_.subgroup_arithmetic ? "gl_SubgroupID" : "";
+  }
+  std::string NumSubgroups() const override {
+    return target_.subgroup_arithmetic ? "gl_NumSubgroups" : "";
+  }
+  std::string SubgroupElect() const override {
+    return target_.subgroup_arithmetic ? "subgroupElect()" : "";
+  }
+
  private:
   GlslTarget target_;
 };
@@ -358,6 +392,7 @@ absl::StatusOr<GlslKernel> KernelToGlsl(const Kernel& original, const GlslTarget
   RenderOptions options;
   options.cooperative = out.cooperative;
   options.workgroup_size = out.workgroup_size;
+  options.subgroups = target.subgroup_arithmetic;
   absl::StatusOr<RenderedKernel> rendered = RenderKernel(kernel, dialect, options);
   if (!rendered.ok()) return rendered.status();
 
@@ -380,6 +415,10 @@ absl::StatusOr<GlslKernel> KernelToGlsl(const Kernel& original, const GlslTarget
   absl::StrAppend(&s, "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n");
   if (has8) absl::StrAppend(&s, "#extension GL_EXT_shader_8bit_storage : require\n");
   if (has16) absl::StrAppend(&s, "#extension GL_EXT_shader_16bit_storage : require\n");
+  if (rendered->uses_subgroups) {
+    absl::StrAppend(&s, "#extension GL_KHR_shader_subgroup_basic : require\n",
+                    "#extension GL_KHR_shader_subgroup_arithmetic : require\n");
+  }
   absl::StrAppend(&s, "layout(local_size_x = ", out.workgroup_size,
                   ", local_size_y = 1, local_size_z = 1) in;\n");
   for (size_t i = 0; i < kernel.args.size(); ++i) {

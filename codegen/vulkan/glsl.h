@@ -14,7 +14,9 @@
 // u8/bool uint8_t, f16/bf16 uint16_t (converted by integer bit operations: exact, ties to even).
 // The launch is one invocation per gid (workgroups of `workgroup_size`, laid out over x and y
 // when there are more than the device's x limit) or, for long reductions, one workgroup per gid
-// (RenderOptions::cooperative). Shapes are static: extents are constants in the source.
+// (RenderOptions::cooperative; with GlslTarget::subgroup_arithmetic the partial results combine
+// through GL_KHR_shader_subgroup_arithmetic first). Shapes are static: extents are constants in the
+// source.
 #pragma once
 
 #include <array>
@@ -32,6 +34,10 @@ struct GlslTarget {
   bool int64 = true;           // shaderInt64: required (indices are i64)
   bool int8_storage = false;   // storageBuffer8BitAccess: u8/bool args
   bool int16_storage = false;  // storageBuffer16BitAccess: f16/bf16 args
+  /// Subgroup arithmetic in compute shaders (VK_SUBGROUP_FEATURE_ARITHMETIC_BIT): long-row
+  /// reductions combine within subgroups (subgroupAdd/Mul/Max/Min) before workgroup memory;
+  /// false keeps the workgroup-memory tree only.
+  bool subgroup_arithmetic = false;
   uint32_t max_workgroup_count_x = 65535;
   uint32_t max_workgroup_count_y = 65535;
 };

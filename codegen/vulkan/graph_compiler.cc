@@ -87,8 +87,10 @@ std::string MatmulGlsl(const std::string& name, bool f64, int64_t m, int64_t k, 
 
 class Compiler {
  public:
-  Compiler(const ir::Graph& graph, std::shared_ptr<rv::VulkanDevice> device)
-      : source_(graph), device_(std::move(device)), target_(TargetFor(device_->info())) {}
+  // `device` may be null (CompileSpec): the spec is then compiled for `info` and not loaded.
+  Compiler(const ir::Graph& graph, std::shared_ptr<rv::VulkanDevice> device,
+           const rv::DeviceInfo& info)
+      : source_(graph), device_(std::move(device)), info_(info), target_(TargetFor(info_)) {}
 
   absl::StatusOr<std::shared_ptr<const CompiledGraph>> Run() {
     dump_ = passes::DumpSession::FromEnv("vulkan");
@@ -118,6 +120,18 @@ class Compiler {
     if (absl::Status s = CopyRepeatedOutputs(); !s.ok()) return s;
     if (absl::Status s = PlaceArenaBuffers(); !s.ok()) return s;
 
+    auto compiled = std::make_shared<CompiledGraph>();
+    if (device_ == nullptr) {  // ahead of time: the spec only
+      compiled->source = source_;
+      compiled->spec = std::move(spec_);
+      compiled->parameter_types = std::move(parameter_types);
+      compiled->output_types = std::move(output_types);
+      compiled->glsl = std::move(glsl_);
+      compiled->num_kernels = num_kernels_;
+      compiled->num_matmuls = num_matmuls_;
+      compiled->dump_directory = dump_.directory();
+      return std::shared_ptr<const CompiledGraph>(std::move(compiled));
+    }
     rv::VulkanExecutableSpec spec = spec_;
     absl::StatusOr<std::shared_ptr<const rv::VulkanExecutable>> executable =
         device_->Load(std::move(spec));
@@ -127,7 +141,6 @@ class Compiler {
                                        executable.status().message()));
     }
     Dump("executable.txt", (*executable)->ToString());
-    auto compiled = std::make_shared<CompiledGraph>();
     compiled->source = source_;
     compiled->spec = std::move(spec_);
     compiled->executable = *std::move(executable);
@@ -202,8 +215,7 @@ class Compiler {
         AddSlot(runtime::Slot::Arena(0, std::max<int64_t>(ByteSize(node.type), 4)), node);
     arena_buffer_of_slot_[slot] = static_cast<passes::BufferId>(arena_buffers_.size());
     const int64_t align = std::max<int64_t>(
-        runtime::kBufferAlignment,
-        static_cast<int64_t>(device_->info().min_storage_buffer_offset_alignment));
+        runtime::kBufferAlignment, static_cast<int64_t>(info_.min_storage_buffer_offset_alignment));
     const int64_t planned = (std::max<int64_t>(ByteSize(node.type), 4) + align - 1) / align * align;
     arena_buffers_.push_back(passes::PlanBuffer{planned, false, false, std::move(name)});
     return slot;
@@ -499,6 +511,7 @@ class Compiler {
 
   const ir::Graph& source_;
   std::shared_ptr<rv::VulkanDevice> device_;
+  rv::DeviceInfo info_;
   GlslTarget target_;
   ir::Graph graph_;
   passes::FusionPlan plan_;
@@ -538,6 +551,7 @@ GlslTarget TargetFor(const rv::DeviceInfo& info) {
   target.int64 = info.int64;
   target.int8_storage = info.int8_storage;
   target.int16_storage = info.int16_storage;
+  target.subgroup_arithmetic = info.subgroup_arithmetic;
   if (info.max_workgroup_count[0] > 0) target.max_workgroup_count_x = info.max_workgroup_count[0];
   if (info.max_workgroup_count[1] > 0) target.max_workgroup_count_y = info.max_workgroup_count[1];
   return target;
@@ -561,7 +575,42 @@ absl::StatusOr<std::shared_ptr<rv::VulkanDevice>> DeviceForIndex(int index) {
 absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(
     const ir::Graph& graph, std::shared_ptr<rv::VulkanDevice> device) {
   if (device == nullptr) return absl::InvalidArgumentError("vulkan backend: no device");
-  return Compiler(graph, std::move(device)).Run();
+  const rv::DeviceInfo info = device->info();
+  return Compiler(graph, std::move(device), info).Run();
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(
+    const ir::Graph& graph, std::shared_ptr<rv::VulkanDevice> device, const rv::DeviceInfo& info) {
+  if (device == nullptr) return absl::InvalidArgumentError("vulkan backend: no device");
+  return Compiler(graph, std::move(device), info).Run();
+}
+
+rv::DeviceInfo PortableDeviceInfo() {
+  rv::DeviceInfo info;
+  info.name = "portable Vulkan 1.1 baseline";
+  info.api_version = (1u << 22) | (1u << 12);  // VK_MAKE_API_VERSION(0, 1, 1, 0)
+  info.float64 = info.int64 = info.float16 = info.int16 = info.int8 = true;
+  info.int8_storage = info.int16_storage = true;
+  // No subgroup arithmetic: blobs keep the workgroup-memory reduction tree, which every
+  // Vulkan 1.1 compute device runs (subgroup arithmetic is optional in compute shaders), so a
+  // blob needs no subgroup feature and loads wherever its other features are present.
+  info.subgroup_arithmetic = false;
+  info.max_shared_memory_bytes = 16384;
+  info.max_workgroup_invocations = 128;
+  info.max_workgroup_size[0] = info.max_workgroup_size[1] = 128;
+  info.max_workgroup_size[2] = 64;
+  info.max_workgroup_count[0] = info.max_workgroup_count[1] = info.max_workgroup_count[2] = 65535;
+  info.max_storage_buffers = 4;
+  info.max_storage_buffer_range = uint64_t{1} << 27;
+  // 256 is the largest minStorageBufferOffsetAlignment the specification allows: arena offsets
+  // planned with it are valid descriptor offsets on every device.
+  info.min_storage_buffer_offset_alignment = 256;
+  return info;
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileSpec(const ir::Graph& graph,
+                                                                 const rv::DeviceInfo& info) {
+  return Compiler(graph, nullptr, info).Run();
 }
 
 absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(

@@ -3,7 +3,8 @@
 //
 //   simplify passes → Fuse → per group:
 //     elementwise / reduction / scatter / copy → LowerGroup → kernel IR → GLSL (glsl.h; long
-//       reductions run one workgroup per row, combined through shared memory) → SPIR-V
+//       reductions run one workgroup per row, combined through subgroup arithmetic where the
+//       device has it in compute shaders, and through shared memory) → SPIR-V
 //       (spirv.h: shaderc, validated, optimised)
 //     f32/f64 matmul → a GLSL matmul tiled through workgroup shared memory (64 x 64 tiles,
 //       4 x 4 register blocks per invocation, batched; a permute of the last two axes feeding
@@ -68,6 +69,23 @@ absl::StatusOr<std::shared_ptr<runtime::vulkan::VulkanDevice>> DeviceForIndex(in
 /// its root op; an op the device cannot run names the missing feature.
 absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(
     const ir::Graph& graph, std::shared_ptr<runtime::vulkan::VulkanDevice> device);
+/// As above, generating code for `info` instead of the device's own DeviceInfo (which must offer
+/// at least what `info` claims): tests force fallbacks with it (subgroup_arithmetic = false).
+absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(
+    const ir::Graph& graph, std::shared_ptr<runtime::vulkan::VulkanDevice> device,
+    const runtime::vulkan::DeviceInfo& info);
+
+/// The device AOT compiles for when no device is at hand: every shader feature the GLSL may use is
+/// assumed present (the blob records the ones its SPIR-V declares, checked when it is loaded),
+/// limits are Vulkan 1.1's minimums, and minStorageBufferOffsetAlignment is 256 (the largest the
+/// specification allows, so arena offsets suit every device). Subgroup arithmetic is off: blob
+/// reductions combine through workgroup memory only (portable, no subgroup feature recorded).
+runtime::vulkan::DeviceInfo PortableDeviceInfo();
+
+/// Compiles `graph` for a device described by `info` without opening one (codegen/aot): the
+/// result has `spec`, `glsl` and the types; `executable` and `device` are null.
+absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileSpec(
+    const ir::Graph& graph, const runtime::vulkan::DeviceInfo& info);
 
 /// Runs a compiled graph on its device (argument types checked).
 absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(

@@ -2,7 +2,7 @@
 // examples/fashion_mnist/mlp.cc, initialised with seed 1) and writes an ahead-of-time blob that
 // libkiln_runtime runs (examples/deploy/run_blob.c).
 //
-//   export_mlp mlp.kiln [--batch N] [--triple aarch64-linux-gnu]
+//   export_mlp mlp.kiln [--batch N] [--triple aarch64-linux-gnu] [--target vulkan]
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -24,7 +24,7 @@ struct Mlp {
 int main(int argc, char** argv) {
   using B = kiln::Cpu;
   if (argc < 2 || std::string(argv[1]) == "--help") {
-    std::cerr << "usage: export_mlp out.kiln [--batch N] [--triple T]...\n";
+    std::cerr << "usage: export_mlp out.kiln [--batch N] [--triple T]... [--target vulkan]\n";
     return argc < 2 ? 1 : 0;
   }
   int64_t batch = 1;
@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
       batch = std::atoll(argv[i + 1]);
     } else if (flag == "--triple") {
       options.triples.push_back(argv[i + 1]);
+    } else if (flag == "--target" && std::string(argv[i + 1]) == "vulkan") {
+      options.vulkan = true;  // a Vulkan section beside the CPU code
     } else {
       std::cerr << "export_mlp: unknown flag " << flag << "\n";
       return 1;

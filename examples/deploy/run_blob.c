@@ -6,7 +6,8 @@
  * Each inputN.bin holds the raw bytes of input N (dense, row-major, little-endian, exactly
  * size_bytes of them). Without them the inputs are filled with a fixed pattern (floats in
  * [-1, 1), integers 0..6), so a run is reproducible. Exit status 0 on success, 1 on any error
- * (the message from kiln_last_error on stderr). */
+ * (the message from kiln_last_error on stderr). $KILN_BLOB_DEVICE chooses the device ("cpu",
+ * "vulkan", "vulkan:<index|name>"; kiln_model_load_file_on); unset means the CPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,10 +75,11 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: run_blob model.kiln [input0.bin ...]\n");
     return 1;
   }
-  if (kiln_model_load_file(argv[1], &model) != KILN_OK) {
+  if (kiln_model_load_file_on(argv[1], getenv("KILN_BLOB_DEVICE"), &model) != KILN_OK) {
     fprintf(stderr, "run_blob: %s\n", kiln_last_error());
     return 1;
   }
+  printf("device: %s\n", kiln_model_device(model));
   num_inputs = kiln_model_num_inputs(model);
   num_outputs = kiln_model_num_outputs(model);
   printf("model %s: %zu inputs, %zu outputs\n", kiln_model_name(model), num_inputs, num_outputs);

@@ -90,6 +90,23 @@ KILN_API const char* kiln_last_error(void);
 KILN_API kiln_status kiln_model_load_file(const char* path, kiln_model** out);
 /* Loads a blob from memory; the bytes are copied, so `data` may be freed afterwards. */
 KILN_API kiln_status kiln_model_load_memory(const void* data, size_t size, kiln_model** out);
+/* Load on a chosen device. `device` NULL, "" or "cpu": the code section for this CPU (what the
+ * two functions above do). "vulkan": the blob's Vulkan section on the default Vulkan device
+ * ($KILN_VULKAN_DEVICE, else the first discrete GPU, integrated GPU, any device);
+ * "vulkan:<index>" or "vulkan:<name substring>" picks one. KILN_ERROR_UNSUPPORTED, with a
+ * message saying which, when the blob has no Vulkan section (compile with `kiln compile --target
+ * vulkan`), this library was built without Vulkan, there is no such Vulkan device, or the device
+ * lacks a feature the section requires (e.g. shaderFloat64); KILN_ERROR_INVALID_ARGUMENT for an
+ * unknown device string. Vulkan's loader (libvulkan.so.1) is opened at run time, so the library
+ * does not depend on it. */
+KILN_API kiln_status kiln_model_load_file_on(const char* path, const char* device,
+                                             kiln_model** out);
+KILN_API kiln_status kiln_model_load_memory_on(const void* data, size_t size, const char* device,
+                                               kiln_model** out);
+/* Where the model runs: "cpu (x86_64-unknown-linux-gnu)" or "vulkan: 0: llvmpipe (...)"; NULL
+ * for a NULL model. Valid until kiln_model_free. */
+KILN_API const char* kiln_model_device(const kiln_model* model);
+
 /* Frees a model (NULL is accepted). */
 KILN_API void kiln_model_free(kiln_model* model);
 

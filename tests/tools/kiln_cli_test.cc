@@ -296,7 +296,7 @@ TEST_F(KilnCli, BadInputGivesNonZeroExitAndNamesTheFile) {
       {std::string("export ") + kMlp + " -o " + P("g.txt"), P("g.txt") + ": unknown format"},
       {std::string("export ") + kMlp + " -o " + P("nodir/g.onnx"),
        P("nodir/g.onnx") + ": cannot write"},
-      {std::string("compile ") + kMlp + " -o " + P("x.kiln") + " --target vulkan", "--target"},
+      {std::string("compile ") + kMlp + " -o " + P("x.kiln") + " --target tpu", "--target"},
       {"inspect " + P("missing.kiln"), P("missing.kiln")},
       {"inspect " + std::string(kMlp), std::string(kMlp) + ": blob: "},
       {"run " + std::string(kMlp) + " -i " + P("in_x.npy"), std::string(kMlp) + ": "},

@@ -35,6 +35,9 @@
 #include "ir/npy.h"
 #include "ir/parser.h"
 #include "runtime/blob.h"
+#if KILN_TOOL_HAVE_VULKAN
+#include "runtime/vulkan/blob_vulkan.h"
+#endif
 
 extern char** environ;
 
@@ -295,9 +298,9 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const OnnxArgs& o
 }
 
 int Compile(const CompileArgs& args) {
-  if (args.target != "cpu") {
+  if (args.target != "cpu" && args.target != "vulkan") {
     return Fail("compile", absl::StrCat("target '", args.target,
-                                        "' is not available in this build (targets: cpu)"));
+                                        "' is not available in this build (targets: cpu, vulkan)"));
   }
   absl::StatusOr<LoadedModel> model = LoadModel(args.input, args.onnx);
   if (!model.ok()) return Fail("compile", model.status());
@@ -306,6 +309,7 @@ int Compile(const CompileArgs& args) {
   options.include_ir_text = !args.no_ir_text;
   options.name = args.name.empty() ? fs::path(args.input).stem().string() : args.name;
   options.weights = std::move(model->weights);
+  options.vulkan = args.target == "vulkan";  // a Vulkan section beside the CPU code
   if (absl::Status s = aot::CompileToFile(model->graph, options, args.output); !s.ok()) {
     return Fail("compile", absl::StrCat(args.input, ": ", s.message()));
   }
@@ -315,7 +319,11 @@ int Compile(const CompileArgs& args) {
 }
 
 int Run(const RunArgs& args) {
-  absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadFile(args.blob);
+#if KILN_TOOL_HAVE_VULKAN
+  runtime::vulkan::EnableVulkanBlobs();
+#endif
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      Model::LoadFile(args.blob, runtime::blob::LoadOptions{args.device});
   if (!model.ok()) return Fail("run", absl::StrCat(args.blob, ": ", model.status().message()));
   const runtime::blob::Signature& sig = (*model)->signature();
   absl::StatusOr<std::vector<std::optional<ir::TensorData>>> bound =

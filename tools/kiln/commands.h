@@ -63,6 +63,7 @@ struct RunArgs {
   std::string blob;
   std::vector<std::string> inputs;  // "name=file.npy", or "file.npy" for the next unnamed input
   std::string output_dir;           // "" -> print a summary of each output
+  std::string device;               // runtime::blob::LoadOptions::device: cpu, vulkan[:sel]
 };
 int Run(const RunArgs& args);
 

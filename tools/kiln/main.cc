@@ -31,9 +31,10 @@ int main(int argc, char** argv) {
   c->add_option("input", compile.input, "graph.kir (IR text, docs/ir.md) or model.onnx")
       ->required();
   c->add_option("-o,--output", compile.output, "the blob to write (m.kiln)")->required();
-  c->add_option("--target", compile.target, "the device the blob runs on")
+  c->add_option("--target", compile.target,
+                "cpu, or vulkan: also a Vulkan section (SPIR-V) beside the CPU code")
       ->default_val("cpu")
-      ->check(CLI::IsMember({"cpu"}));
+      ->check(CLI::IsMember({"cpu", "vulkan"}));
   c->add_option("--triple", compile.triples,
                 "also compile machine code for this LLVM target triple (repeatable), e.g. "
                 "aarch64-linux-gnu; the host's triple is always included");
@@ -49,6 +50,9 @@ int main(int argc, char** argv) {
                 "name=file.npy (repeatable); a bare file.npy fills the next input not named");
   r->add_option("-o,--output", run.output_dir,
                 "write each output to <dir>/<output name>.npy (default: print a summary)");
+  r->add_option("--device", run.device,
+                "cpu (default), vulkan or vulkan:<index|name> (needs a blob compiled with "
+                "--target vulkan)");
   r->callback([&] { result = Run(run); });
 
   InspectArgs inspect;

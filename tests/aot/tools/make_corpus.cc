@@ -131,6 +131,7 @@ int main(int argc, char** argv) {
   }
   kiln::aot::CompileOptions options;
   options.name = "corpus";
+  options.vulkan = true;  // sections 5 (vulkan plan) and 6 (spirv), after the code section
   absl::StatusOr<std::string> valid = kiln::aot::Compile(*graph, options);
   if (!valid.ok()) {
     std::cerr << valid.status() << "\n";
@@ -255,6 +256,72 @@ int main(int argc, char** argv) {
         return Join(sections);
       }(),
       "no code for this CPU");
+  // The Vulkan sections (kinds 6 and 7).
+  auto edit_spirv = [&](size_t byte, uint32_t value) {
+    std::vector<Raw> sections = Split(v);
+    for (Raw& s : sections) {
+      if (s.kind == 7) std::memcpy(s.bytes.data() + byte, &value, 4);
+    }
+    return Join(sections);
+  };
+  add("vulkan_bad_slot_index.kiln",
+      EditJson(v, 6, [](json& j) { j["dispatches"][0]["buffers"][0] = 99999; }),
+      "dispatches[0].buffers[0]: 99999 is outside");
+  add("vulkan_bad_shader_index.kiln",
+      EditJson(v, 6, [](json& j) { j["dispatches"][0]["shader"] = 7; }),
+      "dispatches[0].shader: 7 is outside");
+  add("vulkan_spirv_outside_section.kiln",
+      EditJson(v, 6, [](json& j) { j["shaders"][0]["spirv_words"] = 1 << 30; }),
+      "outside the SPIR-V section");
+  add("vulkan_spirv_bad_magic.kiln", edit_spirv(0, 0x12345678u),
+      "not SPIR-V: word 0 is 0x12345678");
+  add("vulkan_spirv_instruction_past_end.kiln", edit_spirv(20, 0xffff0011u),
+      "the instruction at word 5 (opcode 17) has 65535 words");
+  add("vulkan_feature_not_listed.kiln",
+      EditJson(v, 6, [](json& j) { j["features"] = json::array(); }),
+      "which the plan's features do not list");
+  add("vulkan_unknown_feature.kiln",
+      EditJson(v, 6, [](json& j) { j["features"][0] = "rayTracingPipeline"; }),
+      "features[0]: is not a known Vulkan feature");
+  add("vulkan_constant_outside_weights.kiln",
+      EditJson(v, 6,
+               [](json& j) {
+                 for (json& s : j["slots"]) {
+                   if (s["kind"] == "constant") {
+                     s["weights_offset"] = 1 << 20;
+                     break;
+                   }
+                 }
+               }),
+      "lies outside the weights section");
+  add("vulkan_arena_unaligned.kiln",
+      EditJson(v, 6,
+               [](json& j) {
+                 for (json& s : j["slots"]) {
+                   if (s["kind"] == "arena") {
+                     s["offset"] = 4;
+                     break;
+                   }
+                 }
+               }),
+      "arena offset 4 is not a multiple of 256");
+  add("vulkan_push_constant_mismatch.kiln",
+      EditJson(v, 6,
+               [](json& j) {
+                 j["dispatches"][0]["push_constants"] = {1, 2, 3, 4};
+               }),
+      "4 push-constant bytes, shader");
+  add(
+      "vulkan_without_spirv.kiln",
+      [&] {
+        std::vector<Raw> sections = Split(v);
+        std::vector<Raw> kept;
+        for (Raw& s : sections) {
+          if (s.kind != 7) kept.push_back(s);
+        }
+        return Join(kept);
+      }(),
+      "a vulkan plan section needs a spirv section");
   std::ofstream expected(dir + "/expected.txt");
   for (const auto& [name, content] : files) {
     std::ofstream out(dir + "/" + name, std::ios::binary);

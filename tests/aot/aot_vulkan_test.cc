@@ -1,0 +1,300 @@
+// Blobs with a Vulkan section (aot::CompileOptions::vulkan): compiled without a device, loaded
+// through the C API on the machine's Vulkan device (lavapipe in CI) and on the CPU, both checked
+// against ir::Interpret; the device-choice errors of kiln_model_load_*_on.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codegen/aot/aot.h"
+#include "ir/builder.h"
+#include "ir/interpreter.h"
+#include "ir/tensor_data.h"
+#include "runtime/blob.h"
+#include "runtime/include/kiln_runtime.h"
+#include "runtime/vulkan/blob_vulkan.h"
+#include "tests/codegen/random_graph.h"
+
+namespace kiln {
+namespace {
+
+using testing::HasSubstr;
+
+ir::TensorType F32(ir::Shape shape) { return ir::TensorType{ir::DType::kF32, std::move(shape)}; }
+
+ir::TensorData Random(const ir::TensorType& type, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return test::RandomTensor(type, rng);
+}
+
+std::span<const std::byte> Bytes(const std::string& s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+// x[batch, 64] -> relu(x W1 + b1) -> . W2 + b2 -> softmax; weights bound at compile time.
+struct Case {
+  ir::Graph graph;
+  std::vector<ir::TensorData> args;
+  aot::CompileOptions options;
+};
+
+Case Mlp(int64_t batch) {
+  ir::Builder b;
+  ir::NodeId x = b.Parameter("x", F32({batch, 64}));
+  ir::NodeId w1 = b.Parameter("w1", F32({64, 96}));
+  ir::NodeId b1 = b.Parameter("b1", F32({96}));
+  ir::NodeId w2 = b.Parameter("w2", F32({96, 10}));
+  ir::NodeId h =
+      b.Binary(ir::Op::kAdd, b.MatMul(x, w1), b.Broadcast(b.Reshape(b1, {1, 96}), {batch, 96}));
+  h = b.Binary(ir::Op::kMax, h, b.Fill(0.0, F32({batch, 96})));
+  ir::NodeId logits = b.MatMul(h, w2);
+  ir::NodeId m = b.Reduce(ir::Op::kReduceMax, logits, {1});
+  ir::NodeId e =
+      b.Unary(ir::Op::kExp,
+              b.Binary(ir::Op::kSub, logits, b.Broadcast(b.Reshape(m, {batch, 1}), {batch, 10})));
+  ir::NodeId s = b.Reduce(ir::Op::kReduceSum, e, {1});
+  b.Output(b.Binary(ir::Op::kDiv, e, b.Broadcast(b.Reshape(s, {batch, 1}), {batch, 10})), "probs");
+  b.Output(logits, "logits");
+  absl::StatusOr<ir::Graph> g = std::move(b).Build();
+  EXPECT_TRUE(g.ok()) << g.status();
+  Case c{*std::move(g), {Random(F32({batch, 64}), 1)}, {}};
+  c.options.name = "mlp";
+  c.options.vulkan = true;
+  uint64_t seed = 2;
+  for (const char* name : {"w1", "b1", "w2"}) {
+    const ir::TensorType& type = c.graph.node(c.graph.FindParameter(name)).type;
+    c.options.weights.emplace_back(name, std::make_shared<ir::TensorData>(Random(type, seed++)));
+  }
+  return c;
+}
+
+// Layer norm over rows of 300 (long enough for one workgroup per row) and a softmax.
+Case LayerNormSoftmax() {
+  ir::Builder b;
+  const int64_t n = 6, d = 300;
+  ir::NodeId x = b.Parameter("x", F32({n, d}));
+  ir::NodeId mean = b.Binary(ir::Op::kDiv, b.Reduce(ir::Op::kReduceSum, x, {1}),
+                             b.Fill(static_cast<double>(d), F32({n, 1})));
+  ir::NodeId centered = b.Binary(ir::Op::kSub, x, b.Broadcast(b.Reshape(mean, {n, 1}), {n, d}));
+  ir::NodeId var = b.Binary(
+      ir::Op::kDiv, b.Reduce(ir::Op::kReduceSum, b.Binary(ir::Op::kMul, centered, centered), {1}),
+      b.Fill(static_cast<double>(d), F32({n, 1})));
+  ir::NodeId inv = b.Unary(ir::Op::kRsqrt, b.Binary(ir::Op::kAdd, var, b.Fill(1e-5, F32({n, 1}))));
+  ir::NodeId y = b.Binary(ir::Op::kMul, centered, b.Broadcast(b.Reshape(inv, {n, 1}), {n, d}));
+  ir::NodeId m = b.Reduce(ir::Op::kReduceMax, y, {1});
+  ir::NodeId e =
+      b.Unary(ir::Op::kExp, b.Binary(ir::Op::kSub, y, b.Broadcast(b.Reshape(m, {n, 1}), {n, d})));
+  ir::NodeId s = b.Reduce(ir::Op::kReduceSum, e, {1});
+  b.Output(y, "normed");
+  b.Output(b.Binary(ir::Op::kDiv, e, b.Broadcast(b.Reshape(s, {n, 1}), {n, d})), "softmax");
+  absl::StatusOr<ir::Graph> g = std::move(b).Build();
+  EXPECT_TRUE(g.ok()) << g.status();
+  Case c{*std::move(g), {Random(F32({n, d}), 9)}, {}};
+  c.options.name = "layernorm_softmax";
+  c.options.vulkan = true;
+  return c;
+}
+
+// The graph with the weights as arguments, run by the reference interpreter.
+std::vector<ir::TensorData> Reference(const Case& c) {
+  std::vector<ir::TensorData> args;
+  size_t next_input = 0;
+  for (ir::NodeId p : c.graph.Parameters()) {
+    const std::string& name = c.graph.node(p).attrs.name;
+    bool bound = false;
+    for (const auto& [weight, value] : c.options.weights) {
+      if (weight == name) {
+        args.push_back(*value);
+        bound = true;
+      }
+    }
+    if (!bound) args.push_back(c.args[next_input++]);
+  }
+  absl::StatusOr<std::vector<ir::TensorData>> out = ir::Interpret(c.graph, args);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() ? *std::move(out) : std::vector<ir::TensorData>{};
+}
+
+// Loads `blob` through the C API on `device` and runs it once.
+std::vector<std::vector<float>> RunC(const std::string& blob, const char* device,
+                                     const std::vector<ir::TensorData>& args) {
+  kiln_model* model = nullptr;
+  const kiln_status s = kiln_model_load_memory_on(blob.data(), blob.size(), device, &model);
+  EXPECT_EQ(s, KILN_OK) << kiln_last_error();
+  if (s != KILN_OK) return {};
+  EXPECT_THAT(kiln_model_device(model), HasSubstr(device));
+  std::vector<const void*> inputs;
+  for (const ir::TensorData& a : args) inputs.push_back(a.data());
+  std::vector<std::vector<float>> results(kiln_model_num_outputs(model));
+  std::vector<void*> outputs;
+  for (size_t k = 0; k < results.size(); ++k) {
+    kiln_tensor_info info;
+    EXPECT_EQ(kiln_model_output_info(model, k, &info), KILN_OK);
+    results[k].resize(info.size_bytes / sizeof(float));
+    outputs.push_back(results[k].data());
+  }
+  EXPECT_EQ(kiln_model_run(model, inputs.data(), outputs.data()), KILN_OK) << kiln_last_error();
+  kiln_model_free(model);
+  return results;
+}
+
+void ExpectClose(const std::vector<float>& actual, const ir::TensorData& expected,
+                 const std::string& what) {
+  ASSERT_EQ(actual.size() * sizeof(float), expected.size_bytes()) << what;
+  const float* e = reinterpret_cast<const float*>(expected.data());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    ASSERT_NEAR(actual[i], e[i], 1e-4 + 1e-4 * std::fabs(e[i])) << what << " element " << i;
+  }
+}
+
+void ExpectVulkanAndCpuMatchInterpret(const Case& c) {
+  absl::StatusOr<std::string> blob = aot::Compile(c.graph, c.options);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  const std::vector<ir::TensorData> expected = Reference(c);
+  const std::vector<std::vector<float>> on_vulkan = RunC(*blob, "vulkan", c.args);
+  const std::vector<std::vector<float>> on_cpu = RunC(*blob, "cpu", c.args);
+  ASSERT_EQ(on_vulkan.size(), expected.size());
+  ASSERT_EQ(on_cpu.size(), expected.size());
+  for (size_t k = 0; k < expected.size(); ++k) {
+    ExpectClose(on_vulkan[k], expected[k], absl::StrCat("vulkan output ", k));
+    ExpectClose(on_cpu[k], expected[k], absl::StrCat("cpu output ", k));
+  }
+}
+
+class AotVulkanTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() { runtime::vulkan::EnableVulkanBlobs(); }
+};
+
+TEST_F(AotVulkanTest, MlpOnVulkanAndCpuMatchesInterpret) {
+  ExpectVulkanAndCpuMatchInterpret(Mlp(5));
+}
+
+TEST_F(AotVulkanTest, LayerNormSoftmaxOnVulkanAndCpuMatchesInterpret) {
+  ExpectVulkanAndCpuMatchInterpret(LayerNormSoftmax());
+}
+
+TEST_F(AotVulkanTest, SectionsAndSharedWeights) {
+  Case c = Mlp(3);
+  absl::StatusOr<std::string> with = aot::Compile(c.graph, c.options);
+  ASSERT_TRUE(with.ok()) << with.status();
+  c.options.vulkan = false;
+  absl::StatusOr<std::string> without = aot::Compile(c.graph, c.options);
+  ASSERT_TRUE(without.ok()) << without.status();
+  absl::StatusOr<runtime::blob::BlobView> v = runtime::blob::ParseBlob(Bytes(*with));
+  ASSERT_TRUE(v.ok()) << v.status();
+  absl::StatusOr<runtime::blob::BlobView> cpu = runtime::blob::ParseBlob(Bytes(*without));
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ(cpu->vulkan, nullptr);
+  ASSERT_NE(v->vulkan, nullptr);
+  EXPECT_THAT(v->vulkan->features, testing::Contains("shaderInt64"));
+  EXPECT_THAT(v->vulkan->features, testing::Not(testing::Contains("shaderFloat64")));
+  EXPECT_GT(v->vulkan->shaders.size(), 0u);
+  // The weights the Vulkan plan binds are the CPU plan's bytes: w1, b1 and w2 are stored once.
+  int64_t weight_bytes = 0;
+  for (const auto& [name, value] : c.options.weights) weight_bytes += value->size_bytes();
+  const uint64_t with_weights = v->sections[static_cast<size_t>(v->weights_section)].size;
+  const uint64_t cpu_weights = cpu->sections[static_cast<size_t>(cpu->weights_section)].size;
+  EXPECT_LT(with_weights, cpu_weights + static_cast<uint64_t>(weight_bytes) / 2)
+      << "the Vulkan plan's constants were duplicated";
+  EXPECT_THAT(runtime::blob::DescribeBlob(*v), HasSubstr("vulkan plan (section"));
+}
+
+TEST_F(AotVulkanTest, NoVulkanSectionIsAClearError) {
+  Case c = Mlp(2);
+  c.options.vulkan = false;
+  absl::StatusOr<std::string> blob = aot::Compile(c.graph, c.options);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  kiln_model* model = nullptr;
+  EXPECT_EQ(kiln_model_load_memory_on(blob->data(), blob->size(), "vulkan", &model),
+            KILN_ERROR_UNSUPPORTED);
+  EXPECT_EQ(model, nullptr);
+  EXPECT_THAT(kiln_last_error(), HasSubstr("no Vulkan section"));
+  EXPECT_EQ(kiln_model_load_memory_on(blob->data(), blob->size(), "tpu", &model),
+            KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_THAT(kiln_last_error(), HasSubstr("unknown device \"tpu\""));
+}
+
+TEST_F(AotVulkanTest, NoSuchDeviceIsAClearError) {
+  Case c = Mlp(2);
+  absl::StatusOr<std::string> blob = aot::Compile(c.graph, c.options);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  kiln_model* model = nullptr;
+  EXPECT_EQ(kiln_model_load_memory_on(blob->data(), blob->size(), "vulkan:no such gpu", &model),
+            KILN_ERROR_UNSUPPORTED);
+  EXPECT_THAT(kiln_last_error(), HasSubstr("no such gpu"));
+}
+
+TEST_F(AotVulkanTest, MissingFeatureNamesIt) {
+  // An f64 graph needs shaderFloat64; a device without it is refused, naming the feature.
+  ir::Builder b;
+  ir::NodeId x = b.Parameter("x", ir::TensorType{ir::DType::kF64, {16}});
+  b.Output(b.Binary(ir::Op::kMul, x, x), "y");
+  absl::StatusOr<ir::Graph> g = std::move(b).Build();
+  ASSERT_TRUE(g.ok()) << g.status();
+  aot::CompileOptions options;
+  options.vulkan = true;
+  absl::StatusOr<std::string> blob = aot::Compile(*g, options);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  absl::StatusOr<runtime::blob::BlobView> v = runtime::blob::ParseBlob(Bytes(*blob));
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_NE(v->vulkan, nullptr);
+  EXPECT_THAT(v->vulkan->features, testing::Contains("shaderFloat64"));
+  std::vector<runtime::vulkan::DeviceInfo> devices = runtime::vulkan::ListDevices();
+  ASSERT_FALSE(devices.empty()) << "no Vulkan device (lavapipe: VK_DRIVER_FILES)";
+  runtime::vulkan::DeviceInfo info = devices[0];
+  EXPECT_TRUE(runtime::vulkan::CheckDeviceCanRun(*v->vulkan, info).ok());
+  info.float64 = false;
+  absl::Status s = runtime::vulkan::CheckDeviceCanRun(*v->vulkan, info);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("lacks shaderFloat64"));
+  info = devices[0];
+  info.max_workgroup_invocations = 32;
+  EXPECT_THAT(runtime::vulkan::CheckDeviceCanRun(*v->vulkan, info).message(),
+              HasSubstr("invocations"));
+}
+
+TEST_F(AotVulkanTest, ByteOutputsNeedAndGet8BitStorage) {
+  // u8 and bool outputs: the section lists storageBuffer8BitAccess (from the SPIR-V), lavapipe
+  // has it, and the bytes equal the interpreter's (the casts are exact).
+  ir::Builder b;
+  ir::NodeId x = b.Parameter("x", F32({300}));
+  ir::NodeId scaled = b.Binary(ir::Op::kMul, x, b.Fill(100.0, F32({300})));
+  b.Output(b.Cast(scaled, ir::DType::kU8), "bytes");
+  b.Output(b.Cast(x, ir::DType::kBool), "nonzero");
+  absl::StatusOr<ir::Graph> g = std::move(b).Build();
+  ASSERT_TRUE(g.ok()) << g.status();
+  aot::CompileOptions options;
+  options.vulkan = true;
+  absl::StatusOr<std::string> blob = aot::Compile(*g, options);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  absl::StatusOr<runtime::blob::BlobView> v = runtime::blob::ParseBlob(Bytes(*blob));
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_NE(v->vulkan, nullptr);
+  EXPECT_THAT(v->vulkan->features, testing::Contains("storageBuffer8BitAccess"));
+
+  ir::TensorData input = Random(F32({300}), 11);
+  float* values = reinterpret_cast<float*>(input.data());
+  values[0] = 0.0f;  // a false for the bool output
+  std::vector<ir::TensorData> args = {input};
+  absl::StatusOr<std::vector<ir::TensorData>> expected = ir::Interpret(*g, args);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  kiln_model* model = nullptr;
+  ASSERT_EQ(kiln_model_load_memory_on(blob->data(), blob->size(), "vulkan", &model), KILN_OK)
+      << kiln_last_error();
+  std::vector<uint8_t> bytes(300), nonzero(300);
+  const void* inputs[] = {input.data()};
+  void* outputs[] = {bytes.data(), nonzero.data()};
+  ASSERT_EQ(kiln_model_run(model, inputs, outputs), KILN_OK) << kiln_last_error();
+  kiln_model_free(model);
+  EXPECT_EQ(std::memcmp(bytes.data(), (*expected)[0].data(), 300), 0);
+  EXPECT_EQ(std::memcmp(nonzero.data(), (*expected)[1].data(), 300), 0);
+}
+
+}  // namespace
+}  // namespace kiln
