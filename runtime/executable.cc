@@ -23,27 +23,6 @@ std::string Plural(int64_t count, const char* noun) {
   return absl::StrCat(count, " ", noun, count == 1 ? "" : "s");
 }
 
-std::string DescribeSlot(const Slot& slot) {
-  std::string text;
-  switch (slot.kind) {
-    case SlotKind::kInput:
-    case SlotKind::kOutput:
-    case SlotKind::kScalar:
-      text = absl::StrCat(SlotKindName(slot.kind), " ", slot.index);
-      break;
-    case SlotKind::kArena:
-      text = absl::StrCat("arena +", slot.offset);
-      break;
-    case SlotKind::kConstant:
-    case SlotKind::kErrorFlag:
-      text = SlotKindName(slot.kind);
-      break;
-  }
-  absl::StrAppend(&text, ", ", slot.size_bytes, " bytes");
-  if (!slot.label.empty()) absl::StrAppend(&text, " (", slot.label, ")");
-  return text;
-}
-
 }  // namespace
 
 std::string KernelErrorMessage(int32_t code) {
@@ -72,6 +51,27 @@ const char* SlotKindName(SlotKind kind) {
       return "error flag";
   }
   return "?";
+}
+
+std::string DescribeSlot(const Slot& slot) {
+  std::string text;
+  switch (slot.kind) {
+    case SlotKind::kInput:
+    case SlotKind::kOutput:
+    case SlotKind::kScalar:
+      text = absl::StrCat(SlotKindName(slot.kind), " ", slot.index);
+      break;
+    case SlotKind::kArena:
+      text = absl::StrCat("arena +", slot.offset);
+      break;
+    case SlotKind::kConstant:
+    case SlotKind::kErrorFlag:
+      text = SlotKindName(slot.kind);
+      break;
+  }
+  absl::StrAppend(&text, ", ", slot.size_bytes, " bytes");
+  if (!slot.label.empty()) absl::StrAppend(&text, " (", slot.label, ")");
+  return text;
 }
 
 namespace {

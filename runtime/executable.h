@@ -80,6 +80,9 @@ struct Slot {
   static Slot ErrorFlag();
 };
 
+/// A slot as dumps show it: "input 0, 64 bytes (%3 f32[16])", "arena +128, 64 bytes".
+std::string DescribeSlot(const Slot& slot);
+
 /// One kernel launch.
 struct Step {
   KernelFn fn = nullptr;

@@ -209,6 +209,37 @@ class WeightsWriter {
 
 #if KILN_AOT_HAVE_VULKAN
 // The Vulkan sections: the plan (JSON) and the SPIR-V of its shaders.
+// A launch-plan slot as the blob's JSON: kind, size, index/offset and label. A constant slot gets
+// only its size and label: where its bytes lie is the caller's (the weights section, a GEMM
+// descriptor). `plan` names the plan in the error for scalar slots, which blobs cannot bind.
+absl::StatusOr<json> SlotJson(const runtime::Slot& slot, const char* plan) {
+  json s{{"size", slot.size_bytes}};
+  switch (slot.kind) {
+    case runtime::SlotKind::kInput:
+      s["kind"] = "input";
+      s["index"] = slot.index;
+      break;
+    case runtime::SlotKind::kOutput:
+      s["kind"] = "output";
+      s["index"] = slot.index;
+      break;
+    case runtime::SlotKind::kArena:
+      s["kind"] = "arena";
+      s["offset"] = slot.offset;
+      break;
+    case runtime::SlotKind::kErrorFlag:
+      s["kind"] = "error_flag";
+      break;
+    case runtime::SlotKind::kScalar:
+      return absl::UnimplementedError(
+          absl::StrCat("aot: graphs with scalar slots cannot be compiled to blobs", plan));
+    case runtime::SlotKind::kConstant:
+      break;
+  }
+  if (!slot.label.empty()) s["label"] = slot.label;
+  return s;
+}
+
 absl::Status CompileVulkan(const ir::Graph& bound, const std::string& name, WeightsWriter& weights,
                            std::string* plan_text, std::string* spirv) {
   const runtime::vulkan::DeviceInfo portable = codegen::vulkan::PortableDeviceInfo();
@@ -225,33 +256,13 @@ absl::Status CompileVulkan(const ir::Graph& bound, const std::string& name, Weig
   plan["offset_alignment"] = portable.min_storage_buffer_offset_alignment;
   plan["slots"] = json::array();
   for (const runtime::Slot& slot : spec.slots) {
-    json s{{"size", slot.size_bytes}};
-    switch (slot.kind) {
-      case runtime::SlotKind::kInput:
-        s["kind"] = "input";
-        s["index"] = slot.index;
-        break;
-      case runtime::SlotKind::kOutput:
-        s["kind"] = "output";
-        s["index"] = slot.index;
-        break;
-      case runtime::SlotKind::kArena:
-        s["kind"] = "arena";
-        s["offset"] = slot.offset;
-        break;
-      case runtime::SlotKind::kErrorFlag:
-        s["kind"] = "error_flag";
-        break;
-      case runtime::SlotKind::kScalar:
-        return absl::UnimplementedError(
-            "aot: graphs with scalar slots cannot be compiled to blobs (vulkan)");
-      case runtime::SlotKind::kConstant:
-        s["kind"] = "constant";
-        s["weights_offset"] = weights.Add(slot.constant.data(), slot.constant.size());
-        break;
+    absl::StatusOr<json> s = SlotJson(slot, " (vulkan)");
+    if (!s.ok()) return s.status();
+    if (slot.kind == runtime::SlotKind::kConstant) {
+      (*s)["kind"] = "constant";
+      (*s)["weights_offset"] = weights.Add(slot.constant.data(), slot.constant.size());
     }
-    if (!slot.label.empty()) s["label"] = slot.label;
-    plan["slots"].push_back(std::move(s));
+    plan["slots"].push_back(*std::move(s));
   }
   // The features are the capabilities the modules declare (what the runtime checks them against
   // in ParseBlob): shaderInt64 always (indices are i64), f64/f16/8-bit storage only when used.
@@ -345,38 +356,18 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
   plan["slots"] = json::array();
   for (int i = 0; i < static_cast<int>(slots.size()); ++i) {
     const runtime::Slot& slot = slots[i];
-    json s{{"size", slot.size_bytes}};
-    switch (slot.kind) {
-      case runtime::SlotKind::kInput:
-        s["kind"] = "input";
-        s["index"] = slot.index;
-        break;
-      case runtime::SlotKind::kOutput:
-        s["kind"] = "output";
-        s["index"] = slot.index;
-        break;
-      case runtime::SlotKind::kArena:
-        s["kind"] = "arena";
-        s["offset"] = slot.offset;
-        break;
-      case runtime::SlotKind::kErrorFlag:
-        s["kind"] = "error_flag";
-        break;
-      case runtime::SlotKind::kScalar:
-        return absl::UnimplementedError(
-            "aot: graphs with scalar slots cannot be compiled to blobs");
-      case runtime::SlotKind::kConstant:
-        if (descriptor_slots.count(i) != 0) {
-          s["kind"] = "descriptor";
-          break;
-        }
-        s["kind"] = "constant";
-        s["weights_offset"] =
+    absl::StatusOr<json> s = SlotJson(slot, "");
+    if (!s.ok()) return s.status();
+    if (slot.kind == runtime::SlotKind::kConstant) {
+      if (descriptor_slots.count(i) != 0) {
+        (*s)["kind"] = "descriptor";
+      } else {
+        (*s)["kind"] = "constant";
+        (*s)["weights_offset"] =
             weights_writer.Add(exe.constant_data(i), static_cast<size_t>(slot.size_bytes));
-        break;
+      }
     }
-    if (!slot.label.empty()) s["label"] = slot.label;
-    plan["slots"].push_back(std::move(s));
+    plan["slots"].push_back(*std::move(s));
   }
 
   // Targets: the host (its CPU, as the JIT compiles) and the extra triples (generic CPUs).

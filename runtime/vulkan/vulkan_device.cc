@@ -63,27 +63,6 @@ const char* DeviceTypeName(VkPhysicalDeviceType type) {
   }
 }
 
-std::string DescribeSlot(const Slot& slot) {
-  std::string text;
-  switch (slot.kind) {
-    case SlotKind::kInput:
-    case SlotKind::kOutput:
-    case SlotKind::kScalar:
-      text = absl::StrCat(SlotKindName(slot.kind), " ", slot.index);
-      break;
-    case SlotKind::kArena:
-      text = absl::StrCat("arena +", slot.offset);
-      break;
-    case SlotKind::kConstant:
-    case SlotKind::kErrorFlag:
-      text = SlotKindName(slot.kind);
-      break;
-  }
-  absl::StrAppend(&text, ", ", slot.size_bytes, " bytes");
-  if (!slot.label.empty()) absl::StrAppend(&text, " (", slot.label, ")");
-  return text;
-}
-
 // A physical device and what Open enables on it.
 struct PhysicalDevice {
   VkPhysicalDevice handle = VK_NULL_HANDLE;
