@@ -47,6 +47,12 @@ foreach(f
   endif()
 endforeach()
 
+# -lkiln_runtime must mean the C runtime, also with -static: no C++ archive of that name.
+if(EXISTS "${lib}/libkiln_runtime.a")
+  message(FATAL_ERROR "package test: ${lib}/libkiln_runtime.a would shadow libkiln_runtime.so "
+                      "for -static links (the C++ runtime library is libkiln_runtime_core.a)")
+endif()
+
 # --strip: no debug information left in the programs, libkiln_runtime.so or the archives
 # (the root CMakeLists.txt strips the archives' debug sections; CMake strips the rest).
 file(GLOB archives "${lib}/*.a")
