@@ -1,7 +1,7 @@
 # kiln developer entry points. CMake + Ninja via CMakePresets.json; Bazel offline via .bazelrc.
 #   make demo       install deps, build, train the Fashion-MNIST MLP (examples/fashion_mnist)
 #   make test       install deps, build, run every CTest test
-#   make test-asan  same under AddressSanitizer + UBSan (all tests but the package and cross tests)
+#   make test-asan  same under AddressSanitizer + UBSan (all tests but the package, docs and cross tests)
 #   make bazel-test bazel test //... (offline, Debian's bazel-bootstrap)
 #   make format     clang-format -i on every C++ file
 #   make clean      remove build/ and Bazel's outputs

@@ -311,6 +311,13 @@ TEST_F(KilnCli, BadInputGivesNonZeroExitAndNamesTheFile) {
       {"frobnicate", "frobnicate"},
       {"", "A subcommand is required"},
   };
+  // A blob where a graph is expected: the error says what the file is and where its graph is.
+  for (const std::string& command :
+       {"viz " + blob + " -o " + P("g.dot"), "compile " + blob + " -o " + P("x.kiln"),
+        "dump " + blob + " --dir " + P("d"), "export " + blob + " -o " + P("g.onnx")}) {
+    cases.push_back({command, blob + ": a compiled .kiln blob, not a graph (IR text or ONNX); " +
+                                  "'kiln inspect --ir " + blob + "' shows the graph stored in it"});
+  }
   // A truncated blob and a blob with one flipped byte.
   const std::string bytes = ReadText(blob);
   std::ofstream(P("truncated.kiln"), std::ios::binary) << bytes.substr(0, bytes.size() / 2);
@@ -327,6 +334,16 @@ TEST_F(KilnCli, BadInputGivesNonZeroExitAndNamesTheFile) {
     EXPECT_NE(r.code, 0);
     EXPECT_THAT(r.err, HasSubstr(c.expect));
   }
+}
+
+TEST_F(KilnCli, VersionPrintsTheProjectVersion) {
+  // The exact number is checked against the installed package's version by the package test
+  // (tests/package/run_consumer.cmake); here: the form, and that no subcommand is needed.
+  Result r = Kiln("--version");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::MatchesRegex("kiln [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+  EXPECT_EQ(r.err, "");
+  EXPECT_THAT(Kiln("--help").out, HasSubstr("--version"));
 }
 
 TEST_F(KilnCli, HelpOnEveryCommand) {

@@ -290,6 +290,13 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const OnnxArgs& o
   }
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
+  // A blob given where a graph is expected (`kiln viz m.kiln`) would otherwise fail on its first
+  // bytes as bad IR text; the graph it was compiled from may be inside it.
+  if (text->starts_with(std::string_view(runtime::blob::kMagic, sizeof(runtime::blob::kMagic)))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": a compiled .kiln blob, not a graph (IR text or ONNX); 'kiln inspect --ir ", path,
+        "' shows the graph stored in it"));
+  }
   absl::StatusOr<ir::Graph> graph = ir::ParseGraph(*text);
   if (!graph.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ":", graph.status().message()));
@@ -401,9 +408,10 @@ int Dump(const DumpArgs& args) {
        !ec && it != fs::directory_iterator(); it.increment(ec)) {
     ++files;
   }
-  std::cout << "wrote " << (*compiled)->dump_directory << " (" << files << " files, "
-            << (*compiled)->num_kernels << " kernels, " << (*compiled)->num_gemm_steps
-            << " GEMM steps)\n";
+  // Printed as typed: `--dir dump/` makes the session's folder "dump//0000-cpu".
+  std::cout << "wrote " << fs::path((*compiled)->dump_directory).lexically_normal().string() << " ("
+            << files << " files, " << (*compiled)->num_kernels << " kernels, "
+            << (*compiled)->num_gemm_steps << " GEMM steps)\n";
   return 0;
 }
 

@@ -7,6 +7,10 @@
 
 #include "tools/kiln/commands.h"
 
+#ifndef KILN_VERSION_STRING
+#error "KILN_VERSION_STRING must be defined by the build (the project version)"
+#endif
+
 namespace {
 
 // --input-shape, on every command that reads a model.
@@ -21,6 +25,10 @@ void AddOnnxOptions(CLI::App* command, kiln::tools::OnnxArgs& onnx) {
 int main(int argc, char** argv) {
   using namespace kiln::tools;
   CLI::App app{"kiln: the kiln graph compiler's command line (docs/cli.md)", "kiln"};
+  // `kiln --version`: the project version (project(VERSION) in CMakeLists.txt), the same the
+  // installed kilnConfigVersion.cmake and kiln_runtime.pc carry.
+  app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION_STRING,
+                       "Print kiln's version and exit");
   app.require_subcommand(1);
   app.failure_message(CLI::FailureMessage::help);
   int result = 0;
