@@ -967,11 +967,15 @@ std::string DescribeBlob(const BlobView& view) {
 
 namespace {
 
-// A code section loaded with dlopen from an anonymous memory file.
+// A code section loaded with dlopen from an anonymous memory file. The file stays open while the
+// code is loaded: dlopen knows a library by its path, /proc/self/fd/<fd>, so a number closed and
+// handed to the next model's file would make dlopen return this model's code for that one.
 struct LoadedCode {
   void* handle = nullptr;
+  int fd = -1;
   ~LoadedCode() {
     if (handle != nullptr) dlclose(handle);
+    if (fd >= 0) close(fd);
   }
 };
 
@@ -1107,9 +1111,9 @@ struct Model::Impl {
       written += static_cast<size_t>(n);
     }
     code = std::make_shared<LoadedCode>();
+    code->fd = fd;
     const std::string path = absl::StrCat("/proc/self/fd/", fd);
     code->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    close(fd);
     if (code->handle == nullptr) {
       const char* error = dlerror();
       return absl::InvalidArgumentError(

@@ -282,6 +282,30 @@ TEST(AotTest, ForeignTripleSectionIsAarch64) {
   ASSERT_TRUE(model.ok()) << model.status();
 }
 
+// Two models alive at once keep their own code, though their kernels have the same symbols (the
+// code is dlopen'ed by a /proc/self/fd path, which must not be one the other model's still uses).
+TEST(AotTest, TwoModelsLoadedAtOnceKeepTheirOwnCode) {
+  const auto elementwise = [](ir::Op op) {
+    ir::Builder b;
+    ir::NodeId x = b.Parameter("x", F32({64}));
+    b.Output(b.Binary(op, x, b.Fill(3.0, F32({64}))), "y");
+    return *std::move(b).Build();
+  };
+  const ir::Graph add = elementwise(ir::Op::kAdd), mul = elementwise(ir::Op::kMul);
+  const std::vector<ir::TensorData> args = {Random(F32({64}), 8)};
+  std::vector<std::unique_ptr<Model>> models;
+  for (const ir::Graph* g : {&add, &mul}) {
+    absl::StatusOr<std::string> blob = aot::Compile(*g, aot::CompileOptions{});
+    ASSERT_TRUE(blob.ok()) << blob.status();
+    absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadMemory(
+        std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
+    ASSERT_TRUE(model.ok()) << model.status();
+    models.push_back(*std::move(model));
+  }
+  EXPECT_EQ(RunBlob(*models[0], args)[0], RunJit(add, args)[0]);
+  EXPECT_EQ(RunBlob(*models[1], args)[0], RunJit(mul, args)[0]);
+}
+
 // ---- KILN_CPU: the host section follows the pinned level, and the loader refuses a section
 // above it as a machine of that level would. The level is fixed per process, so each level runs
 // in a child process (AotCpuLevelChild) that loads this process's blob and compiles its own.
