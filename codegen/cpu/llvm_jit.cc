@@ -83,11 +83,14 @@ absl::StatusOr<llvm::orc::JITTargetMachineBuilder> LevelMachineBuilder(
   }
   std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
       target->createMCSubtargetInfo(triple.str(), cpu, ""));
-  llvm::StringMap<bool> host_features;
-  if (subtarget == nullptr || !subtarget->isCPUStringValid(cpu) ||
-      !llvm::sys::getHostCPUFeatures(host_features)) {
+  if (subtarget == nullptr || !subtarget->isCPUStringValid(cpu)) {
     return absl::FailedPreconditionError(
-        absl::StrCat("cpu codegen: LLVM 16 does not know the CPU ", cpu));
+        absl::StrCat("cpu codegen: this LLVM does not know the CPU ", cpu));
+  }
+  llvm::StringMap<bool> host_features;
+  if (!llvm::sys::getHostCPUFeatures(host_features)) {
+    return absl::FailedPreconditionError(
+        "cpu codegen: LLVM cannot list the host's CPU features (the names a level is written in)");
   }
   // Every feature host detection knows, on or off as the level's CPU has it (with what its
   // features imply), in a fixed order: the same string on every x86-64 machine.
