@@ -20,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/buffer.h"
 #include "runtime/cpu/contraction.h"
+#include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/gemm_internal.h"
 #include "runtime/executable.h"
 #include "runtime/thread_pool.h"
@@ -966,11 +967,15 @@ std::string DescribeBlob(const BlobView& view) {
 
 namespace {
 
-// A code section loaded with dlopen from an anonymous memory file.
+// A code section loaded with dlopen from an anonymous memory file. The file stays open while the
+// code is loaded: dlopen knows a library by its path, /proc/self/fd/<fd>, so a number closed and
+// handed to the next model's file would make dlopen return this model's code for that one.
 struct LoadedCode {
   void* handle = nullptr;
+  int fd = -1;
   ~LoadedCode() {
     if (handle != nullptr) dlclose(handle);
+    if (fd >= 0) close(fd);
   }
 };
 
@@ -990,18 +995,6 @@ class BlobMicroKernels final : public gi::MicroKernelProvider {
   gi::TargetVectors vectors_;
   std::map<std::string, gi::MicroKernelFn> kernels_;
 };
-
-bool CpuSupports(const std::string& features) {
-#if defined(__x86_64__)
-  const std::string list = features + ",";
-  if (absl::StrContains(list, "+avx512f,") && !__builtin_cpu_supports("avx512f")) return false;
-  if (absl::StrContains(list, "+avx2,") && !__builtin_cpu_supports("avx2")) return false;
-  if (absl::StrContains(list, "+fma,") && !__builtin_cpu_supports("fma")) return false;
-  if (absl::StrContains(list, "+avx,") && !__builtin_cpu_supports("avx")) return false;
-#endif
-  (void)features;
-  return true;
-}
 
 bool TripleMatchesHost(const std::string& triple) {
   const std::string arch = HostArchitecture();
@@ -1068,9 +1061,15 @@ struct Model::Impl {
       device = runner->Describe();
       return absl::OkStatus();
     }
+    // The code section must suit the CPU as KILN_CPU presents it: under a pinned level a section
+    // with features above it is refused exactly as on a machine of that level.
+    if (const absl::StatusOr<runtime::cpu::CpuLevel>& level = runtime::cpu::ProcessCpuLevel();
+        !level.ok()) {
+      return level.status();
+    }
     const CodeTarget* target = nullptr;
     for (const CodeTarget& t : view.targets) {
-      if (TripleMatchesHost(t.triple) && CpuSupports(t.features)) {
+      if (TripleMatchesHost(t.triple) && runtime::cpu::CodeFeaturesAllowed(t.features)) {
         target = &t;
         break;
       }
@@ -1078,8 +1077,13 @@ struct Model::Impl {
     if (target == nullptr) {
       std::vector<std::string> triples;
       for (const CodeTarget& t : view.targets) triples.push_back(t.triple + " (" + t.cpu + ")");
+      const runtime::cpu::CpuLevel level = *runtime::cpu::ProcessCpuLevel();
+      const std::string pinned =
+          level == runtime::cpu::CpuLevel::kHost
+              ? ""
+              : absl::StrCat(" as KILN_CPU=", runtime::cpu::CpuLevelName(level), " presents it");
       return absl::FailedPreconditionError(absl::StrCat(
-          "blob: no code for this CPU (", HostArchitecture(),
+          "blob: no code for this CPU (", HostArchitecture(), pinned,
           "); the blob has: ", triples.empty() ? "none" : absl::StrJoin(triples, ", ")));
     }
     // The plan again (ParseBlob validated it; this parse cannot fail differently).
@@ -1107,9 +1111,9 @@ struct Model::Impl {
       written += static_cast<size_t>(n);
     }
     code = std::make_shared<LoadedCode>();
+    code->fd = fd;
     const std::string path = absl::StrCat("/proc/self/fd/", fd);
     code->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    close(fd);
     if (code->handle == nullptr) {
       const char* error = dlerror();
       return absl::InvalidArgumentError(

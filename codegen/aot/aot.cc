@@ -370,7 +370,8 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
     plan["slots"].push_back(*std::move(s));
   }
 
-  // Targets: the host (its CPU, as the JIT compiles) and the extra triples (generic CPUs).
+  // Targets: the host (its CPU or the KILN_CPU level, as the JIT compiles) and the extra triples
+  // (generic CPUs).
   absl::StatusOr<TargetInfo> host = HostTargetInfo();
   if (!host.ok()) return host.status();
   std::vector<TargetInfo> targets = {*host};

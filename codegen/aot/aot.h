@@ -9,10 +9,11 @@
 //
 // The graph goes through the CPU backend's graph compiler (the same fusion, memory plan and
 // launch plan as the JIT), then every kernel and every GEMM micro-kernel it uses is compiled to
-// machine code once per triple (the host's CPU for the host triple, a generic CPU of the triple
-// for the others) and linked into a shared object per triple (host: `cc -shared`; other triples:
-// `ld.lld`), stored as the blob's code sections. With CompileOptions::vulkan the blob also
-// carries the Vulkan graph compiler's plan and SPIR-V (docs/deploy.md, docs/vulkan.md).
+// machine code once per triple (the host's CPU for the host triple, or the x86-64 level KILN_CPU
+// pins, as the JIT compiles; a generic CPU of the triple for the others) and linked into a shared
+// object per triple (host: `cc -shared`; other triples: `ld.lld`), stored as the blob's code
+// sections. With CompileOptions::vulkan the blob also carries the Vulkan graph compiler's plan and
+// SPIR-V (docs/deploy.md, docs/vulkan.md).
 #pragma once
 
 #include <memory>

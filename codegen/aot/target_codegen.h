@@ -19,7 +19,8 @@ struct TargetInfo {
   runtime::cpu::gemm_internal::TargetVectors vectors;
 };
 
-/// The host as the JIT compiles for it (its CPU name and every feature it has).
+/// The host as the JIT compiles for it: its CPU name and every feature it has, or the x86-64
+/// level KILN_CPU pins (then the blob's host section runs on any CPU of that level).
 absl::StatusOr<TargetInfo> HostTargetInfo();
 
 /// A generic CPU of `triple` (normalised by LLVM, e.g. "aarch64-linux-gnu" →

@@ -20,7 +20,7 @@ using runtime::cpu::gemm_internal::MicroKernelFn;
 using runtime::cpu::gemm_internal::MicroKernelProvider;
 using runtime::cpu::gemm_internal::TargetVectors;
 
-/// The host's vector registers, as the JIT's target reports them.
+/// The vector registers of the JIT's target (LlvmJit::host(): the host, or the KILN_CPU level).
 absl::StatusOr<TargetVectors> HostVectors();
 
 /// The JIT's provider: micro-kernels generated for the host on first use and cached for the life

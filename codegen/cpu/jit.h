@@ -12,7 +12,8 @@
 //
 // Caches. The key of a kernel is a 128-bit hash (XXH3) of its printed kernel IR (PrintKernel, so
 // two structurally identical kernels share it, whatever their ValueIds), the ExpandMath and
-// emitter settings, the host target (triple, CPU name, feature string) and kCodegenVersion.
+// emitter settings, the target (triple, CPU name, feature string: the host's or the KILN_CPU
+// level's, so code of one level is never reused at another) and kCodegenVersion.
 //  - In memory (per CpuCompiler): key → loaded code. A hit costs a print and a hash.
 //  - On disk, when a cache folder is set (Options::cache_dir, else $KILN_CACHE_DIR): key →
 //    object file (object_cache.h: checksummed, written atomically). A hit in a fresh process

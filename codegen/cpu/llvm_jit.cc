@@ -1,9 +1,13 @@
 #include "codegen/cpu/llvm_jit.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +18,8 @@
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/IR/Verifier.h"
+#include "llvm/MC/MCSubtargetInfo.h"
+#include "llvm/MC/TargetRegistry.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/CodeGen.h"
 #include "llvm/Support/Error.h"
@@ -21,6 +27,8 @@
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/Triple.h"
 #include "llvm/Transforms/Utils/Cloning.h"
 
 namespace kiln::codegen::cpu {
@@ -28,7 +36,7 @@ namespace {
 
 std::string ErrorText(llvm::Error error) { return llvm::toString(std::move(error)); }
 
-// Machine code for the JIT: the host CPU with every feature it has, full optimisation,
+// Machine code for the JIT: the target's CPU and features (LevelMachineBuilder), full optimisation,
 // position-independent code in the small code model (the linker adds stubs for far calls
 // into libm).
 llvm::orc::JITTargetMachineBuilder HostMachineBuilder(llvm::orc::JITTargetMachineBuilder jtmb) {
@@ -38,7 +46,82 @@ llvm::orc::JITTargetMachineBuilder HostMachineBuilder(llvm::orc::JITTargetMachin
   return jtmb;
 }
 
+absl::Status InitializeNativeLlvm() {
+  static const bool failed = llvm::InitializeNativeTarget() ||
+                             llvm::InitializeNativeTargetAsmPrinter() ||
+                             llvm::InitializeNativeTargetAsmParser();
+  if (failed) {
+    return absl::FailedPreconditionError(
+        "cpu codegen: LLVM has no native target for this host (LLVM built without it?)");
+  }
+  return absl::OkStatus();
+}
+
+// The machine builder for `level` (before HostMachineBuilder's code generation settings).
+absl::StatusOr<llvm::orc::JITTargetMachineBuilder> LevelMachineBuilder(
+    runtime::cpu::CpuLevel level) {
+  if (absl::Status status = InitializeNativeLlvm(); !status.ok()) return status;
+  if (level == runtime::cpu::CpuLevel::kHost) {
+    auto detected = llvm::orc::JITTargetMachineBuilder::detectHost();
+    if (!detected) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cpu codegen: cannot detect the host target: ", ErrorText(detected.takeError())));
+    }
+    return std::move(*detected);
+  }
+  const char* cpu = runtime::cpu::CpuLevelName(level);
+  const llvm::Triple triple(llvm::sys::getProcessTriple());
+  if (triple.getArch() != llvm::Triple::x86_64) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cpu codegen: CPU level ", cpu, " needs an x86-64 host (this is ", triple.str(), ")"));
+  }
+  std::string error;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple.str(), error);
+  if (target == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cpu codegen: LLVM has no target for ", triple.str(), ": ", error));
+  }
+  std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
+      target->createMCSubtargetInfo(triple.str(), cpu, ""));
+  if (subtarget == nullptr || !subtarget->isCPUStringValid(cpu)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cpu codegen: this LLVM does not know the CPU ", cpu));
+  }
+  llvm::StringMap<bool> host_features;
+  if (!llvm::sys::getHostCPUFeatures(host_features)) {
+    return absl::FailedPreconditionError(
+        "cpu codegen: LLVM cannot list the host's CPU features (the names a level is written in)");
+  }
+  // Every feature host detection knows, on or off as the level's CPU has it (with what its
+  // features imply), in a fixed order: the same string on every x86-64 machine.
+  std::vector<std::string> names;
+  for (const auto& entry : host_features) names.push_back(entry.first().str());
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> features;
+  for (const std::string& name : names) {
+    features.push_back(absl::StrCat(subtarget->checkFeatures("+" + name) ? "+" : "-", name));
+  }
+  llvm::orc::JITTargetMachineBuilder jtmb(triple);
+  jtmb.setCPU(cpu);
+  jtmb.addFeatures(features);
+  return jtmb;
+}
+
+HostTarget DescribeTarget(const llvm::orc::JITTargetMachineBuilder& jtmb) {
+  HostTarget target;
+  target.triple = jtmb.getTargetTriple().str();
+  target.cpu = jtmb.getCPU();
+  target.features = jtmb.getFeatures().getString();
+  return target;
+}
+
 }  // namespace
+
+absl::StatusOr<HostTarget> TargetForLevel(runtime::cpu::CpuLevel level) {
+  absl::StatusOr<llvm::orc::JITTargetMachineBuilder> jtmb = LevelMachineBuilder(level);
+  if (!jtmb.ok()) return jtmb.status();
+  return DescribeTarget(*jtmb);
+}
 
 struct LlvmJit::Impl {
   Impl(llvm::orc::JITTargetMachineBuilder machine_builder, std::unique_ptr<llvm::orc::LLJIT> lljit,
@@ -74,19 +157,18 @@ LlvmJit::LlvmJit(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 absl::StatusOr<LlvmJit*> LlvmJit::Get() {
   static absl::StatusOr<LlvmJit*>* const instance = [] {
     auto* result = new absl::StatusOr<LlvmJit*>(absl::InternalError("unset"));
-    if (llvm::InitializeNativeTarget() || llvm::InitializeNativeTargetAsmPrinter() ||
-        llvm::InitializeNativeTargetAsmParser()) {
-      *result = absl::FailedPreconditionError(
-          "cpu codegen: LLVM has no native target for this host (LLVM built without it?)");
+    const absl::StatusOr<runtime::cpu::CpuLevel>& level = runtime::cpu::ProcessCpuLevel();
+    if (!level.ok()) {
+      *result = absl::Status(level.status().code(),
+                             absl::StrCat("cpu codegen: ", level.status().message()));
       return result;
     }
-    auto detected = llvm::orc::JITTargetMachineBuilder::detectHost();
-    if (!detected) {
-      *result = absl::FailedPreconditionError(absl::StrCat(
-          "cpu codegen: cannot detect the host target: ", ErrorText(detected.takeError())));
+    absl::StatusOr<llvm::orc::JITTargetMachineBuilder> builder = LevelMachineBuilder(*level);
+    if (!builder.ok()) {
+      *result = builder.status();
       return result;
     }
-    llvm::orc::JITTargetMachineBuilder jtmb = HostMachineBuilder(std::move(*detected));
+    llvm::orc::JITTargetMachineBuilder jtmb = HostMachineBuilder(*std::move(builder));
     auto layout = jtmb.getDefaultDataLayoutForTarget();
     if (!layout) {
       *result = absl::FailedPreconditionError(absl::StrCat(
@@ -111,9 +193,7 @@ absl::StatusOr<LlvmJit*> LlvmJit::Get() {
     (*lljit)->getMainJITDylib().addGenerator(std::move(*process_symbols));
 
     auto impl = std::make_unique<Impl>(jtmb, std::move(*lljit), *layout);
-    impl->host.triple = jtmb.getTargetTriple().str();
-    impl->host.cpu = jtmb.getCPU();
-    impl->host.features = jtmb.getFeatures().getString();
+    impl->host = DescribeTarget(jtmb);
     *result = new LlvmJit(std::move(impl));
     return result;
   }();

@@ -5,9 +5,9 @@
 // codegen/cpu/ include LLVM headers.
 //
 // The pipeline always goes through an object file: a module is optimised (the O3 pipeline, tuned
-// for the host CPU), compiled to a relocatable object, and the object is loaded into the JIT. The
-// same bytes are what the on-disk cache stores, so a cache hit and a fresh compile run identical
-// machine code.
+// for the host CPU or the KILN_CPU level), compiled to a relocatable object, and the object is
+// loaded into the JIT. The same bytes are what the on-disk cache stores, so a cache hit and a fresh
+// compile run identical machine code.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "runtime/cpu/cpu_features.h"
 
 namespace llvm {
 class Module;
@@ -23,12 +24,21 @@ class Module;
 
 namespace kiln::codegen::cpu {
 
-/// The machine code is compiled for: the host, as LLVM detects it (znver3: +avx2 +fma here).
+/// The machine code is compiled for: the host as LLVM detects it (znver3: +avx2 +fma), or the
+/// x86-64 level KILN_CPU pins (runtime/cpu/cpu_features.h).
 struct HostTarget {
   std::string triple;    // "x86_64-unknown-linux-gnu"
-  std::string cpu;       // "znver3"
+  std::string cpu;       // "znver3", or the level's name: "x86-64-v3"
   std::string features;  // "+avx2,+fma,...": the full subtarget feature string
 };
+
+/// The target for `level`. kHost: the host as LLVM detects it. A pinned level: LLVM's CPU of
+/// that name with exactly its features, written as "+name"/"-name" for every feature LLVM
+/// detects on x86 hosts (the form the host's string has), so the string is the same on every
+/// machine and cache keys and code sections tell levels apart. Does not check that the host can
+/// run the level (runtime::cpu::CheckLevelRunsHere does); a pinned level on a non-x86-64 host is
+/// FailedPrecondition.
+absl::StatusOr<HostTarget> TargetForLevel(runtime::cpu::CpuLevel level);
 
 /// What Codegen produces: the object file, plus the optimised IR and assembly when asked.
 struct ObjectCode {
@@ -61,18 +71,20 @@ class LoadedObject {
 /// static destruction.
 class LlvmJit {
  public:
-  /// Creates the JIT on first use (initialises LLVM's native target). An error when LLVM cannot
-  /// target the host.
+  /// Creates the JIT on first use (initialises LLVM's native target) for the process's CPU level
+  /// (runtime::cpu::ProcessCpuLevel: KILN_CPU). An error when LLVM cannot target the host, or
+  /// KILN_CPU is unknown (InvalidArgument) or names a level the host lacks (FailedPrecondition
+  /// naming the missing feature).
   static absl::StatusOr<LlvmJit*> Get();
 
   const HostTarget& host() const;
 
   /// Sets the module's triple and data layout and every defined function's target-cpu and
-  /// target-features attributes for the host. Emitters call this before building code that
+  /// target-features attributes for host(). Emitters call this before building code that
   /// depends on the data layout; Codegen calls it again (idempotent).
   void ConfigureModule(llvm::Module& module) const;
 
-  /// Verifies `module`, runs the O3 pipeline for the host CPU and emits an object file; with
+  /// Verifies `module`, runs the O3 pipeline for host() and emits an object file; with
   /// `want_text`, also the optimised IR and the assembly. Consumes (mutates) the module. Safe to
   /// call from several threads on modules of distinct LLVMContexts.
   absl::StatusOr<ObjectCode> Codegen(llvm::Module& module, bool want_text) const;

@@ -127,7 +127,8 @@ class GlslDialect : public CDialect {
         name = "ceil";
         break;
       case ExprOp::kRound:
-        name = "roundEven";
+        // lavapipe's f64 roundEven is wrong on hosts without AVX-512 (see kF64MathHelpers).
+        name = f64 ? "kiln_round_even_f64" : "roundEven";
         break;
       case ExprOp::kTrunc:
         name = "trunc";
@@ -250,12 +251,36 @@ class GlslDialect : public CDialect {
 // term on the reduced range: about 1 ulp, not libm's correctly rounded-in-practice results. sin/cos
 // reduce with three parts of pi/2, exact for |x| < 2^20 (random_normal's Box-Muller angle is < 2
 // pi).
+//
+// kiln_round_even_f64 replaces GLSL's roundEven for doubles: Mesa 22.3's lavapipe rounds some f64
+// ties away from even when the host has no AVX-512 (roundEven(-3.5) = -3 on AVX2 and SSE4.1
+// hosts, GALLIUM_OVERRIDE_CPU_CAPS=avx / sse4.1 here). It works on the bits with integer
+// arithmetic only, so it is exact for every input: |x| >= 2^52, inf and NaN come back unchanged,
+// |x| < 0.5 gives a zero of x's sign, and otherwise the fraction bits below the unit are dropped,
+// adding one unit above the tie and at the tie when the integer part is odd (a carry into the
+// exponent is the next power of two, as it should be).
 const char* kF64MathHelpers = R"glsl(
+double kiln_round_even_f64(double x) {
+  uint64_t bits = doubleBitsToUint64(x);
+  int e = int((bits >> 52) & 0x7fful);
+  if (e >= 1075) return x;
+  uint64_t sign = bits & 0x8000000000000000ul;
+  if (e < 1022) return uint64BitsToDouble(sign);
+  if (e == 1022) {
+    return uint64BitsToDouble(sign | ((bits & 0xffffffffffffful) != 0ul ? 0x3ff0000000000000ul : 0ul));
+  }
+  uint64_t unit = 1ul << uint(1075 - e);
+  uint64_t frac = bits & (unit - 1ul);
+  uint64_t tie = unit >> 1;
+  uint64_t base = bits - frac;
+  if (frac > tie || (frac == tie && (base & unit) != 0ul)) base = base + unit;
+  return uint64BitsToDouble(base);
+}
 double kiln_exp_f64(double x) {
   if (isnan(x)) return x;
   if (x > 709.782712893384lf) return uint64BitsToDouble(0x7ff0000000000000ul);
   if (x < -745.1332191019412lf) return 0.0lf;
-  double n = roundEven(x * 1.4426950408889634lf);
+  double n = kiln_round_even_f64(x * 1.4426950408889634lf);
   double r = fma(-n, 6.93147180369123816490e-01lf, x);
   r = fma(-n, 1.90821492927058770002e-10lf, r);
   double p = fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(1.1470745597729725e-11lf, r, 1.6059043836821613e-10lf), r, 2.08767569878681e-09lf), r, 2.505210838544172e-08lf), r, 2.755731922398589e-07lf), r, 2.7557319223985893e-06lf), r, 2.48015873015873e-05lf), r, 0.0001984126984126984lf), r, 0.001388888888888889lf), r, 0.008333333333333333lf), r, 0.041666666666666664lf), r, 0.16666666666666666lf), r, 0.5lf), r, 1.0lf), r, 1.0lf);
@@ -285,7 +310,7 @@ double kiln_sin_poly(double r) { double z = r * r; return r * fma(fma(fma(fma(fm
 double kiln_cos_poly(double r) { double z = r * r; return fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(fma(-8.896791392450574e-22lf, z, 4.110317623312165e-19lf), z, -1.5619206968586225e-16lf), z, 4.779477332387385e-14lf), z, -1.1470745597729725e-11lf), z, 2.08767569878681e-09lf), z, -2.755731922398589e-07lf), z, 2.48015873015873e-05lf), z, -0.001388888888888889lf), z, 0.041666666666666664lf), z, -0.5lf), z, 1.0lf); }
 double kiln_sincos_f64(double x, bool want_cos) {
   if (isnan(x) || isinf(x)) return (x - x) / (x - x);
-  double n = roundEven(x * 6.36619772367581382433e-01lf);
+  double n = kiln_round_even_f64(x * 6.36619772367581382433e-01lf);
   double r = fma(-n, 1.57079632673412561417e+00lf, x);
   r = fma(-n, 6.07710050630396597660e-11lf, r);
   r = fma(-n, 2.02226624871116645580e-21lf, r);

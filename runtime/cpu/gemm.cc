@@ -34,6 +34,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/gemm_internal.h"
 #include "runtime/thread_pool.h"
 
@@ -80,8 +81,10 @@ MatrixView DenseMatrix(const void* data, int64_t rows, int64_t cols,
 
 namespace {
 #if defined(__x86_64__)
+// The hand-written AVX2 paths: taken where this process may use AVX2 and FMA (KILN_CPU pins it
+// below the host's level in tests of what other CPUs compute).
 bool HostHasAvx2Fma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool has = CpuAllows("avx2") && CpuAllows("fma");
   return has;
 }
 
@@ -920,6 +923,11 @@ absl::Status RunGemm(const GemmParams& params, const gemm_internal::MicroKernelP
 absl::Status ExecuteGemm(const GemmParams& params,
                          const gemm_internal::MicroKernelProvider& kernels,
                          runtime::ThreadPool* pool) {
+  // The fast paths below are chosen by the process's CPU level: a bad KILN_CPU is an error here
+  // as in the JIT, not a silent fall back to the portable code.
+  if (const absl::StatusOr<CpuLevel>& level = ProcessCpuLevel(); !level.ok()) {
+    return level.status();
+  }
   if (params.dtype != ir::DType::kF32 && params.dtype != ir::DType::kF64) {
     return absl::InvalidArgumentError(absl::StrCat("gemm: dtype ", ir::DTypeName(params.dtype),
                                                    " is not supported (f32, f64 only)"));

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "ir/graph.h"
 #include "ir/infer.h"
+#include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/gemm_internal.h"
 #include "runtime/thread_pool.h"
@@ -29,8 +30,10 @@ namespace kiln::runtime::cpu {
 namespace {
 
 #if defined(__x86_64__)
+// The masked AVX-512 row copies: where this process may use AVX-512 (KILN_CPU can pin a lower
+// level than the host's).
 bool HostHasAvx512() {
-  static const bool has = __builtin_cpu_supports("avx512f");
+  static const bool has = CpuAllows("avx512f");
   return has;
 }
 
@@ -638,6 +641,11 @@ absl::StatusOr<ir::Shape> ConvOutputShape(const ConvParams& params) {
 absl::Status ExecuteConv(const ConvParams& params,
                          const gemm_internal::MicroKernelProvider& kernels,
                          runtime::ThreadPool* pool) {
+  // The fast paths below are chosen by the process's CPU level: a bad KILN_CPU is an error here
+  // as in the JIT, not a silent fall back to the portable code.
+  if (const absl::StatusOr<CpuLevel>& level = ProcessCpuLevel(); !level.ok()) {
+    return level.status();
+  }
   if (params.dtype != ir::DType::kF32 && params.dtype != ir::DType::kF64) {
     return absl::InvalidArgumentError(absl::StrCat("conv: dtype ", ir::DTypeName(params.dtype),
                                                    " is not supported (f32, f64 only)"));

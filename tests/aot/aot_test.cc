@@ -5,7 +5,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,7 +19,9 @@
 #include "ir/tensor_data.h"
 #include "kiln/kiln.h"
 #include "runtime/blob.h"
+#include "runtime/cpu/cpu_features.h"
 #include "runtime/include/kiln_runtime.h"
+#include "tests/codegen/child_process.h"
 #include "tests/codegen/random_graph.h"
 
 namespace kiln {
@@ -274,6 +280,125 @@ TEST(AotTest, ForeignTripleSectionIsAarch64) {
   absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadMemory(
       std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
   ASSERT_TRUE(model.ok()) << model.status();
+}
+
+// Two models alive at once keep their own code, though their kernels have the same symbols (the
+// code is dlopen'ed by a /proc/self/fd path, which must not be one the other model's still uses).
+TEST(AotTest, TwoModelsLoadedAtOnceKeepTheirOwnCode) {
+  const auto elementwise = [](ir::Op op) {
+    ir::Builder b;
+    ir::NodeId x = b.Parameter("x", F32({64}));
+    b.Output(b.Binary(op, x, b.Fill(3.0, F32({64}))), "y");
+    return *std::move(b).Build();
+  };
+  const ir::Graph add = elementwise(ir::Op::kAdd), mul = elementwise(ir::Op::kMul);
+  const std::vector<ir::TensorData> args = {Random(F32({64}), 8)};
+  std::vector<std::unique_ptr<Model>> models;
+  for (const ir::Graph* g : {&add, &mul}) {
+    absl::StatusOr<std::string> blob = aot::Compile(*g, aot::CompileOptions{});
+    ASSERT_TRUE(blob.ok()) << blob.status();
+    absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadMemory(
+        std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
+    ASSERT_TRUE(model.ok()) << model.status();
+    models.push_back(*std::move(model));
+  }
+  EXPECT_EQ(RunBlob(*models[0], args)[0], RunJit(add, args)[0]);
+  EXPECT_EQ(RunBlob(*models[1], args)[0], RunJit(mul, args)[0]);
+}
+
+// ---- KILN_CPU: the host section follows the pinned level, and the loader refuses a section
+// above it as a machine of that level would. The level is fixed per process, so each level runs
+// in a child process (AotCpuLevelChild) that loads this process's blob and compiles its own.
+
+constexpr char kAotChildDir[] = "KILN_AOT_CPU_LEVEL_CHILD_DIR";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+}
+
+runtime::blob::CodeTarget HostSection(const std::string& bytes) {
+  absl::StatusOr<runtime::blob::BlobView> view = runtime::blob::ParseBlob(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
+  EXPECT_TRUE(view.ok()) << view.status();
+  return view.ok() && !view->targets.empty() ? view->targets[0] : runtime::blob::CodeTarget{};
+}
+
+TEST(AotCpuLevelChild, LoadsWhatItsLevelRunsAndCompilesForIt) {
+  const char* dir = std::getenv(kAotChildDir);
+  if (dir == nullptr) GTEST_SKIP() << "run by AotTest.HostSectionFollowsKilnCpu";
+  const absl::StatusOr<runtime::cpu::CpuLevel>& level = runtime::cpu::ProcessCpuLevel();
+  ASSERT_TRUE(level.ok()) << level.status();
+  std::vector<ir::TensorData> args;
+  const ir::Graph g = Mlp(3, &args);
+
+  // The parent's blob: refused exactly when its host section needs more than this level.
+  const std::string parent_path = absl::StrCat(dir, "/parent.kiln");
+  const runtime::blob::CodeTarget parent = HostSection(ReadFile(parent_path));
+  absl::StatusOr<std::unique_ptr<Model>> parent_model = Model::LoadFile(parent_path);
+  const bool runs = runtime::cpu::CodeRunsAtLevel(*level, parent.features);
+  ASSERT_EQ(parent_model.ok(), runs)
+      << parent.cpu << " " << parent.features << ": " << parent_model.status();
+  if (!runs) {
+    EXPECT_EQ(parent_model.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(parent_model.status().message(),
+                testing::HasSubstr(absl::StrCat("no code for this CPU (x86_64 as KILN_CPU=",
+                                                runtime::cpu::CpuLevelName(*level))));
+  }
+
+  // Its own blob: compiled for the level, and bit for bit the JIT's results at the same level.
+  const std::string own_path = absl::StrCat(dir, "/", runtime::cpu::CpuLevelName(*level), ".kiln");
+  ASSERT_TRUE(aot::CompileToFile(g, aot::CompileOptions{}, own_path).ok());
+  const runtime::blob::CodeTarget own = HostSection(ReadFile(own_path));
+  EXPECT_EQ(own.cpu, runtime::cpu::CpuLevelName(*level));
+  EXPECT_EQ(own.vector_bits, runtime::cpu::LevelAllows(*level, "avx512f") ? 512
+                             : runtime::cpu::LevelAllows(*level, "avx")   ? 256
+                                                                          : 128);
+  EXPECT_EQ(own.fma, runtime::cpu::LevelAllows(*level, "fma"));
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadFile(own_path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<ir::TensorData> expected = RunJit(g, args);
+  const std::vector<ir::TensorData> actual = RunBlob(**model, args);
+  ASSERT_EQ(expected.size(), actual.size());
+  for (size_t k = 0; k < expected.size(); ++k) {
+    EXPECT_EQ(std::memcmp(expected[k].data(), actual[k].data(), expected[k].size_bytes()), 0);
+  }
+}
+
+TEST(AotTest, HostSectionFollowsKilnCpu) {
+  const absl::StatusOr<runtime::cpu::CpuLevel>& here = runtime::cpu::ProcessCpuLevel();
+  ASSERT_TRUE(here.ok()) << here.status();
+  const std::string dir =
+      absl::StrCat(testing::TempDir(), "/kiln_aot_cpu_level_", static_cast<int64_t>(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::vector<ir::TensorData> args;
+  const ir::Graph g = Mlp(3, &args);
+  ASSERT_TRUE(aot::CompileToFile(g, aot::CompileOptions{}, dir + "/parent.kiln").ok());
+  const std::vector<ir::TensorData> jit = RunJit(g, args);
+  for (runtime::cpu::CpuLevel level :
+       {runtime::cpu::CpuLevel::kX86_64V2, runtime::cpu::CpuLevel::kX86_64V3}) {
+    const char* name = runtime::cpu::CpuLevelName(level);
+    if (!runtime::cpu::CheckLevelRunsHere(level).ok()) continue;
+    const child_process::ChildRun run =
+        child_process::RunTestInChild("AotCpuLevelChild.LoadsWhatItsLevelRunsAndCompilesForIt",
+                                      {{kAotChildDir, dir}, {"KILN_CPU", name}});
+    ASSERT_TRUE(run.passed_one()) << "KILN_CPU=" << name << ":\n" << run.output;
+    // The child's blob runs here when this process's level has the child's, with results within
+    // rounding of this process's JIT (other vector widths sum in other orders).
+    const std::string path = absl::StrCat(dir, "/", name, ".kiln");
+    absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadFile(path);
+    ASSERT_EQ(model.ok(),
+              runtime::cpu::CodeRunsAtLevel(*here, HostSection(ReadFile(path)).features))
+        << model.status();
+    if (!model.ok()) continue;
+    const std::vector<ir::TensorData> blob = RunBlob(**model, args);
+    ASSERT_EQ(blob.size(), jit.size());
+    const std::vector<double> a = jit[0].ToDoubles(), b = blob[0].ToDoubles();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << name << " at " << i;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(AotTest, WeightErrorsNameTheWeight) {

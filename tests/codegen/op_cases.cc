@@ -59,6 +59,52 @@ void InjectSpecials(std::vector<ir::TensorData>& args) {
   }
 }
 
+// The values where rounding to an integer goes wrong: ties of both signs (even and odd integer
+// parts), the doubles next to 0.5, the last fractional values below 2^(p-1) (p: mantissa bits of
+// `dtype`) where a round up carries into the exponent, integers at and above 2^(p-1), signed
+// zeros, subnormals, infinities and NaN.
+std::vector<double> RoundingEdges(DType dtype) {
+  const int p = dtype == DType::kF64 ? 53 : 24;
+  const double big = std::ldexp(1.0, p - 1);  // the first magnitude with no fraction bits
+  const double tiny = dtype == DType::kF64 ? std::numeric_limits<double>::denorm_min()
+                                           : std::numeric_limits<float>::denorm_min();
+  const double below_half =
+      dtype == DType::kF64 ? std::nextafter(0.5, 0.0) : std::nextafter(0.5f, 0.0f);
+  const double above_half =
+      dtype == DType::kF64 ? std::nextafter(0.5, 1.0) : std::nextafter(0.5f, 1.0f);
+  std::vector<double> magnitudes = {0.0,
+                                    tiny,
+                                    below_half,
+                                    0.5,
+                                    above_half,
+                                    0.75,
+                                    1.0,
+                                    1.25,
+                                    1.5,
+                                    2.5,
+                                    3.5,
+                                    4.5,
+                                    5.5,
+                                    1e6 + 0.5,
+                                    big / 2 + 0.5,
+                                    big / 2 + 1.5,
+                                    big - 1.5,
+                                    big - 0.5,
+                                    big - 1,
+                                    big,
+                                    big + 1,
+                                    2 * big,
+                                    std::ldexp(1.0, 100),
+                                    std::numeric_limits<double>::infinity()};
+  std::vector<double> values;
+  for (double m : magnitudes) {
+    values.push_back(m);
+    values.push_back(-m);
+  }
+  values.push_back(std::nan(""));
+  return values;
+}
+
 // Rounds float arguments to small integers so that comparisons meet equal values.
 void SmallIntegers(std::vector<ir::TensorData>& args) {
   for (ir::TensorData& arg : args) {
@@ -139,6 +185,23 @@ std::vector<Case> Cases() {
                          },
                          InjectSpecials, ElementwiseTolerance(dtype)});
       }
+    }
+  }
+  // floor, ceil and round of every edge value (each backend's rounding lowering, and lavapipe's,
+  // which differs by host CPU: docs/vulkan.md).
+  for (Op op : {Op::kFloor, Op::kCeil, Op::kRound}) {
+    for (DType dtype : {DType::kF32, DType::kF64}) {
+      const std::vector<double> edges = RoundingEdges(dtype);
+      const Shape shape = {static_cast<int64_t>(edges.size())};
+      cases.push_back({Name(absl::StrCat(ir::OpName(op), "_edges"), dtype, shape),
+                       [op, dtype, shape](ir::Builder& b) {
+                         b.Output(b.Unary(op, b.Parameter("x", {dtype, shape})));
+                       },
+                       [edges](std::vector<ir::TensorData>& args) {
+                         for (size_t i = 0; i < edges.size(); ++i) {
+                           args[0].SetDouble(static_cast<int64_t>(i), edges[i]);
+                         }
+                       }});
     }
   }
   for (Op op : {Op::kNeg, Op::kAbs, Op::kSign, Op::kNot}) {
