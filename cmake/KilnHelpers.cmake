@@ -11,13 +11,28 @@
 #     as <prefix>/include/kiln/ instead.
 #
 #   kiln_add_test(<name> SOURCES a_test.cc ... [DEPS kiln_ir ...] [LABELS l ...]
-#                 [ENVIRONMENT VAR=value ...] [DATA file ...])
-#     Test executable linked with GTest::gtest_main and GTest::gmock (plus DEPS), registered
-#     with gtest_discover_tests: one CTest test per TEST()/TEST_F(). Tests run with the
-#     repository root as their working directory, as under Bazel, so a test opens its data
-#     files as "tests/<folder>/<file>". Every test is labelled with its folder name
-#     (ir, frontend, runtime, ...) plus LABELS. DATA is accepted for documentation only
-#     (files are read from the source tree).
+#                 [ENVIRONMENT VAR=value ...] [FILTER <gtest filter>] [NO_RUN] [DATA file ...])
+#     A test executable, one per test folder (a suite), not one per source file: linking is
+#     most of a test's build time. Linked with GTest::gtest_main and GTest::gmock (plus DEPS),
+#     compiled with KILN_TEST_COMPILE_OPTIONS, and registered as one run (kiln_add_test_run
+#     with PREFIX "<folder>.", the rest of the arguments passed on) unless NO_RUN is given.
+#     DATA is accepted for documentation only (files are read from the source tree).
+#
+#   kiln_add_test_run(<target> PREFIX <prefix> [FILTER <gtest filter>] [ENVIRONMENT VAR=v ...]
+#                     [LABELS l ...])
+#     One more run of a test executable: gtest_discover_tests makes one CTest test per
+#     TEST()/TEST_F()/TEST_P() case that FILTER selects, named <prefix><Suite>.<Case>, with the
+#     environment ENVIRONMENT. So one binary serves several configurations (the frontend suite
+#     on each backend, the CPU suites at each KILN_CPU level) without being compiled again.
+#     Tests run with the repository root as their working directory, as under Bazel, so a test
+#     opens its data files as "tests/<folder>/<file>". Every test is labelled with its folder
+#     name (ir, frontend, runtime, ...) plus LABELS.
+#
+#   kiln_add_test_whole(<target> NAME <ctest name> [FILTER <gtest filter>]
+#                       [ENVIRONMENT VAR=v ...] [LABELS l ...] [TIMEOUT s])
+#     The cases FILTER selects as one CTest test, run in one process: for suites of hundreds of
+#     parameterised cases whose per-process start (a Vulkan device, glslang) would cost more
+#     than the cases themselves. gtest still names each failing case in the output.
 
 include_guard(GLOBAL)
 include(GNUInstallDirs)
@@ -73,8 +88,15 @@ function(kiln_add_library name)
   endif()
 endfunction()
 
+# Test code is not where the time goes at run time (kernels are JIT-compiled; the libraries
+# under test keep the build type's flags), but it is most of the compile time: -O1 without
+# debug info compiles the gtest- and template-heavy test files much faster. Set
+# KILN_TEST_COMPILE_OPTIONS to "" to debug a test with full information.
+set(KILN_TEST_COMPILE_OPTIONS "-O1;-g0" CACHE STRING
+  "Extra compile options of kiln's test executables (appended after the build type's flags)")
+
 function(kiln_add_test name)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "" "SOURCES;DEPS;LABELS;ENVIRONMENT;DATA")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "NO_RUN" "FILTER" "SOURCES;DEPS;LABELS;ENVIRONMENT;DATA")
   if(ARG_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "kiln_add_test(${name}): unknown arguments ${ARG_UNPARSED_ARGUMENTS}")
   endif()
@@ -84,23 +106,58 @@ function(kiln_add_test name)
 
   add_executable(${name} ${ARG_SOURCES})
   target_compile_features(${name} PRIVATE cxx_std_20)
-  target_compile_options(${name} PRIVATE -Wall -Wextra)
+  target_compile_options(${name} PRIVATE -Wall -Wextra ${KILN_TEST_COMPILE_OPTIONS})
   target_include_directories(${name} PRIVATE "${PROJECT_SOURCE_DIR}" "${PROJECT_SOURCE_DIR}/frontend")
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest_main GTest::gmock)
 
+  if(NOT ARG_NO_RUN)
+    get_filename_component(folder "${CMAKE_CURRENT_SOURCE_DIR}" NAME)
+    set(run_args PREFIX "${folder}.")
+    if(ARG_FILTER)
+      list(APPEND run_args FILTER "${ARG_FILTER}")
+    endif()
+    kiln_add_test_run(${name} ${run_args} LABELS ${ARG_LABELS} ENVIRONMENT ${ARG_ENVIRONMENT})
+  endif()
+endfunction()
+
+# The label every test of the calling folder carries.
+function(kiln_test_folder_label out)
   get_filename_component(folder "${CMAKE_CURRENT_SOURCE_DIR}" NAME)
-  gtest_discover_tests(${name}
-    TEST_PREFIX "${folder}."
-    TEST_LIST ${name}_TESTS
+  set(${out} ${folder} PARENT_SCOPE)
+endfunction()
+
+function(kiln_add_test_run target)
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "PREFIX;FILTER" "ENVIRONMENT;LABELS")
+  if(ARG_UNPARSED_ARGUMENTS OR NOT ARG_PREFIX)
+    message(FATAL_ERROR "kiln_add_test_run(${target}): needs PREFIX; unknown arguments "
+                        "'${ARG_UNPARSED_ARGUMENTS}'")
+  endif()
+  # A name for this run's test list: the target's name and the number of its run.
+  get_property(runs TARGET ${target} PROPERTY KILN_TEST_RUNS)
+  if(NOT runs)
+    set(runs 0)
+  endif()
+  math(EXPR runs "${runs} + 1")
+  set_property(TARGET ${target} PROPERTY KILN_TEST_RUNS ${runs})
+  set(run_id "${target}_run${runs}")
+  set(filter_args)
+  if(ARG_FILTER)
+    set(filter_args TEST_FILTER "${ARG_FILTER}")
+  endif()
+  gtest_discover_tests(${target}
+    TEST_PREFIX "${ARG_PREFIX}"
+    ${filter_args}
+    TEST_LIST ${run_id}_TESTS
     WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}"
     DISCOVERY_TIMEOUT 60
     DISCOVERY_MODE PRE_TEST)
 
   # gtest_discover_tests flattens list-valued PROPERTIES, so labels and environment are set by
   # a CTest include file that runs after the discovered tests are added.
-  set(labels ${folder} ${ARG_LABELS})
-  set(props_file "${CMAKE_CURRENT_BINARY_DIR}/${name}_properties.cmake")
-  set(content "if(${name}_TESTS)\n  set_tests_properties(\${${name}_TESTS} PROPERTIES\n")
+  kiln_test_folder_label(folder_label)
+  set(labels ${folder_label} ${ARG_LABELS})
+  set(props_file "${CMAKE_CURRENT_BINARY_DIR}/${run_id}_properties.cmake")
+  set(content "if(${run_id}_TESTS)\n  set_tests_properties(\${${run_id}_TESTS} PROPERTIES\n")
   string(APPEND content "    LABELS [==[${labels}]==]\n")
   if(ARG_ENVIRONMENT)
     string(APPEND content "    ENVIRONMENT [==[${ARG_ENVIRONMENT}]==]\n")
@@ -108,4 +165,54 @@ function(kiln_add_test name)
   string(APPEND content "  )\nendif()\n")
   file(WRITE "${props_file}" "${content}")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${props_file}")
+endfunction()
+
+function(kiln_add_test_whole target)
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "NAME;FILTER;TIMEOUT" "ENVIRONMENT;LABELS")
+  if(ARG_UNPARSED_ARGUMENTS OR NOT ARG_NAME)
+    message(FATAL_ERROR "kiln_add_test_whole(${target}): needs NAME; unknown arguments "
+                        "'${ARG_UNPARSED_ARGUMENTS}'")
+  endif()
+  set(filter_arg)
+  if(ARG_FILTER)
+    set(filter_arg "--gtest_filter=${ARG_FILTER}")
+  endif()
+  add_test(NAME ${ARG_NAME} COMMAND ${target} ${filter_arg}
+    WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}")
+  kiln_test_folder_label(folder_label)
+  set_tests_properties(${ARG_NAME} PROPERTIES LABELS "${folder_label};${ARG_LABELS}")
+  if(ARG_ENVIRONMENT)
+    set_tests_properties(${ARG_NAME} PROPERTIES ENVIRONMENT "${ARG_ENVIRONMENT}")
+  endif()
+  if(ARG_TIMEOUT)
+    set_tests_properties(${ARG_NAME} PROPERTIES TIMEOUT ${ARG_TIMEOUT})
+  endif()
+endfunction()
+
+# kiln_test_cpu_levels(<out>): the pinned x86-64 levels (KILN_CPU=x86-64-<level>, "v3", "v2")
+# that the level runs of the CPU suites use on this machine: those its CPU has (from
+# /proc/cpuinfo's flags, as runtime/cpu/cpu_features.cc lists them), so that `make test` on an
+# SSE4.2-only host runs the v2 suites and leaves out v3 rather than failing at KILN_CPU's check.
+# Empty on other architectures.
+function(kiln_test_cpu_levels out)
+  set(levels)
+  if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64" AND EXISTS /proc/cpuinfo)
+    file(STRINGS /proc/cpuinfo flags_line REGEX "^flags" LIMIT_COUNT 1)
+    string(REGEX REPLACE "^flags[ \t]*:" "" flags " ${flags_line} ")
+    string(APPEND flags " ")
+    set(v3_flags avx avx2 bmi1 bmi2 f16c fma abm movbe xsave)
+    set(v2_flags cx16 lahf_lm popcnt pni ssse3 sse4_1 sse4_2)
+    foreach(level v3 v2)
+      set(has ON)
+      foreach(flag ${${level}_flags})
+        if(NOT flags MATCHES " ${flag} ")
+          set(has OFF)
+        endif()
+      endforeach()
+      if(has)
+        list(APPEND levels ${level})
+      endif()
+    endforeach()
+  endif()
+  set(${out} ${levels} PARENT_SCOPE)
 endfunction()

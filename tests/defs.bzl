@@ -1,28 +1,18 @@
-"""kiln_cc_tests: the Bazel side of a tests/<folder>/ directory, with no per-file edits.
+"""kiln_cc_suite: the Bazel side of a tests/<folder>/ directory, with no per-file edits.
 
-One cc_test per `*_test.cc` (target name = file name without `.cc`). Other `*.cc`/`*.h` files
-of the folder are shared helpers compiled into every test. Every other file of the folder
-(test data) is in `data`, readable at run time as "tests/<folder>/<file>" relative to the working
-directory, the same path as under CTest (which runs tests from the repository root).
-Files named `*_cmake_only_test.cc` are CMake-only (compiler-invoking, memory, ... tests): Bazel
-skips them.
+One cc_test per folder (a suite), not one per `*_test.cc`: linking is most of a test's build
+time, as in CMake (cmake/KilnHelpers.cmake). Other `*.cc`/`*.h` files of the folder are shared
+helpers compiled into the suite. Every other file of the folder (test data) is in `data`,
+readable at run time as "tests/<folder>/<file>" relative to the working directory, the same path
+as under CTest (which runs tests from the repository root). Files named `*_cmake_only_test.cc`
+are CMake-only (compiler-invoking, memory, ... tests): Bazel skips them.
 """
 
 load("@rules_cc//cc:defs.bzl", "cc_test")
 
-def kiln_cc_tests(deps, size = "small", per_test = {}):
-    """Declares the tests of the calling package.
-
-    Args:
-      deps: kiln libraries the tests link (gtest_main and abseil are added).
-      size: Bazel test size of every test (.bazelrc gives "small" a 300 s timeout).
-      per_test: {"foo_test": {attr: value}} extra or overriding cc_test attributes for one test.
-    """
-    helpers = native.glob(
-        ["*.cc", "*.h"],
-        exclude = ["*_test.cc"],
-    )
-    data = native.glob(
+def kiln_test_data():
+    """The folder's test data: every file but sources and build files."""
+    return native.glob(
         ["**"],
         exclude = [
             "**/*.cc",
@@ -32,13 +22,40 @@ def kiln_cc_tests(deps, size = "small", per_test = {}):
             "CMakeLists.txt",
         ],
     )
-    for src in native.glob(["*_test.cc"], exclude = ["*_cmake_only_test.cc"]):
-        name = src[:-len(".cc")]
-        attrs = {
-            "srcs": [src] + helpers,
-            "data": data,
-            "size": size,
-            "deps": deps + ["@absl", "@gtest//:gtest_main"],
-        }
-        attrs.update(per_test.get(name, {}))
-        cc_test(name = name, **attrs)
+
+def kiln_cc_suite(
+        name,
+        deps,
+        srcs = None,
+        exclude = [],
+        data = [],
+        size = "small",
+        shard_count = None,
+        env = {},
+        local_defines = []):
+    """Declares the calling package's test suite: one cc_test of its test files.
+
+    Args:
+      name: the cc_test's name (the CMake executable's name).
+      deps: kiln libraries the suite links (gtest_main and abseil are added).
+      srcs: the test files; default every `*_test.cc` of the folder but the CMake-only ones.
+      exclude: test files of the folder that are not part of this suite.
+      data: extra data (other packages' files); the folder's own data is always included.
+      size: Bazel test size (.bazelrc gives "small" a 300 s timeout, "medium" 600 s).
+      shard_count: gtest shards run in parallel (GTEST_SHARD_INDEX), for long suites.
+      env: environment of the test run (e.g. the device under test).
+      local_defines: preprocessor definitions of the suite's files.
+    """
+    helpers = native.glob(["*.cc", "*.h"], exclude = ["*_test.cc"])
+    if srcs == None:
+        srcs = native.glob(["*_test.cc"], exclude = ["*_cmake_only_test.cc"] + exclude)
+    cc_test(
+        name = name,
+        srcs = srcs + helpers,
+        data = kiln_test_data() + data,
+        size = size,
+        shard_count = shard_count,
+        env = env,
+        local_defines = local_defines,
+        deps = deps + ["@absl", "@gtest//:gtest_main"],
+    )

@@ -324,7 +324,7 @@ TEST(TrainingTest, LearnerSavesAndResumesOptimizerState) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() /
       ("kiln_optim_learner_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-       "_" + std::string(B::kTraits.name));
+       "_" + B::Device().ToString());
   std::filesystem::remove_all(dir);
   struct Batch {
     TF<2> x, y;

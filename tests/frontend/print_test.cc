@@ -12,8 +12,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// The expected strings below name the reference device; under another backend (tests/cpu runs
-// this file with KILN_TEST_BACKEND=Cpu) the printed device is that backend's first device.
+// The expected strings below name the reference device; on another backend (tests/cpu runs this
+// suite with KILN_DEVICE=cpu) the printed device is that backend's first device.
 template <class T>
 std::string Print(const T& t) {
   std::ostringstream os;

@@ -13,8 +13,10 @@
 
 namespace kiln::testing {
 
-// The backend under test: Reference here; tests/cpu compiles the same sources with
-// -DKILN_TEST_BACKEND=Cpu so every frontend op test also runs on the CPU backend.
+// The backend under test. The conformance suite (frontend_backend_test) is compiled with
+// -DKILN_TEST_BACKEND=Any, so one binary runs on whichever device KILN_DEVICE names: the
+// interpreter in tests/frontend, the CPU and Vulkan backends in tests/cpu and tests/vulkan.
+// The other frontend tests use the reference backend.
 #ifndef KILN_TEST_BACKEND
 #define KILN_TEST_BACKEND Reference
 #endif

@@ -122,14 +122,14 @@ TEST(ThreadPoolTest, EveryThreadTakesPart) {
   }
 }
 
-class EnvironmentTest : public ::testing::Test {
+class ThreadCountEnvironmentTest : public ::testing::Test {
  protected:
   void TearDown() override { unsetenv("KILN_NUM_THREADS"); }
 };
 
 int Hardware() { return std::max(1u, std::thread::hardware_concurrency()); }
 
-TEST_F(EnvironmentTest, KilnNumThreadsSetsThePoolSize) {
+TEST_F(ThreadCountEnvironmentTest, KilnNumThreadsSetsThePoolSize) {
   setenv("KILN_NUM_THREADS", "3", 1);
   EXPECT_EQ(ThreadCountFromEnvironment(), 3);
   ThreadPool pool;
@@ -142,7 +142,7 @@ TEST_F(EnvironmentTest, KilnNumThreadsSetsThePoolSize) {
   ExpectExactCover(single, 1000, 1);
 }
 
-TEST_F(EnvironmentTest, UnsetOrInvalidMeansTheHardwareThreadCount) {
+TEST_F(ThreadCountEnvironmentTest, UnsetOrInvalidMeansTheHardwareThreadCount) {
   unsetenv("KILN_NUM_THREADS");
   EXPECT_EQ(ThreadCountFromEnvironment(), Hardware());
   for (const char* bad : {"", "0", "-2", "many", "4x", "100000"}) {
