@@ -28,6 +28,7 @@ namespace {
 
 using runtime::cpu::CpuLevel;
 using runtime::cpu::CpuLevelName;
+using testing::AxpbKernel;
 
 constexpr CpuLevel kPinned[] = {CpuLevel::kX86_64, CpuLevel::kX86_64V2, CpuLevel::kX86_64V3,
                                 CpuLevel::kX86_64V4};
@@ -98,20 +99,6 @@ TEST(CpuLevelTest, TheJitCompilesForTheProcessLevel) {
 // ---- One child process per level -------------------------------------------------------------
 
 constexpr char kChildFlag[] = "KILN_CPU_LEVEL_TEST_CHILD";
-
-// y[i] = x[i] * a + 0.25: vectorises, and contracts to an fma where the target has one.
-Kernel AxpbKernel() {
-  constexpr int64_t n = 4096;
-  KernelBuilder b("axpb");
-  const ArgId x = b.AddArg({"x", ir::DType::kF32, n, ArgRole::kInput});
-  const ArgId a = b.AddArg({"a", ir::DType::kF32, 1, ArgRole::kInput});
-  const ArgId out = b.AddArg({"y", ir::DType::kF32, n, ArgRole::kOutput});
-  const ValueId gid = b.Var(kGid);
-  b.Store(out, gid,
-          b.Binary(ExprOp::kAdd, b.Binary(ExprOp::kMul, b.Load(x, gid), b.Load(a, b.Index(0))),
-                   b.Float(ScalarType::kF32, 0.25)));
-  return std::move(b).Finish(n);
-}
 
 bool Has(const std::string& text, const char* what) { return text.find(what) != std::string::npos; }
 

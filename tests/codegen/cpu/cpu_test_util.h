@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codegen/kernel_eval.h"
@@ -205,6 +206,21 @@ inline bool SameElement(const void* a, const void* b, ir::DType dtype, int64_t i
   const size_t size = static_cast<size_t>(ir::DTypeSize(dtype));
   return std::memcmp(static_cast<const std::byte*>(a) + i * static_cast<int64_t>(size),
                      static_cast<const std::byte*>(b) + i * static_cast<int64_t>(size), size) == 0;
+}
+
+/// y[i] = x[i] * a + 0.25 over f32[4096] ("axpb"): vectorises, and contracts to an fma where the
+/// target has one, so its assembly shows the vector width and FMA use of the JIT's target.
+inline Kernel AxpbKernel() {
+  constexpr int64_t n = 4096;
+  KernelBuilder b("axpb");
+  const ArgId x = b.AddArg({"x", ir::DType::kF32, n, ArgRole::kInput});
+  const ArgId a = b.AddArg({"a", ir::DType::kF32, 1, ArgRole::kInput});
+  const ArgId out = b.AddArg({"y", ir::DType::kF32, n, ArgRole::kOutput});
+  const ValueId gid = b.Var(kGid);
+  b.Store(out, gid,
+          b.Binary(ExprOp::kAdd, b.Binary(ExprOp::kMul, b.Load(x, gid), b.Load(a, b.Index(0))),
+                   b.Float(ScalarType::kF32, 0.25)));
+  return std::move(b).Finish(n);
 }
 
 }  // namespace kiln::codegen::cpu::testing

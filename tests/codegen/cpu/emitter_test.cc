@@ -568,16 +568,7 @@ CompiledKernel CompileDumped(const Kernel& kernel, const std::string& dir) {
 }
 
 TEST(EmitterTest, ElementwiseF32InnerLoopIsVectorised) {
-  constexpr int64_t n = 4096;
-  KernelBuilder b("axpb");
-  const ArgId x = b.AddArg({"x", ir::DType::kF32, n, ArgRole::kInput});
-  const ArgId a = b.AddArg({"a", ir::DType::kF32, 1, ArgRole::kInput});
-  const ArgId out = b.AddArg({"y", ir::DType::kF32, n, ArgRole::kOutput});
-  const ValueId gid = b.Var(kGid);
-  b.Store(out, gid,
-          b.Binary(ExprOp::kAdd, b.Binary(ExprOp::kMul, b.Load(x, gid), b.Load(a, b.Index(0))),
-                   b.Float(ScalarType::kF32, 0.25)));
-  const Kernel kernel = std::move(b).Finish(n);
+  const Kernel kernel = testing::AxpbKernel();
   const std::string dir = ::testing::TempDir() + "/kiln_vector_dump";
   const CompiledKernel compiled = CompileDumped(kernel, dir);
   EXPECT_GE(WidestFloatVector(compiled.llvm_ir), ExpectedLanes()) << compiled.llvm_ir;
