@@ -24,6 +24,7 @@
 #   --mirror URL     Debian mirror for debootstrap (default: the first bookworm URI of
 #                    /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list)
 #   --keep           keep the root afterwards (its mounts are undone either way)
+#   --budget MIN     the summary says whether the whole run took under MIN minutes
 #   -h, --help       this text
 #
 # Prints each stage's time and a summary: the stage table, then (with --bazel) Bazel's test
@@ -33,7 +34,9 @@
 # of it runs in a private mount namespace); processes left in the root (a Bazel server) are
 # ended. Run it with `nice -n 19` on a shared machine. Costs: docs/fresh_check.md.
 set -euo pipefail
-
+# All of the script is one compound command, read before it runs: editing this file while a
+# check runs does not change that check.
+{
 SCRIPT="$(readlink -f "${BASH_SOURCE[0]}")"
 REPO="$(cd "$(dirname "$SCRIPT")/.." && pwd)"
 
@@ -41,7 +44,7 @@ usage() { sed -n '3,/^set -euo/p' "$SCRIPT" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "fresh_check: $*" >&2; exit 2; }
 
 # ---- Options --------------------------------------------------------------------------------
-BAZEL=0 EPOCHS=1 KEEP=0 MIRROR="" WORK=/var/tmp/kiln-fresh CACHE=/var/cache/kiln-fresh
+BAZEL=0 EPOCHS=1 KEEP=0 BUDGET=0 MIRROR="" WORK=/var/tmp/kiln-fresh CACHE=/var/cache/kiln-fresh
 ORIG_ARGS=("$@")
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -53,6 +56,8 @@ while [[ $# -gt 0 ]]; do
     --no-cache) CACHE="" ;;
     --mirror) [[ $# -ge 2 ]] || die "--mirror needs a URL"; MIRROR="$2"; shift ;;
     --keep) KEEP=1 ;;
+    --budget) [[ $# -ge 2 && "$2" =~ ^[1-9][0-9]*$ ]] || die "--budget needs minutes"
+              BUDGET="$2"; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "fresh_check: unknown option '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -229,6 +234,13 @@ summary() {
     printf '  %8s  %-58s %s\n' "$(fmt_secs "${STAGE_SECS[$i]}")" "${STAGE_NAMES[$i]}" "$status"
   done
   printf '  %8s  %s\n' "$(fmt_secs "$total")" "total"
+  if [[ $BUDGET -gt 0 ]]; then
+    if [[ $total -le $((BUDGET * 60)) ]]; then
+      echo "fresh_check: $(fmt_secs "$total") is within the budget of $BUDGET minutes"
+    else
+      echo "fresh_check: warning: $(fmt_secs "$total") is OVER the budget of $BUDGET minutes"
+    fi
+  fi
   if [[ $FIRST_RC -ne 0 ]]; then
     echo "fresh_check: FAILED: first failure '$FIRST_STAGE' (exit $FIRST_RC); logs in $LOGS"
   fi
@@ -334,8 +346,10 @@ setup_root() {
       mount --bind "$CACHE/$c" "$ROOT$CHROOT_CACHE/$c"
     done
     if [[ $BAZEL -eq 1 ]]; then
-      # The user's own Bazel settings, outside the repository.
-      echo "build --disk_cache=$CHROOT_CACHE/bazel" >"$ROOT/root/.bazelrc"
+      # The user's own Bazel settings, outside the repository: build actions may come from the
+      # disk cache, test results may not (every test runs).
+      printf '%s\n' "build --disk_cache=$CHROOT_CACHE/bazel" "test --nocache_test_results" \
+        >"$ROOT/root/.bazelrc"
     fi
     echo "caches: $CACHE/{apt,ccache,bazel} on $CHROOT_CACHE in the root"
   fi
@@ -379,3 +393,4 @@ rc=\$?; bazel shutdown; exit \$rc" || true
   fi
 fi
 exit "$FIRST_RC"
+}
