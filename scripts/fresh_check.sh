@@ -200,28 +200,50 @@ remove_root() {
 }
 
 # ---- Stages ---------------------------------------------------------------------------------
-STAGE_NAMES=() STAGE_SECS=() STAGE_RCS=()
+STAGE_NAMES=() STAGE_SECS=() STAGE_RCS=() STAGE_PID="" STAGE_NOW="" STAGE_START=0
 FIRST_RC=0 FIRST_STAGE="" RUN_START=$SECONDS
 
 fmt_secs() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 banner() { printf '\n======== %s ========\n' "$*"; }
 
-# stage NAME COMMAND...: runs COMMAND with its output on stdout and in LOGS/NN-slug.log.
+record_stage() {  # NAME SECONDS RC
+  STAGE_NAMES+=("$1") STAGE_SECS+=("$2") STAGE_RCS+=("$3")
+  if [[ $3 -ne 0 && $FIRST_RC -eq 0 ]]; then FIRST_RC=$3 FIRST_STAGE="$1"; fi
+}
+# stage NAME COMMAND...: runs COMMAND with its output on stdout and in LOGS/NN-slug.log. It runs
+# as a job of its own process group (set -m below), so that an exit in the middle ends all of it.
 stage() {
-  local name="$1" n slug start rc
+  local name="$1" n slug rc
   shift
   n=$(printf '%02d' $((${#STAGE_NAMES[@]} + 1)))
   slug="$(printf '%s' "$name" | tr -c 'A-Za-z0-9' '_' | cut -c1-40)"
   banner "$name"
-  start=$SECONDS
+  STAGE_NOW="$name" STAGE_START=$SECONDS
+  rm -f "$LOGS/.rc"
   set +e
-  "$@" 2>&1 | tee "$LOGS/$n-$slug.log"
-  rc=${PIPESTATUS[0]}
+  { set +e; ( set -e; "$@" ); echo $? >"$LOGS/.rc"; } </dev/null 2>&1 | tee "$LOGS/$n-$slug.log" &
+  STAGE_PID=$!
+  wait "$STAGE_PID"
   set -e
-  STAGE_NAMES+=("$name") STAGE_SECS+=($((SECONDS - start))) STAGE_RCS+=("$rc")
-  echo "---- $name: $(fmt_secs $((SECONDS - start))), exit $rc"
-  if [[ $rc -ne 0 && $FIRST_RC -eq 0 ]]; then FIRST_RC=$rc FIRST_STAGE="$name"; fi
+  STAGE_PID="" STAGE_NOW=""
+  rc="$(cat "$LOGS/.rc" 2>/dev/null || echo 1)"
+  record_stage "$name" $((SECONDS - STAGE_START)) "$rc"
+  echo "---- $name: $(fmt_secs $((SECONDS - STAGE_START))), exit $rc"
   return "$rc"
+}
+# Ends the stage that is running (its whole process group), when the check exits in the middle.
+end_running_stage() {
+  local pgid
+  [[ -n "$STAGE_PID" ]] && kill -0 "$STAGE_PID" 2>/dev/null || return 0
+  pgid="$(awk '{ print $5 }' "/proc/$STAGE_PID/stat" 2>/dev/null)" || return 0
+  echo "fresh_check: ending the running stage '$STAGE_NOW' (process group $pgid)"
+  kill -TERM -- "-$pgid" 2>/dev/null || true
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    kill -0 -- "-$pgid" 2>/dev/null || break
+    sleep 1
+  done
+  kill -KILL -- "-$pgid" 2>/dev/null || true
+  record_stage "$STAGE_NOW (interrupted)" $((SECONDS - STAGE_START)) 143
 }
 
 summary() {
@@ -261,6 +283,7 @@ on_exit() {
   local rc=$?
   trap - EXIT INT TERM
   set +e
+  end_running_stage
   if [[ -e "$ROOT" ]]; then
     end_root_processes
     unmount_root
@@ -277,6 +300,7 @@ on_exit() {
 trap on_exit EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+set -m  # every stage a job of its own process group (see stage)
 
 # Runs a bash script inside the root as root, with a login-like environment and no stdin.
 ROOT_ENV=(HOME=/root USER=root LOGNAME=root SHELL=/bin/bash TERM="${TERM:-dumb}"
