@@ -6,11 +6,12 @@
 # apt sources of this machine: updates and security included), clones the commit under test (this
 # checkout's HEAD; uncommitted changes are not tested) into it and runs, as root inside the root,
 # exactly the commands of the README's first code block, one stage per line: installing git and
-# make, `git clone <repository-url> kiln && cd kiln` (the placeholder becomes a bundle of the
-# commit), `make demo` (DEMO_EPOCHS=1 unless --epochs) and `make test`. With --bazel it then
-# runs CI's Bazel stage in the clone: `scripts/install_deps.sh --bazel`, and `bazel test //...`
-# with no network (a private network namespace with only loopback). Nothing is installed in the
-# root beforehand: a package missing from scripts/install_deps.sh fails here.
+# make, `git clone <repository-url> kiln && cd kiln` (the placeholder becomes a bare repository
+# in the root holding the commit), `make demo` (DEMO_EPOCHS=1 unless --epochs) and `make test`.
+# With --bazel it then runs CI's Bazel stage in the clone: `scripts/install_deps.sh --bazel`, and
+# `bazel test //...` with no network (a private network namespace with only loopback). Nothing is
+# installed in the root beforehand: a package missing from scripts/install_deps.sh fails here.
+# The commit is fixed when the check starts: commits made while it runs are not tested.
 #
 # Usage: scripts/fresh_check.sh [options]          (as root; .ci/run runs it with --bazel)
 #   --bazel          also run CI's Bazel stage in the root (after the README's commands)
@@ -321,6 +322,7 @@ in_root_offline() {
 }
 # A README line runs in the folder the previous one ended in (a `cd` carries over).
 CWD_FILE=/tmp/fresh_check_cwd
+SOURCE_REPO=/srv/kiln.git  # the commit under test, in the root
 readme_line() {
   in_root "cd \"\$(cat $CWD_FILE)\" || exit 1
 $1
@@ -377,18 +379,21 @@ setup_root() {
     fi
     echo "caches: $CACHE/{apt,ccache,bazel} on $CHROOT_CACHE in the root"
   fi
-  # The commit under test as a bundle, cloned by the README's `git clone` line.
-  local refs=(HEAD)
-  [[ -z "$BRANCH" ]] || refs+=("refs/heads/$BRANCH")
-  git -C "$REPO" bundle create "$ROOT/tmp/kiln.bundle" "${refs[@]}"
+  # The commit under test (SHA, fixed at the start: later commits are not tested) in a bare
+  # repository that the README's `git clone` line clones.
+  local branch="${BRANCH:-main}"
+  git init -q --bare "$ROOT$SOURCE_REPO"
+  git -C "$REPO" push -q --no-verify "$ROOT$SOURCE_REPO" "$SHA:refs/heads/$branch"
+  git -C "$ROOT$SOURCE_REPO" symbolic-ref HEAD "refs/heads/$branch"
+  echo "commit under test: $SHA as branch $branch of $SOURCE_REPO in the root"
   echo /root >"$ROOT$CWD_FILE"
 }
-stage "root setup (apt sources, mounts, bundle of ${SHA:0:12})" setup_root
+stage "root setup (apt sources, mounts, ${SHA:0:12} in $SOURCE_REPO)" setup_root
 
 # ---- 2. The README's commands ---------------------------------------------------------------
 made=0
 for cmd in "${README_CMDS[@]}"; do
-  run="${cmd//<repository-url>//tmp/kiln.bundle}"
+  run="${cmd//<repository-url>/$SOURCE_REPO}"
   name="${cmd%%[[:space:]]#*}"
   name="${name%"${name##*[![:space:]]}"}"
   [[ "$name" != make\ demo* ]] || name="$name (DEMO_EPOCHS=$EPOCHS)"
