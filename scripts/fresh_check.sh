@@ -126,7 +126,9 @@ if [[ -z "$MIRROR" ]]; then
         /^Suites:/ { for (i = 2; i <= NF; i++) if ($i == "bookworm") suite = 1 }
         END { flush(); print out }' "$f")"
     else
-      MIRROR="$(awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i !~ /\]$/) break;
+      # one-line style: deb [option=value ...] URI SUITE COMPONENT...
+      MIRROR="$(awk '$1 == "deb" { i = 2
+                                    if ($i ~ /^\[/) { while (i < NF && $i !~ /\]$/) i++; i++ }
                                     if ($(i + 1) == "bookworm") { print $i; exit } }' "$f")"
     fi
     [[ -z "$MIRROR" ]] || break
