@@ -8,7 +8,9 @@ set -euo pipefail
 
 # ---- The package lists: add new dependencies here ----------------------------------------------
 BASE_PACKAGES=(
-  make cmake ninja-build g++ ccache pkg-config
+  make cmake ninja-build g++ ccache
+  pkg-config  # tests/package: a C program built against kiln_runtime.pc, as a user would
+  python3  # tests/docs/docblocks.py (stdlib only), the ONNX and fixture scripts
   libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev
@@ -19,13 +21,15 @@ BASE_PACKAGES=(
   graphviz
   libonnx-dev libprotobuf-dev
   python3-onnx   # tests/onnx/export_check.py (onnx.checker on exported models)
-  mlir-16-tools  # tests/mlir: mlir-opt-16 checks the MLIR export
+  mlir-16-tools  # tests/mlir: mlir-opt-16, mlir-translate-16, mlir-cpu-runner-16 check the MLIR export
+  libmlir-16-dev  # libmlir_runner_utils.so, libmlir_c_runner_utils.so for mlir-cpu-runner-16
   libcli11-dev
   qemu-user g++-aarch64-linux-gnu
   nodejs  # runs the wasm32 kernel of tests/cross/wasm
   lld  # ld.lld: links the code sections of .kiln blobs for non-host triples (codegen/aot)
   libvulkan-dev mesa-vulkan-drivers
   libshaderc-dev glslang-dev spirv-tools
+  glslang-tools  # glslang-dev's CMake config (glslang-targets.cmake) names /usr/bin/glslangValidator
 )
 BAZEL_PACKAGES=(bazel-bootstrap bazel-rules-java)
 FORMAT_PACKAGES=(clang-format)
