@@ -1,3 +1,4 @@
+// clang-format off
 	// 1112.0.0
 	 #pragma once
 const uint32_t kaddSpirv[] = {
@@ -61,3 +62,4 @@ const uint32_t kaddSpirv[] = {
 	0x0000003f,0x0000003e,0x0000003d,0x0003003e,0x00000012,0x0000003f,0x000200f9,0x00000016,
 	0x000200f8,0x00000018,0x000100fd,0x00010038
 };
+// clang-format on

@@ -1,3 +1,4 @@
+// clang-format off
 	// 1112.0.0
 	 #pragma once
 const uint32_t kaxpySpirv[] = {
@@ -59,3 +60,4 @@ const uint32_t kaxpySpirv[] = {
 	0x00000037,0x00060041,0x00000026,0x00000039,0x00000021,0x00000015,0x00000022,0x0003003e,
 	0x00000039,0x00000038,0x000200f9,0x0000001c,0x000200f8,0x0000001c,0x000100fd,0x00010038
 };
+// clang-format on

@@ -1,3 +1,4 @@
+// clang-format off
 	// 1112.0.0
 	 #pragma once
 const uint32_t kgatherSpirv[] = {
@@ -84,3 +85,4 @@ const uint32_t kgatherSpirv[] = {
 	0x0000005a,0x00060041,0x00000051,0x0000005c,0x0000004e,0x00000015,0x00000054,0x0003003e,
 	0x0000005c,0x0000005b,0x000100fd,0x00010038
 };
+// clang-format on
