@@ -33,7 +33,8 @@ void CheckDevice(const BackendTraits& traits, const Device& device, const char* 
     ThrowOpError(
         op,
         absl::StrCat("device ", device.ToString(), ": the ", runtime::DeviceKindName(device.kind()),
-                     " backend is not in this build"),
+                     " backend is not in this build (link kiln_backend_",
+                     runtime::DeviceKindName(device.kind()), ", or kiln::kiln for every backend)"),
         {}, loc);
   }
 }

@@ -11,10 +11,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "codegen/cpu/graph_compiler.h"
-#if KILN_HAVE_VULKAN
-#include "codegen/vulkan/graph_compiler.h"
-#endif
 #include "frontend/autograd.h"
 #include "frontend/error.h"
 #include "ir/builder.h"
@@ -38,22 +34,10 @@ struct ExecutorRegistry {
   };
   std::map<runtime::DeviceKind, Entry> executors;
 
+  // The reference interpreter is built in; every other backend registers itself from its own
+  // library (kiln_backend_cpu, kiln_backend_vulkan), so this library names none of them.
   ExecutorRegistry() {
     executors[runtime::DeviceKind::kReference] = {Ignoring(InterpretOnHost), false};
-    executors[runtime::DeviceKind::kCpu] = {
-        [](const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
-           std::span<const bool> donated,
-           runtime::DeviceId) { return codegen::cpu::CompileAndRun(graph, arguments, donated); },
-        true};
-#if KILN_HAVE_VULKAN
-    executors[runtime::DeviceKind::kVulkan] = {
-        Ignoring([](const ir::Graph& graph,
-                    std::span<const std::shared_ptr<const ir::TensorData>> arguments,
-                    runtime::DeviceId device) {
-          return codegen::vulkan::CompileAndRun(graph, arguments, device.index);
-        }),
-        false};
-#endif
   }
 
   // A plain executor, which never sees the donation flags.
@@ -447,14 +431,20 @@ absl::StatusOr<std::vector<ir::TensorData>> InterpretOnHost(
 
 void RegisterExecutor(runtime::DeviceKind kind, Executor executor) {
   ExecutorRegistry& registry = Registry();
-  std::lock_guard<std::mutex> lock(registry.mutex);
-  registry.executors[kind] = {ExecutorRegistry::Ignoring(std::move(executor)), false};
+  {
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    registry.executors[kind] = {ExecutorRegistry::Ignoring(std::move(executor)), false};
+  }
+  runtime::MarkBackendAvailable(kind);
 }
 
 void RegisterDonatingExecutor(runtime::DeviceKind kind, DonatingExecutor executor) {
   ExecutorRegistry& registry = Registry();
-  std::lock_guard<std::mutex> lock(registry.mutex);
-  registry.executors[kind] = {std::move(executor), true};
+  {
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    registry.executors[kind] = {std::move(executor), true};
+  }
+  runtime::MarkBackendAvailable(kind);
 }
 
 EngineStats GetEngineStats() {

@@ -1,6 +1,8 @@
 #include "runtime/device.h"
 
+#include <atomic>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 
 #include "absl/status/status.h"
@@ -12,6 +14,11 @@ namespace {
 
 constexpr DeviceKind kAllKinds[] = {DeviceKind::kReference, DeviceKind::kCpu, DeviceKind::kVulkan,
                                     DeviceKind::kCuda};
+
+// One flag per DeviceKind, set by MarkBackendAvailable: constant-initialised atomics (C++20
+// value-initialises std::atomic), so registrations during static initialisation of other
+// translation units find them ready.
+std::atomic<bool> g_available[std::size(kAllKinds)];
 
 std::string AvailableBackends() {
   std::string names;
@@ -67,12 +74,14 @@ absl::StatusOr<DeviceId> ParseDeviceId(std::string_view text) {
 }
 
 bool IsBackendAvailable(DeviceKind kind) {
-#if KILN_HAVE_VULKAN
-  // Built with the Vulkan backend (KILN_ENABLE_VULKAN); a machine without a Vulkan device still
-  // gets a clear error when a graph runs.
-  if (kind == DeviceKind::kVulkan) return true;
-#endif
-  return kind == DeviceKind::kReference || kind == DeviceKind::kCpu;
+  if (kind == DeviceKind::kReference) return true;
+  const size_t k = static_cast<size_t>(kind);
+  return k < std::size(g_available) && g_available[k].load(std::memory_order_acquire);
+}
+
+void MarkBackendAvailable(DeviceKind kind) {
+  const size_t k = static_cast<size_t>(kind);
+  if (k < std::size(g_available)) g_available[k].store(true, std::memory_order_release);
 }
 
 absl::StatusOr<DeviceId> DeviceFromEnvironment(DeviceId fallback) {

@@ -41,9 +41,14 @@ struct DeviceId {
 /// Parses "reference", "cpu", "cuda:1", ... (index defaults to 0). Errors list the valid names.
 absl::StatusOr<DeviceId> ParseDeviceId(std::string_view text);
 
-/// True when this build of kiln can run computations on `kind`. (kCpu becomes true once the Cpu
-/// backend is wired into the frontend's engine, not merely because runtime::CpuDevice exists.)
+/// True when this program can run computations on `kind`: kReference always; another kind once
+/// its backend registered itself (MarkBackendAvailable), which a backend library (kiln_backend_cpu,
+/// kiln_backend_vulkan) does when it is linked into the program.
 bool IsBackendAvailable(DeviceKind kind);
+
+/// Records that the backend of `kind` is linked into this program (called by the frontend's
+/// executor registration, during static initialisation). Thread-safe.
+void MarkBackendAvailable(DeviceKind kind);
 
 /// The device named by the KILN_DEVICE environment variable, or `fallback` when it is unset.
 /// A set but unknown or unavailable name is an error that says which backends this build has.

@@ -1,15 +1,12 @@
 #include "codegen/cpu/graph_compiler.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
-#include <unordered_map>
 #include <utility>
 
 #include "absl/container/inlined_vector.h"
@@ -18,16 +15,12 @@
 #include "codegen/cpu/gemm.h"
 #include "codegen/cpu/gemm_kernel.h"
 #include "codegen/cpu/jit.h"
+#include "codegen/graph_compiler.h"
 #include "codegen/kernel_ir.h"
 #include "codegen/lower.h"
 #include "ir/hash.h"
 #include "ir/printer.h"
-#include "passes/dump.h"
 #include "passes/fusion.h"
-#include "passes/memory_plan.h"
-#include "passes/pass_manager.h"
-#include "passes/rewriter.h"
-#include "passes/simplify.h"
 #include "runtime/cpu/contraction.h"
 #include "runtime/thread_pool.h"
 
@@ -57,47 +50,48 @@ int64_t GrainFor(const Kernel& kernel) {
 using runtime::cpu::ContractionKernel;
 using runtime::cpu::ContractionStep;
 
-bool GemmSupports(const ir::Graph& graph, ir::NodeId root) {
-  const ir::Node& node = graph.node(root);
+bool GemmSupports(const ir::Node& node) {
   return (node.op == ir::Op::kMatMul || node.op == ir::Op::kConv) &&
          (node.type.dtype == ir::DType::kF32 || node.type.dtype == ir::DType::kF64);
 }
 
-class Compiler {
+// The CPU backend's hooks on the shared graph compiler (codegen/graph_compiler.h): kernels go
+// through the LLVM JIT, f32/f64 matmuls and convolutions through the packed GEMM, copies through
+// runtime::CopyBytesKernel; Finish pairs donated buffers and builds the runtime::Executable.
+class Compiler : public GraphCompiler {
  public:
   Compiler(const ir::Graph& graph, std::vector<bool> donatable)
-      : source_(graph), donatable_(std::move(donatable)) {}
+      : GraphCompiler(graph, Options()), donatable_(std::move(donatable)) {}
 
   absl::StatusOr<std::shared_ptr<const CompiledGraph>> Run() {
-    dump_ = passes::DumpSession::FromEnv("cpu");
-    passes::PassManagerOptions pm_options;
-    pm_options.dump = dump_;
-    passes::PassManager pm(std::move(pm_options));
-    passes::AddSimplifyPasses(pm);
-    absl::StatusOr<ir::Graph> simplified = pm.Run(source_);
-    if (!simplified.ok()) return simplified.status();
-    graph_ = *std::move(simplified);
+    if (absl::Status s = Compile(); !s.ok()) return s;
+    return std::move(compiled_);
+  }
 
-    plan_ = passes::Fuse(graph_);
-    CountUses();
-    FindTransposedOperands();
+ private:
+  struct KeepAlive {
+    std::vector<std::shared_ptr<const void>> code;
+    std::vector<std::unique_ptr<ContractionStep>> contractions;
+  };
 
-    std::vector<ir::TensorType> parameter_types, output_types;
-    for (ir::NodeId p : graph_.Parameters()) parameter_types.push_back(graph_.node(p).type);
-    for (const ir::Output& out : graph_.outputs()) {
-      output_types.push_back(graph_.node(out.node).type);
-    }
+  static GraphCompilerOptions Options() {
+    GraphCompilerOptions options;
+    options.backend = "cpu";
+    options.contraction_label = "gemm";
+    return options;
+  }
 
+  std::vector<runtime::Slot>& slots() override { return spec_.slots; }
+
+  bool RunsContraction(const ir::Node& root) const override { return GemmSupports(root); }
+
+  // The GEMM's packing routines take any strides.
+  bool ReadsTransposedOperands(const ir::Node&) const override { return true; }
+
+  absl::Status Finish() override {
     spec_.name = "cpu_graph";
-    spec_.num_inputs = static_cast<int>(parameter_types.size());
-    spec_.num_outputs = static_cast<int>(output_types.size());
-    if (absl::Status s = BindExternalSlots(); !s.ok()) return s;
-    for (size_t g = 0; g < plan_.groups.size(); ++g) {
-      if (absl::Status s = CompileGroup(static_cast<int>(g)); !s.ok()) return s;
-    }
-    Dump("fusion.txt", passes::PrintFusionPlan(graph_, plan_) + contraction_notes_);
-    if (absl::Status s = CopyRepeatedOutputs(); !s.ok()) return s;
-    if (absl::Status s = PlaceArenaBuffers(); !s.ok()) return s;
+    spec_.num_inputs = static_cast<int>(parameter_types().size());
+    spec_.num_outputs = static_cast<int>(output_types().size());
     if (absl::Status s = PairDonatedBuffers(); !s.ok()) return s;
 
     spec_.keep_alive = std::make_shared<const KeepAlive>(std::move(keep_alive_));
@@ -107,118 +101,11 @@ class Compiler {
           absl::StrCat("cpu backend: invalid launch plan: ", executable.status().message()));
     }
     Dump("executable.txt", executable->ToString());
-    auto compiled = std::make_shared<CompiledGraph>(
-        CompiledGraph{source_, *std::move(executable), std::move(parameter_types),
-                      std::move(output_types), num_kernels_, num_gemm_steps_, dump_.directory(),
-                      donatable_, std::move(donor_of_output_), std::move(kernel_of_step_)});
-    return std::shared_ptr<const CompiledGraph>(std::move(compiled));
-  }
-
- private:
-  struct KeepAlive {
-    std::vector<std::shared_ptr<const void>> code;
-    std::vector<std::unique_ptr<ContractionStep>> contractions;
-  };
-
-  void Dump(const std::string& name, const std::string& contents) {
-    if (!dump_.enabled()) return;
-    if (absl::Status s = dump_.Write(name, contents); !s.ok()) {
-      std::fprintf(stderr, "kiln: KILN_DUMP: %s\n", std::string(s.message()).c_str());
-    }
-  }
-
-  // Number of uses of each node (operands of computed nodes, plus graph outputs).
-  void CountUses() {
-    uses_.assign(static_cast<size_t>(graph_.num_nodes()), 0);
-    for (ir::NodeId id = 0; id < graph_.num_nodes(); ++id) {
-      for (ir::NodeId in : graph_.node(id).inputs) ++uses_[static_cast<size_t>(in)];
-    }
-    for (const ir::Output& out : graph_.outputs()) ++uses_[static_cast<size_t>(out.node)];
-  }
-
-  // A value with a buffer of its own at run time: a parameter, a constant (constant slot) or an
-  // output of a group other than `g` that is really computed.
-  bool IsMaterialized(ir::NodeId id, int g) const {
-    const ir::Node& node = graph_.node(id);
-    if (node.op == ir::Op::kParameter || node.op == ir::Op::kConstant) return true;
-    const int32_t owner = plan_.group_of[static_cast<size_t>(id)];
-    if (owner < 0 || owner == g || skipped_groups_.count(owner) != 0) return false;
-    const std::vector<ir::NodeId>& outs = plan_.groups[static_cast<size_t>(owner)].outputs;
-    return std::find(outs.begin(), outs.end(), id) != outs.end();
-  }
-
-  // A permute that only swaps the last two axes of a materialized value and is read only as a
-  // matmul operand by the GEMM is never copied: the GEMM reads the value with swapped strides
-  // (its packing routines take any strides). Its copy group is skipped.
-  void FindTransposedOperands() {
-    std::vector<std::vector<ir::NodeId>> users(static_cast<size_t>(graph_.num_nodes()));
-    for (ir::NodeId id = 0; id < graph_.num_nodes(); ++id) {
-      for (ir::NodeId in : graph_.node(id).inputs) users[static_cast<size_t>(in)].push_back(id);
-    }
-    std::vector<bool> is_output(static_cast<size_t>(graph_.num_nodes()), false);
-    for (const ir::Output& out : graph_.outputs()) is_output[static_cast<size_t>(out.node)] = true;
-    for (size_t g = 0; g < plan_.groups.size(); ++g) {
-      const FusionGroup& group = plan_.groups[g];
-      if (group.kind == FusionKind::kContraction) continue;
-      std::vector<ir::NodeId> elided;
-      for (const ir::NodeId p : group.outputs) {
-        const ir::Node& node = graph_.node(p);
-        if (node.op != ir::Op::kPermute || is_output[static_cast<size_t>(p)]) continue;
-        const size_t rank = node.attrs.axes.size();
-        if (rank < 2) continue;
-        bool swap_last_two = node.attrs.axes[rank - 2] == static_cast<int64_t>(rank - 1) &&
-                             node.attrs.axes[rank - 1] == static_cast<int64_t>(rank - 2);
-        for (size_t i = 0; i + 2 < rank; ++i) {
-          swap_last_two &= node.attrs.axes[i] == static_cast<int64_t>(i);
-        }
-        const ir::NodeId source = node.inputs[0];
-        // The source may be another output of this same group (g = -1: any group).
-        if (!swap_last_two || !IsMaterialized(source, -1)) continue;
-        bool only_gemm_operands = !users[static_cast<size_t>(p)].empty();
-        for (ir::NodeId user : users[static_cast<size_t>(p)]) {
-          const int32_t ug = plan_.group_of[static_cast<size_t>(user)];
-          only_gemm_operands &=
-              graph_.node(user).op == ir::Op::kMatMul && ug >= 0 &&
-              plan_.groups[static_cast<size_t>(ug)].kind == FusionKind::kContraction &&
-              plan_.groups[static_cast<size_t>(ug)].root == user && GemmSupports(graph_, user);
-        }
-        if (!only_gemm_operands) continue;
-        transposed_source_[p] = source;
-        elided.push_back(p);
-        absl::StrAppend(&contraction_notes_, "gemm: %", p,
-                        " permute read as a transposed view of %", source, " (dropped from group ",
-                        g, ")\n");
-      }
-      if (elided.empty()) continue;
-      FusionGroup reduced = group;
-      auto drop = [&](std::vector<ir::NodeId>& ids) {
-        ids.erase(std::remove_if(ids.begin(), ids.end(),
-                                 [&](ir::NodeId id) {
-                                   return std::find(elided.begin(), elided.end(), id) !=
-                                          elided.end();
-                                 }),
-                  ids.end());
-      };
-      drop(reduced.nodes);
-      drop(reduced.outputs);
-      if (reduced.outputs.empty()) {
-        skipped_groups_.insert(static_cast<int>(g));
-        continue;
-      }
-      // The permute's input may now be read by nothing else in the group.
-      std::set<ir::NodeId> needed;
-      for (ir::NodeId id : reduced.nodes) {
-        for (ir::NodeId in : graph_.node(id).inputs) needed.insert(in);
-      }
-      reduced.inputs.erase(std::remove_if(reduced.inputs.begin(), reduced.inputs.end(),
-                                          [&](ir::NodeId id) { return needed.count(id) == 0; }),
-                           reduced.inputs.end());
-      if (std::find(reduced.nodes.begin(), reduced.nodes.end(), reduced.root) ==
-          reduced.nodes.end()) {
-        reduced.root = reduced.nodes.empty() ? reduced.outputs.back() : reduced.nodes.back();
-      }
-      reduced_groups_[static_cast<int>(g)] = std::move(reduced);
-    }
+    compiled_ = std::make_shared<CompiledGraph>(
+        CompiledGraph{source(), *std::move(executable), parameter_types(), output_types(),
+                      num_kernels_, num_gemm_steps_, dump().directory(), donatable_,
+                      std::move(donor_of_output_), std::move(kernel_of_step_)});
+    return absl::OkStatus();
   }
 
   // The part of a contraction group the GEMM's in-register epilogue computes: an optional bias
@@ -239,31 +126,31 @@ class Compiler {
                         std::vector<ir::NodeId>* chain) const {
     ir::NodeId id = operand;
     auto fused_here = [&](ir::NodeId n, ir::Op op) {
-      return graph_.node(n).op == op && plan_.group_of[static_cast<size_t>(n)] == g &&
-             uses_[static_cast<size_t>(n)] == 1;
+      return graph().node(n).op == op && plan().group_of[static_cast<size_t>(n)] == g &&
+             UseCount(n) == 1;
     };
     if (fused_here(id, ir::Op::kBroadcast)) {
       chain->push_back(id);
-      id = graph_.node(id).inputs[0];
+      id = graph().node(id).inputs[0];
     }
-    const ir::Shape& shape = graph_.node(id).type.shape;
+    const ir::Shape& shape = graph().node(id).type.shape;
     if (shape.size() <= axis) return ir::kInvalidNode;
     for (size_t d = 0; d < shape.size(); ++d) {
       if (shape[d] != (d == axis ? size : 1)) return ir::kInvalidNode;
     }
     if (fused_here(id, ir::Op::kReshape)) {
       chain->push_back(id);
-      id = graph_.node(id).inputs[0];
+      id = graph().node(id).inputs[0];
     }
-    if (!IsMaterialized(id, g) || graph_.node(id).type.num_elements() != size) {
+    if (!IsMaterialized(id, g) || graph().node(id).type.num_elements() != size) {
       return ir::kInvalidNode;
     }
     return id;
   }
 
   std::optional<EpilogueMatch> MatchEpilogue(int g) const {
-    const FusionGroup& group = plan_.groups[g];
-    const ir::Node& root = graph_.node(group.root);
+    const FusionGroup& group = plan().groups[g];
+    const ir::Node& root = graph().node(group.root);
     const bool is_conv = root.op == ir::Op::kConv;
     const ir::Shape& out = root.type.shape;
     const size_t axis = is_conv ? 1 : out.size() - 1;
@@ -271,21 +158,22 @@ class Compiler {
     std::vector<ir::NodeId> chain;
     ir::NodeId current = group.root;
     for (const ir::NodeId id : group.nodes) {
-      const ir::Node& node = graph_.node(id);
+      const ir::Node& node = graph().node(id);
       if (id == group.root || passes::IsRecomputedLeaf(node)) continue;
       if (node.op == ir::Op::kReshape || node.op == ir::Op::kBroadcast) continue;  // checked below
       if (node.inputs.size() != 2 || node.type.shape != out) return std::nullopt;
       const int side = node.inputs[0] == current ? 0 : node.inputs[1] == current ? 1 : -1;
       if (side < 0 || node.inputs[0] == node.inputs[1]) return std::nullopt;
       // An intermediate value read elsewhere would have to be stored too.
-      if (uses_[static_cast<size_t>(current)] != 1) return std::nullopt;
+      if (UseCount(current) != 1) return std::nullopt;
       const ir::NodeId other = node.inputs[1 - side];
       if (node.op == ir::Op::kAdd && match.bias == ir::kInvalidNode &&
           match.activation == GemmActivation::kNone) {
         match.bias = BiasSource(other, g, axis, out[axis], &chain);
         if (match.bias == ir::kInvalidNode) return std::nullopt;
       } else if (node.op == ir::Op::kMax && match.activation == GemmActivation::kNone &&
-                 graph_.node(other).op == ir::Op::kFill && graph_.node(other).attrs.value == 0.0) {
+                 graph().node(other).op == ir::Op::kFill &&
+                 graph().node(other).attrs.value == 0.0) {
         match.activation = GemmActivation::kRelu;
       } else {
         return std::nullopt;
@@ -294,7 +182,7 @@ class Compiler {
     }
     // Every movement node of the group must be part of the bias chain.
     for (const ir::NodeId id : group.nodes) {
-      const ir::Op op = graph_.node(id).op;
+      const ir::Op op = graph().node(id).op;
       if (id != group.root && (op == ir::Op::kReshape || op == ir::Op::kBroadcast) &&
           std::find(chain.begin(), chain.end(), id) == chain.end()) {
         return std::nullopt;
@@ -305,178 +193,50 @@ class Compiler {
     return match;
   }
 
-  // Slots for parameters, graph outputs and non-splat constants; every other value a group
-  // writes gets an arena slot when first needed.
-  absl::Status BindExternalSlots() {
-    const std::vector<ir::NodeId> params = graph_.Parameters();
-    for (size_t k = 0; k < params.size(); ++k) {
-      const ir::Node& node = graph_.node(params[k]);
-      slot_of_[params[k]] =
-          AddSlot(runtime::Slot::Input(static_cast<int64_t>(k), ByteSize(node.type)), node);
-    }
-    const auto& outputs = graph_.outputs();
-    for (size_t k = 0; k < outputs.size(); ++k) {
-      const ir::NodeId id = outputs[k].node;
-      const ir::Node& node = graph_.node(id);
-      const int slot =
-          AddSlot(runtime::Slot::Output(static_cast<int64_t>(k), ByteSize(node.type)), node);
-      // Parameters and constants have homes of their own; no kernel computes them.
-      const bool computed = node.op != ir::Op::kParameter && node.op != ir::Op::kConstant;
-      output_slots_.push_back(slot);
-      if (computed && slot_of_.count(id) == 0) {
-        slot_of_[id] = slot;  // the value's home: later groups read it from the output
-      } else {
-        extra_output_slots_.emplace_back(id, slot);  // a parameter or a repeated output
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  int AddSlot(runtime::Slot slot, const ir::Node& node) {
-    slot.label = absl::StrCat(ir::OpName(node.op), " ", ir::TypeToString(node.type));
-    spec_.slots.push_back(std::move(slot));
-    return static_cast<int>(spec_.slots.size() - 1);
-  }
-
-  // The slot holding `id`'s value, creating an arena slot (offset assigned by the memory plan)
-  // or a constant slot on first use.
-  int SlotFor(ir::NodeId id) {
-    auto it = slot_of_.find(id);
-    if (it != slot_of_.end()) return it->second;
-    const ir::Node& node = graph_.node(id);
-    int slot;
-    if (node.op == ir::Op::kConstant) {
-      const ir::TensorData& literal = *node.attrs.literal;
-      std::vector<std::byte> bytes(literal.data(), literal.data() + literal.size_bytes());
-      slot = AddSlot(runtime::Slot::Constant(std::move(bytes)), node);
-    } else {
-      slot = NewArenaSlot(node, absl::StrCat("%", id));
-    }
-    slot_of_[id] = slot;
-    return slot;
-  }
-
-  // An arena slot for a value of `node`'s type; PlaceArenaBuffers assigns its offset.
-  int NewArenaSlot(const ir::Node& node, std::string name) {
-    const int slot = AddSlot(runtime::Slot::Arena(0, ByteSize(node.type)), node);
-    arena_buffer_of_slot_[slot] = static_cast<passes::BufferId>(arena_buffers_.size());
-    arena_buffers_.push_back(
-        passes::PlanBuffer{ByteSize(node.type), false, false, std::move(name)});
-    return slot;
-  }
-
-  int ErrorFlagSlot() {
-    if (error_flag_slot_ < 0) {
-      spec_.slots.push_back(runtime::Slot::ErrorFlag());
-      error_flag_slot_ = static_cast<int>(spec_.slots.size() - 1);
-    }
-    return error_flag_slot_;
-  }
-
-  // Tells the memory planner which arena buffers the next step reads and writes.
-  void RecordPlanStep(std::string name, const std::vector<int>& read_slots,
-                      const std::vector<int>& written_slots) {
-    step_reads_.push_back(read_slots);
-    step_writes_.push_back(written_slots);
-    passes::PlanStep plan_step;
-    plan_step.name = std::move(name);
-    for (int s : read_slots) {
-      if (auto it = arena_buffer_of_slot_.find(s); it != arena_buffer_of_slot_.end()) {
-        plan_step.inputs.push_back(it->second);
-      }
-    }
-    for (int s : written_slots) {
-      if (auto it = arena_buffer_of_slot_.find(s); it != arena_buffer_of_slot_.end()) {
-        plan_step.outputs.push_back(it->second);
-      }
-    }
-    plan_steps_.push_back(std::move(plan_step));
-  }
-
   void AddStep(runtime::Step step, const std::vector<int>& read_slots,
                const std::vector<int>& written_slots) {
     RecordPlanStep(step.name, read_slots, written_slots);
     spec_.steps.push_back(std::move(step));
   }
 
-  absl::Status GroupError(int g, const absl::Status& status) {
-    const FusionGroup& group = plan_.groups[g];
-    return absl::Status(
-        status.code(),
-        absl::StrCat("cpu backend: group ", g, " (", passes::FusionKindName(group.kind), ", root %",
-                     group.root, " = ", ir::OpName(graph_.node(group.root).op),
-                     "): ", status.message()));
-  }
-
-  absl::Status CompileGroup(int g) {
-    const FusionGroup& group = plan_.groups[g];
-    // A parameter or constant that is a graph output: CopyRepeatedOutputs copies it.
-    if (group.kind == FusionKind::kCopy && group.nodes.empty()) return absl::OkStatus();
-    if (skipped_groups_.count(g) != 0) return absl::OkStatus();  // a transposed GEMM operand
-    if (group.kind == FusionKind::kContraction && GemmSupports(graph_, group.root)) {
-      return CompileContraction(g);
-    }
-    auto reduced = reduced_groups_.find(g);
-    absl::StatusOr<Kernel> kernel = LowerGroup(
-        graph_, reduced == reduced_groups_.end() ? group : reduced->second, absl::StrCat("k", g));
-    if (!kernel.ok()) return GroupError(g, kernel.status());
-    return EmitKernel(g, *kernel);
-  }
-
-  // Compiles `kernel` and appends its launch. Its args name the graph values they hold.
-  absl::Status EmitKernel(int g, const Kernel& kernel,
-                          const std::map<ir::NodeId, int>& slot_override = {}) {
+  // Compiles `kernel` with the JIT and appends its launch.
+  absl::Status CompileKernel(int g, const Kernel& kernel, const SlotOverride& override) override {
     const std::string dump_name = absl::StrCat("kernel_", num_kernels_);
     Dump(dump_name + ".kir", PrintKernel(kernel));
     CompileOptions options;
-    options.dump = dump_.enabled() ? &dump_ : nullptr;
+    options.dump = dump().enabled() ? &dump() : nullptr;
     options.dump_name = dump_name;
     absl::StatusOr<CompiledKernel> code = KernelCompiler().Compile(kernel, options);
     if (!code.ok()) return GroupError(g, code.status());
     keep_alive_.code.push_back(code->keep_alive);
 
+    KernelBinding binding = BindKernelArgs(kernel, override);
     runtime::Step step;
     step.fn = code->fn;
     step.parallel_extent = kernel.parallel_extent;
     step.grain = GrainFor(kernel);
     step.name = kernel.name;
-    std::vector<int> reads, writes;
-    for (const KernelArg& arg : kernel.args) {
-      int slot;
-      if (arg.role == ArgRole::kErrorFlag) {
-        slot = ErrorFlagSlot();
-        step.error_context = arg.name;
-      } else if (auto it = slot_override.find(arg.node); it != slot_override.end()) {
-        slot = it->second;
-      } else {
-        slot = SlotFor(arg.node);
-      }
-      step.slot_args.push_back(slot);
-      (arg.role == ArgRole::kInput ? reads : writes).push_back(slot);
-      // scatter_add reads back what it writes; the planner only needs the write.
-    }
+    step.error_context = binding.error_context;
+    step.slot_args = binding.slots;
     ++num_kernels_;
     kernel_of_step_[static_cast<int>(spec_.steps.size())] = kernel;
-    AddStep(std::move(step), reads, writes);
+    AddStep(std::move(step), binding.reads, binding.writes);
     return absl::OkStatus();
   }
 
   // A matmul or convolution through the packed GEMM, then the rest of the group (bias,
   // activation, residual) as an elementwise kernel over its result.
-  absl::Status CompileContraction(int g) {
-    const FusionGroup& group = plan_.groups[g];
-    const ir::Node& root = graph_.node(group.root);
+  absl::Status CompileContraction(int g) override {
+    const FusionGroup& group = plan().groups[g];
+    const ir::Node& root = graph().node(group.root);
     const ir::NodeId lhs = root.inputs[0], rhs = root.inputs[1];
     auto step_desc = std::make_unique<ContractionStep>();
     step_desc->pool = &runtime::DefaultThreadPool();
     step_desc->kernels = &gemm_internal::JitMicroKernels();
-    const ir::Shape& a = graph_.node(lhs).type.shape;
-    const ir::Shape& b = graph_.node(rhs).type.shape;
-    // An operand that is an elided permute (FindTransposedOperands) is read from its source.
-    auto operand_source = [&](ir::NodeId operand) {
-      auto it = transposed_source_.find(operand);
-      return it == transposed_source_.end() ? operand : it->second;
-    };
+    const ir::Shape& a = graph().node(lhs).type.shape;
+    const ir::Shape& b = graph().node(rhs).type.shape;
+    // An operand that is an elided permute (ReadsTransposedOperands) is read from its source.
+    auto operand_source = [&](ir::NodeId operand) { return OperandSource(operand); };
     if (root.op == ir::Op::kMatMul) {
       const size_t r = a.size();
       std::vector<int64_t> batch(a.begin(), a.end() - 2);
@@ -515,12 +275,7 @@ class Compiler {
       }
     }
 
-    // The group's nodes include the leaves it recomputes (an operand computed just below, or a
-    // fill an epilogue op reads); only other nodes make an epilogue.
-    bool has_epilogue = false;
-    for (const ir::NodeId id : group.nodes) {
-      has_epilogue |= id != group.root && !passes::IsRecomputedLeaf(graph_.node(id));
-    }
+    bool has_epilogue = HasEpilogue(group);
     // A bias add and/or relu runs in the GEMM's registers on each finished tile; anything else
     // runs as an elementwise kernel over the GEMM's result.
     int result_slot;
@@ -539,10 +294,11 @@ class Compiler {
       }
       result_slot = SlotFor(in_register->final);
       has_epilogue = false;
-      absl::StrAppend(&contraction_notes_, "gemm: group ", g, " epilogue in registers (bias ",
-                      in_register->bias == ir::kInvalidNode ? std::string("none")
-                                                            : absl::StrCat("%", in_register->bias),
-                      ", activation ", GemmActivationName(in_register->activation), ")\n");
+      AddFusionNote(
+          absl::StrCat("gemm: group ", g, " epilogue in registers (bias ",
+                       in_register->bias == ir::kInvalidNode ? std::string("none")
+                                                             : absl::StrCat("%", in_register->bias),
+                       ", activation ", GemmActivationName(in_register->activation), ")"));
     } else if (!has_epilogue || std::find(group.outputs.begin(), group.outputs.end(), group.root) !=
                                     group.outputs.end()) {
       // Where the contraction's result goes: its own slot when something outside reads it,
@@ -555,28 +311,12 @@ class Compiler {
     const ContractionStep* desc_ptr = step_desc.get();
     std::vector<std::byte> desc_bytes(sizeof(desc_ptr));
     std::memcpy(desc_bytes.data(), &desc_ptr, sizeof(desc_ptr));
-    spec_.slots.push_back(runtime::Slot::Constant(std::move(desc_bytes)));
-    const int desc_slot = static_cast<int>(spec_.slots.size() - 1);
+    const int desc_slot = AddSlot(runtime::Slot::Constant(std::move(desc_bytes)));
     keep_alive_.contractions.push_back(std::move(step_desc));
 
-    // Fuse recomputes leaves (fill, iota, random_*) inside each group that reads them, so an
-    // operand of the contraction may be such a leaf with no buffer of its own; the GEMM needs
-    // one, so it is computed by a kernel of its own first (constants have constant slots).
+    // The GEMM needs a buffer for each operand (a recomputed leaf has none yet).
     for (const ir::NodeId operand : {operand_source(lhs), operand_source(rhs)}) {
-      const ir::Node& node = graph_.node(operand);
-      if (slot_of_.count(operand) != 0 || node.op == ir::Op::kConstant ||
-          !passes::IsRecomputedLeaf(node)) {
-        continue;
-      }
-      FusionGroup leaf;
-      leaf.kind = FusionKind::kElementwise;
-      leaf.nodes = {operand};
-      leaf.outputs = {operand};
-      leaf.root = operand;
-      absl::StatusOr<Kernel> kernel =
-          LowerGroup(graph_, leaf, absl::StrCat("k", g, "_operand_", operand));
-      if (!kernel.ok()) return GroupError(g, kernel.status());
-      if (absl::Status s = EmitKernel(g, *kernel); !s.ok()) return s;
+      if (absl::Status s = MaterializeRecomputedLeaf(g, operand); !s.ok()) return s;
     }
 
     runtime::Step step;
@@ -595,21 +335,14 @@ class Compiler {
     AddStep(std::move(step), reads, {result_slot});
 
     if (!has_epilogue) return absl::OkStatus();
-    absl::StatusOr<Epilogue> epilogue = LowerEpilogue(graph_, group);
-    if (!epilogue.ok()) return GroupError(g, epilogue.status());
-    epilogue->kernel.name = absl::StrCat("epilogue_", group.root);
-    return EmitKernel(g, epilogue->kernel, {{group.root, result_slot}});
+    return CompileEpilogue(g, result_slot);
   }
 
-  // A value that is a graph output more than once, or a parameter that is an output, is copied
-  // into each extra output at the end (the fused kernels wrote its first home).
-  absl::Status CopyRepeatedOutputs() {
-    for (const auto& [id, out_slot] : extra_output_slots_) {
-      const int source = SlotFor(id);
-      const std::string name = absl::StrCat("copy_%", id);
-      RecordPlanStep(name, {source}, {out_slot});
-      runtime::AppendCopyStep(spec_, source, out_slot, ByteSize(graph_.node(id).type), name);
-    }
+  absl::Status AppendCopy(ir::NodeId value, int source_slot, int output_slot) override {
+    const std::string name = absl::StrCat("copy_%", value);
+    RecordPlanStep(name, {source_slot}, {output_slot});
+    runtime::AppendCopyStep(spec_, source_slot, output_slot, ByteSize(graph().node(value).type),
+                            name);
     return absl::OkStatus();
   }
 
@@ -622,8 +355,8 @@ class Compiler {
   // before the rest: W' = W - lr * v' takes W, leaving v to v' = 0.9 v + g); a donor dead earlier
   // may serve any output of its type.
   absl::Status PairDonatedBuffers() {
-    const std::vector<ir::NodeId> params = graph_.Parameters();
-    const auto& outputs = graph_.outputs();
+    const std::vector<ir::NodeId> params = graph().Parameters();
+    const auto& outputs = graph().outputs();
     donor_of_output_.assign(outputs.size(), -1);
     if (std::find(donatable_.begin(), donatable_.end(), true) == donatable_.end()) {
       return absl::OkStatus();
@@ -637,22 +370,22 @@ class Compiler {
     for (int pass = 0; pass < 3; ++pass) {
       for (size_t k = 0; k < outputs.size(); ++k) {
         if (donor_of_output_[k] >= 0) continue;
-        const int out_slot = output_slots_[k];
+        const int out_slot = output_slots()[k];
         int writer = -1, writers = 0;
         for (int s = 0; s < num_steps; ++s) {
-          if (contains(step_writes_[static_cast<size_t>(s)], out_slot)) {
+          if (contains(step_writes()[static_cast<size_t>(s)], out_slot)) {
             writer = s;
             ++writers;
           }
         }
-        const ir::TensorType& type = graph_.node(outputs[k].node).type;
+        const ir::TensorType& type = graph().node(outputs[k].node).type;
         if (writers != 1 || ByteSize(type) == 0) continue;
         for (size_t j = 0; j < params.size() && j < donatable_.size(); ++j) {
-          if (!donatable_[j] || taken[j] || !(graph_.node(params[j]).type == type)) continue;
-          const int in_slot = slot_of_.at(params[j]);
+          if (!donatable_[j] || taken[j] || !(graph().node(params[j]).type == type)) continue;
+          const int in_slot = SlotFor(params[j]);
           bool read_by_writer = false, read_later = false;
           for (int s = writer; s < num_steps; ++s) {
-            if (!contains(step_reads_[static_cast<size_t>(s)], in_slot)) continue;
+            if (!contains(step_reads()[static_cast<size_t>(s)], in_slot)) continue;
             (s == writer ? read_by_writer : read_later) = true;
           }
           if (read_later || read_by_writer != (pass < 2)) continue;
@@ -697,7 +430,7 @@ class Compiler {
     const std::string dump_name = absl::StrCat("kernel_in_place_", num_in_place_++);
     Dump(dump_name + ".kir", PrintKernel(*merged));
     CompileOptions options;
-    options.dump = dump_.enabled() ? &dump_ : nullptr;
+    options.dump = dump().enabled() ? &dump() : nullptr;
     options.dump_name = dump_name;
     absl::StatusOr<CompiledKernel> code = KernelCompiler().Compile(*merged, options);
     if (!code.ok()) {
@@ -843,67 +576,27 @@ class Compiler {
     return merged;
   }
 
-  absl::Status PlaceArenaBuffers() {
-    absl::StatusOr<passes::MemoryPlan> plan = passes::PlanMemory(arena_buffers_, plan_steps_);
-    if (!plan.ok()) {
-      return absl::InternalError(
-          absl::StrCat("cpu backend: memory planning failed: ", plan.status().message()));
-    }
-    Dump("memory_plan.txt", plan->ToString());
-    for (const auto& [slot, buffer] : arena_buffer_of_slot_) {
-      spec_.slots[slot].offset = std::max<int64_t>(plan->buffers[buffer].offset, 0);
-    }
-    return absl::OkStatus();
-  }
-
   static CpuCompiler& KernelCompiler() {
     static CpuCompiler* compiler = new CpuCompiler();
     return *compiler;
   }
 
-  const ir::Graph& source_;
   // Per parameter: the caller may hand its buffer over (CompileGraph's `donatable`).
   std::vector<bool> donatable_;
   // Per output: the parameter whose buffer it is written into, or -1 (PairDonatedBuffers).
   std::vector<int> donor_of_output_;
-  // The slot bound to each graph output.
-  std::vector<int> output_slots_;
-  // Slots each step reads and writes (all kinds, not only arena), in step order.
-  std::vector<std::vector<int>> step_reads_, step_writes_;
   // The kernel IR behind each step that launches a JIT kernel, by step index.
   std::map<int, Kernel> kernel_of_step_;
-  ir::Graph graph_;
-  passes::FusionPlan plan_;
-  passes::DumpSession dump_;
   runtime::ExecutableSpec spec_;
   KeepAlive keep_alive_;
-  std::unordered_map<ir::NodeId, int> slot_of_;
-  std::vector<int32_t> uses_;
-  // Elided permutes (read by the GEMM as strided views) and their sources; their groups.
-  std::unordered_map<ir::NodeId, ir::NodeId> transposed_source_;
-  std::set<int> skipped_groups_;
-  // Groups that lost elided permute outputs: compiled in this reduced form.
-  std::map<int, FusionGroup> reduced_groups_;
-  // Lines appended to fusion.txt: what the GEMM took over.
-  std::string contraction_notes_;
-  std::vector<std::pair<ir::NodeId, int>> extra_output_slots_;
-  std::map<int, passes::BufferId> arena_buffer_of_slot_;
-  std::vector<passes::PlanBuffer> arena_buffers_;
-  std::vector<passes::PlanStep> plan_steps_;
-  int error_flag_slot_ = -1;
+  std::shared_ptr<const CompiledGraph> compiled_;
   int num_kernels_ = 0;
   int num_gemm_steps_ = 0;
   int num_in_place_ = 0;  // kernels rebuilt for donation (dump names)
 };
 
-struct GraphCache {
-  std::mutex mutex;
-  std::unordered_map<uint64_t, std::shared_ptr<const CompiledGraph>> entries;
-  GraphCacheStats stats;
-};
-
-GraphCache& Cache() {
-  static GraphCache* cache = new GraphCache();
+GraphCache<CompiledGraph>& Cache() {
+  static auto* cache = new GraphCache<CompiledGraph>();
   return *cache;
 }
 
@@ -918,26 +611,12 @@ absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(const ir::Grap
 absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
     const CompiledGraph& compiled, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
     std::span<const bool> donated) {
-  if (arguments.size() != compiled.parameter_types.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("cpu backend: ", arguments.size(),
-                                                   " arguments for ",
-                                                   compiled.parameter_types.size(), " parameters"));
+  if (absl::Status s = CheckArguments("cpu", compiled.parameter_types, arguments, donated);
+      !s.ok()) {
+    return s;
   }
   absl::InlinedVector<const void*, 8> inputs(arguments.size());
-  for (size_t k = 0; k < arguments.size(); ++k) {
-    const ir::TensorType& want = compiled.parameter_types[k];
-    if (arguments[k]->dtype() != want.dtype || arguments[k]->shape() != want.shape) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cpu backend: argument ", k, " is ", ir::DTypeName(arguments[k]->dtype()),
-                       ir::ShapeToString(arguments[k]->shape()), ", the graph expects ",
-                       ir::TypeToString(want)));
-    }
-    inputs[k] = arguments[k]->data();
-  }
-  if (!donated.empty() && donated.size() != arguments.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cpu backend: ", donated.size(), " donation flags for ", arguments.size(), " arguments"));
-  }
+  for (size_t k = 0; k < arguments.size(); ++k) inputs[k] = arguments[k]->data();
   std::vector<ir::TensorData> results;
   results.reserve(compiled.output_types.size());
   absl::InlinedVector<void*, 4> outputs;
@@ -971,13 +650,7 @@ absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
   return results;
 }
 
-GraphCacheStats GetGraphCacheStats() {
-  GraphCache& cache = Cache();
-  std::lock_guard<std::mutex> lock(cache.mutex);
-  GraphCacheStats stats = cache.stats;
-  stats.entries = static_cast<int64_t>(cache.entries.size());
-  return stats;
-}
+GraphCacheStats GetGraphCacheStats() { return Cache().Stats(); }
 
 absl::StatusOr<std::vector<ir::TensorData>> CompileAndRun(
     const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
@@ -989,26 +662,11 @@ absl::StatusOr<std::vector<ir::TensorData>> CompileAndRun(
   for (size_t j = 0; j < donatable.size(); ++j) {
     if (donatable[j]) key = (key ^ (0x9e3779b97f4a7c15ULL + j)) * 0x100000001b3ULL;
   }
-  std::shared_ptr<const CompiledGraph> compiled;
-  GraphCache& cache = Cache();
-  {
-    std::lock_guard<std::mutex> lock(cache.mutex);
-    auto it = cache.entries.find(key);
-    if (it != cache.entries.end() && it->second->donatable == donatable &&
-        passes::SameGraph(it->second->source, graph)) {
-      compiled = it->second;
-      ++cache.stats.hits;
-    }
-  }
-  if (!compiled) {
-    absl::StatusOr<std::shared_ptr<const CompiledGraph>> fresh = CompileGraph(graph, donatable);
-    if (!fresh.ok()) return fresh.status();
-    compiled = *std::move(fresh);
-    std::lock_guard<std::mutex> lock(cache.mutex);
-    cache.entries[key] = compiled;
-    ++cache.stats.compiles;
-  }
-  return RunCompiledGraph(*compiled, arguments, donated);
+  absl::StatusOr<std::shared_ptr<const CompiledGraph>> compiled = Cache().FindOrCompile(
+      graph, key, [&](const CompiledGraph& entry) { return entry.donatable == donatable; },
+      [&] { return CompileGraph(graph, donatable); });
+  if (!compiled.ok()) return compiled.status();
+  return RunCompiledGraph(**compiled, arguments, donated);
 }
 
 }  // namespace kiln::codegen::cpu

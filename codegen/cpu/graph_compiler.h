@@ -1,4 +1,5 @@
-// The CPU backend's graph compiler: ir::Graph → runtime::Executable.
+// The CPU backend's graph compiler: ir::Graph → runtime::Executable. The pipeline is the shared
+// one (codegen/graph_compiler.h); this backend supplies its hooks:
 //
 //   simplify passes (passes/simplify.h) → Fuse (passes/fusion.h) → per group:
 //     elementwise / reduction / scatter / copy → LowerGroup → CpuCompiler (ExpandMath, LLVM, JIT)
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "codegen/graph_compiler.h"
 #include "codegen/kernel_ir.h"
 #include "ir/graph.h"
 #include "ir/tensor_data.h"
@@ -86,11 +88,7 @@ absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
     std::span<const bool> donated = {});
 
 /// Counters of the process-wide compiled-graph cache.
-struct GraphCacheStats {
-  int64_t compiles = 0;  // graphs compiled
-  int64_t hits = 0;      // realizations served by an already compiled graph
-  int64_t entries = 0;   // graphs cached now
-};
+using codegen::GraphCacheStats;
 GraphCacheStats GetGraphCacheStats();
 
 /// Compiles (or finds in the cache) and runs `graph`: the `kiln::Cpu` backend's executor.

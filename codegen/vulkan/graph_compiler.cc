@@ -1,28 +1,20 @@
 #include "codegen/vulkan/graph_compiler.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <map>
 #include <mutex>
-#include <set>
 #include <string>
-#include <unordered_map>
 #include <utility>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "codegen/graph_compiler.h"
 #include "codegen/kernel_ir.h"
-#include "codegen/lower.h"
 #include "codegen/vulkan/spirv.h"
 #include "ir/hash.h"
 #include "ir/printer.h"
-#include "passes/dump.h"
 #include "passes/fusion.h"
-#include "passes/memory_plan.h"
-#include "passes/pass_manager.h"
-#include "passes/rewriter.h"
-#include "passes/simplify.h"
 #include "runtime/buffer.h"
 
 namespace kiln::codegen::vulkan {
@@ -30,11 +22,6 @@ namespace {
 
 namespace rv = runtime::vulkan;
 using passes::FusionGroup;
-using passes::FusionKind;
-
-int64_t ByteSize(const ir::TensorType& type) {
-  return type.num_elements() * ir::DTypeSize(type.dtype);
-}
 
 // The tiled matmul: C[b] = A[b] B[b] with A[b] of M x K and B[b] of K x N, element (i, k) of A
 // at b * M * K + i * a_row + k * a_col (and likewise for B), C dense. A workgroup of 16 x 16
@@ -85,174 +72,67 @@ std::string MatmulGlsl(const std::string& name, bool f64, int64_t m, int64_t k, 
       "    }\n", "  }\n", "}\n");
 }
 
-class Compiler {
+// The Vulkan backend's hooks on the shared graph compiler (codegen/graph_compiler.h): kernels
+// become GLSL compute shaders compiled to SPIR-V, tiled-matmul-sized matmuls use the shared-memory
+// matmul template, copies a copy shader; arena offsets are aligned for descriptor ranges.
+class Compiler : public GraphCompiler {
  public:
   // `device` may be null (CompileSpec): the spec is then compiled for `info` and not loaded.
   Compiler(const ir::Graph& graph, std::shared_ptr<rv::VulkanDevice> device,
            const rv::DeviceInfo& info)
-      : source_(graph), device_(std::move(device)), info_(info), target_(TargetFor(info_)) {}
+      : GraphCompiler(graph, Options(info)),
+        device_(std::move(device)),
+        info_(info),
+        target_(TargetFor(info_)) {}
 
   absl::StatusOr<std::shared_ptr<const CompiledGraph>> Run() {
-    dump_ = passes::DumpSession::FromEnv("vulkan");
-    passes::PassManagerOptions pm_options;
-    pm_options.dump = dump_;
-    passes::PassManager pm(std::move(pm_options));
-    passes::AddSimplifyPasses(pm);
-    absl::StatusOr<ir::Graph> simplified = pm.Run(source_);
-    if (!simplified.ok()) return simplified.status();
-    graph_ = *std::move(simplified);
-    plan_ = passes::Fuse(graph_);
-    FindTransposedOperands();
-
-    std::vector<ir::TensorType> parameter_types, output_types;
-    for (ir::NodeId p : graph_.Parameters()) parameter_types.push_back(graph_.node(p).type);
-    for (const ir::Output& out : graph_.outputs()) {
-      output_types.push_back(graph_.node(out.node).type);
-    }
-    spec_.name = "vulkan_graph";
-    spec_.num_inputs = static_cast<int>(parameter_types.size());
-    spec_.num_outputs = static_cast<int>(output_types.size());
-    BindExternalSlots();
-    for (size_t g = 0; g < plan_.groups.size(); ++g) {
-      if (absl::Status s = CompileGroup(static_cast<int>(g)); !s.ok()) return s;
-    }
-    Dump("fusion.txt", passes::PrintFusionPlan(graph_, plan_) + notes_);
-    if (absl::Status s = CopyRepeatedOutputs(); !s.ok()) return s;
-    if (absl::Status s = PlaceArenaBuffers(); !s.ok()) return s;
-
-    auto compiled = std::make_shared<CompiledGraph>();
-    if (device_ == nullptr) {  // ahead of time: the spec only
-      compiled->source = source_;
-      compiled->spec = std::move(spec_);
-      compiled->parameter_types = std::move(parameter_types);
-      compiled->output_types = std::move(output_types);
-      compiled->glsl = std::move(glsl_);
-      compiled->num_kernels = num_kernels_;
-      compiled->num_matmuls = num_matmuls_;
-      compiled->dump_directory = dump_.directory();
-      return std::shared_ptr<const CompiledGraph>(std::move(compiled));
-    }
-    rv::VulkanExecutableSpec spec = spec_;
-    absl::StatusOr<std::shared_ptr<const rv::VulkanExecutable>> executable =
-        device_->Load(std::move(spec));
-    if (!executable.ok()) {
-      return absl::Status(executable.status().code(),
-                          absl::StrCat("vulkan backend: loading the launch plan failed: ",
-                                       executable.status().message()));
-    }
-    Dump("executable.txt", (*executable)->ToString());
-    compiled->source = source_;
-    compiled->spec = std::move(spec_);
-    compiled->executable = *std::move(executable);
-    compiled->device = device_;
-    compiled->parameter_types = std::move(parameter_types);
-    compiled->output_types = std::move(output_types);
-    compiled->glsl = std::move(glsl_);
-    compiled->num_kernels = num_kernels_;
-    compiled->num_matmuls = num_matmuls_;
-    compiled->dump_directory = dump_.directory();
-    return std::shared_ptr<const CompiledGraph>(std::move(compiled));
+    if (absl::Status s = Compile(); !s.ok()) return s;
+    return std::move(compiled_);
   }
 
  private:
-  void Dump(const std::string& name, const std::string& contents) {
-    if (!dump_.enabled()) return;
-    if (absl::Status s = dump_.Write(name, contents); !s.ok()) {
-      std::fprintf(stderr, "kiln: KILN_DUMP: %s\n", std::string(s.message()).c_str());
-    }
-  }
-
-  int AddSlot(runtime::Slot slot, const ir::Node& node) {
-    slot.label = absl::StrCat(ir::OpName(node.op), " ", ir::TypeToString(node.type));
-    spec_.slots.push_back(std::move(slot));
-    return static_cast<int>(spec_.slots.size() - 1);
-  }
-
-  void BindExternalSlots() {
-    const std::vector<ir::NodeId> params = graph_.Parameters();
-    for (size_t k = 0; k < params.size(); ++k) {
-      const ir::Node& node = graph_.node(params[k]);
-      slot_of_[params[k]] =
-          AddSlot(runtime::Slot::Input(static_cast<int64_t>(k), ByteSize(node.type)), node);
-    }
-    const auto& outputs = graph_.outputs();
-    for (size_t k = 0; k < outputs.size(); ++k) {
-      const ir::NodeId id = outputs[k].node;
-      const ir::Node& node = graph_.node(id);
-      const int slot =
-          AddSlot(runtime::Slot::Output(static_cast<int64_t>(k), ByteSize(node.type)), node);
-      const bool computed = node.op != ir::Op::kParameter && node.op != ir::Op::kConstant;
-      if (computed && slot_of_.count(id) == 0) {
-        slot_of_[id] = slot;
-      } else {
-        extra_output_slots_.emplace_back(id, slot);
-      }
-    }
-  }
-
-  int SlotFor(ir::NodeId id) {
-    auto it = slot_of_.find(id);
-    if (it != slot_of_.end()) return it->second;
-    const ir::Node& node = graph_.node(id);
-    int slot;
-    if (node.op == ir::Op::kConstant) {
-      const ir::TensorData& literal = *node.attrs.literal;
-      std::vector<std::byte> bytes(literal.data(), literal.data() + literal.size_bytes());
-      slot = AddSlot(runtime::Slot::Constant(std::move(bytes)), node);
-    } else {
-      slot = NewArenaSlot(node, absl::StrCat("%", id));
-    }
-    slot_of_[id] = slot;
-    return slot;
-  }
-
-  // The planner places buffers at sums of their sizes rounded to 64 bytes; planning with sizes
-  // rounded to the device's storage-buffer offset alignment (a power of two) makes every offset
-  // a multiple of it, as descriptor ranges require.
-  int NewArenaSlot(const ir::Node& node, std::string name) {
+  static GraphCompilerOptions Options(const rv::DeviceInfo& info) {
+    GraphCompilerOptions options;
+    options.backend = "vulkan";
+    options.contraction_label = "matmul";
+    // Descriptor ranges start at multiples of minStorageBufferOffsetAlignment (a power of two).
+    options.arena_alignment = std::max<int64_t>(
+        runtime::kBufferAlignment, static_cast<int64_t>(info.min_storage_buffer_offset_alignment));
     // A binding cannot be empty: zero-sized values still get 4 bytes.
-    const int slot =
-        AddSlot(runtime::Slot::Arena(0, std::max<int64_t>(ByteSize(node.type), 4)), node);
-    arena_buffer_of_slot_[slot] = static_cast<passes::BufferId>(arena_buffers_.size());
-    const int64_t align = std::max<int64_t>(
-        runtime::kBufferAlignment, static_cast<int64_t>(info_.min_storage_buffer_offset_alignment));
-    const int64_t planned = (std::max<int64_t>(ByteSize(node.type), 4) + align - 1) / align * align;
-    arena_buffers_.push_back(passes::PlanBuffer{planned, false, false, std::move(name)});
-    return slot;
+    options.min_buffer_bytes = 4;
+    return options;
   }
 
-  int ErrorFlagSlot() {
-    if (error_flag_slot_ < 0) {
-      spec_.slots.push_back(runtime::Slot::ErrorFlag());
-      error_flag_slot_ = static_cast<int>(spec_.slots.size() - 1);
-    }
-    return error_flag_slot_;
-  }
+  std::vector<runtime::Slot>& slots() override { return spec_.slots; }
 
-  void RecordPlanStep(std::string name, const std::vector<int>& reads,
-                      const std::vector<int>& writes) {
-    passes::PlanStep step;
-    step.name = std::move(name);
-    for (int s : reads) {
-      if (auto it = arena_buffer_of_slot_.find(s); it != arena_buffer_of_slot_.end()) {
-        step.inputs.push_back(it->second);
-      }
-    }
-    for (int s : writes) {
-      if (auto it = arena_buffer_of_slot_.find(s); it != arena_buffer_of_slot_.end()) {
-        step.outputs.push_back(it->second);
-      }
-    }
-    plan_steps_.push_back(std::move(step));
-  }
+  bool RunsContraction(const ir::Node& root) const override { return TiledMatmul(root); }
 
-  absl::Status GroupError(int g, const absl::Status& status) {
-    const FusionGroup& group = plan_.groups[static_cast<size_t>(g)];
-    return absl::Status(
-        status.code(),
-        absl::StrCat("vulkan backend: group ", g, " (", passes::FusionKindName(group.kind),
-                     ", root %", group.root, " = ", ir::OpName(graph_.node(group.root).op),
-                     "): ", status.message()));
+  // The matmul template takes the operands' row and column strides.
+  bool ReadsTransposedOperands(const ir::Node&) const override { return true; }
+
+  absl::Status Finish() override {
+    spec_.name = "vulkan_graph";
+    spec_.num_inputs = static_cast<int>(parameter_types().size());
+    spec_.num_outputs = static_cast<int>(output_types().size());
+    auto compiled = std::make_shared<CompiledGraph>();
+    compiled->source = source();
+    compiled->parameter_types = parameter_types();
+    compiled->output_types = output_types();
+    compiled->num_kernels = num_kernels_;
+    compiled->num_matmuls = num_matmuls_;
+    compiled->dump_directory = dump().directory();
+    if (device_ != nullptr) {  // ahead of time (no device): the spec only
+      absl::StatusOr<std::shared_ptr<const rv::VulkanExecutable>> executable = device_->Load(spec_);
+      if (!executable.ok())
+        return StageError("loading the launch plan failed", executable.status());
+      Dump("executable.txt", (*executable)->ToString());
+      compiled->executable = *std::move(executable);
+      compiled->device = device_;
+    }
+    compiled->spec = std::move(spec_);
+    compiled->glsl = std::move(glsl_);
+    compiled_ = std::move(compiled);
+    return absl::OkStatus();
   }
 
   // Compiles GLSL to SPIR-V, dumps both, and appends the shader; returns its index.
@@ -261,7 +141,7 @@ class Compiler {
     Dump(dump_name + ".glsl", glsl);
     absl::StatusOr<std::shared_ptr<const SpirvModule>> module = CompileGlslToSpirv(glsl, name);
     if (!module.ok()) return module.status();
-    if (dump_.enabled()) Dump(dump_name + ".spvasm", DisassembleSpirv((*module)->words));
+    if (dump().enabled()) Dump(dump_name + ".spvasm", DisassembleSpirv((*module)->words));
     rv::ShaderSpec shader;
     shader.name = name;
     shader.spirv = (*module)->words;
@@ -272,16 +152,15 @@ class Compiler {
     return static_cast<int>(spec_.shaders.size() - 1);
   }
 
-  absl::Status EmitKernel(int g, const Kernel& kernel,
-                          const std::map<ir::NodeId, int>& slot_override = {}) {
+  absl::Status CompileKernel(int g, const Kernel& kernel, const SlotOverride& override) override {
     if (kernel.parallel_extent == 0) {
       // Nothing to compute (a zero-sized output), but later steps may bind its buffers: the
       // memory plan still sees the step write them.
       std::vector<int> reads, writes;
       for (const KernelArg& arg : kernel.args) {
         if (arg.role == ArgRole::kErrorFlag) continue;
-        auto it = slot_override.find(arg.node);
-        const int slot = it != slot_override.end() ? it->second : SlotFor(arg.node);
+        auto it = override.find(arg.node);
+        const int slot = it != override.end() ? it->second : SlotFor(arg.node);
         (arg.role == ArgRole::kInput ? reads : writes).push_back(slot);
       }
       RecordPlanStep(kernel.name + " (empty)", reads, writes);
@@ -293,25 +172,14 @@ class Compiler {
     absl::StatusOr<int> shader =
         AddShader(kernel.name, glsl->source, static_cast<int>(kernel.args.size()));
     if (!shader.ok()) return GroupError(g, shader.status());
+    KernelBinding binding = BindKernelArgs(kernel, override);
     rv::Dispatch dispatch;
     dispatch.shader = *shader;
     dispatch.name = kernel.name;
     std::copy(glsl->groups.begin(), glsl->groups.end(), dispatch.groups);
-    std::vector<int> reads, writes;
-    for (const KernelArg& arg : kernel.args) {
-      int slot;
-      if (arg.role == ArgRole::kErrorFlag) {
-        slot = ErrorFlagSlot();
-        dispatch.error_context = arg.name;
-      } else if (auto it = slot_override.find(arg.node); it != slot_override.end()) {
-        slot = it->second;
-      } else {
-        slot = SlotFor(arg.node);
-      }
-      dispatch.buffer_slots.push_back(slot);
-      (arg.role == ArgRole::kInput ? reads : writes).push_back(slot);
-    }
-    RecordPlanStep(dispatch.name, reads, writes);
+    dispatch.buffer_slots = binding.slots;
+    dispatch.error_context = binding.error_context;
+    RecordPlanStep(dispatch.name, binding.reads, binding.writes);
     spec_.dispatches.push_back(std::move(dispatch));
     return absl::OkStatus();
   }
@@ -323,8 +191,8 @@ class Compiler {
       return false;
     }
     // 32-bit indices in the shader, one batch per z workgroup.
-    const ir::Shape& a = graph_.node(root.inputs[0]).type.shape;
-    const ir::Shape& b = graph_.node(root.inputs[1]).type.shape;
+    const ir::Shape& a = graph().node(root.inputs[0]).type.shape;
+    const ir::Shape& b = graph().node(root.inputs[1]).type.shape;
     const int64_t limit = int64_t{1} << 31;
     int64_t batch = 1;
     for (size_t i = 0; i + 2 < a.size(); ++i) batch *= a[i];
@@ -332,103 +200,26 @@ class Compiler {
            batch * b[b.size() - 2] * b.back() < limit && batch * a[a.size() - 2] * b.back() < limit;
   }
 
-  // A group that only copies a permute swapping the last two axes of a value with a buffer of its
-  // own, read only by tiled matmuls, is not run: the matmuls read the source with swapped strides.
-  void FindTransposedOperands() {
-    std::vector<std::vector<ir::NodeId>> users(static_cast<size_t>(graph_.num_nodes()));
-    for (ir::NodeId id = 0; id < graph_.num_nodes(); ++id) {
-      for (ir::NodeId in : graph_.node(id).inputs) users[static_cast<size_t>(in)].push_back(id);
-    }
-    std::set<ir::NodeId> graph_outputs, group_outputs;
-    for (const ir::Output& out : graph_.outputs()) graph_outputs.insert(out.node);
-    for (const FusionGroup& group : plan_.groups) {
-      group_outputs.insert(group.outputs.begin(), group.outputs.end());
-    }
-    for (size_t g = 0; g < plan_.groups.size(); ++g) {
-      const FusionGroup& group = plan_.groups[g];
-      if (group.kind == FusionKind::kContraction || group.nodes.size() != 1 ||
-          group.outputs.size() != 1) {
-        continue;
-      }
-      const ir::NodeId p = group.outputs[0];
-      const ir::Node& node = graph_.node(p);
-      const size_t rank = node.attrs.axes.size();
-      if (node.op != ir::Op::kPermute || graph_outputs.count(p) != 0 || rank < 2) continue;
-      bool swap = node.attrs.axes[rank - 2] == static_cast<int64_t>(rank - 1) &&
-                  node.attrs.axes[rank - 1] == static_cast<int64_t>(rank - 2);
-      for (size_t i = 0; i + 2 < rank; ++i) swap &= node.attrs.axes[i] == static_cast<int64_t>(i);
-      const ir::NodeId source = node.inputs[0];
-      const ir::Op source_op = graph_.node(source).op;
-      const bool materialized = source_op == ir::Op::kParameter || source_op == ir::Op::kConstant ||
-                                group_outputs.count(source) != 0;
-      if (transposed_source_.count(source) != 0) continue;  // itself an elided permute
-      if (!swap || !materialized || users[static_cast<size_t>(p)].empty()) continue;
-      bool only_matmuls = true;
-      for (ir::NodeId user : users[static_cast<size_t>(p)]) {
-        const int32_t ug = plan_.group_of[static_cast<size_t>(user)];
-        only_matmuls &=
-            ug >= 0 && plan_.groups[static_cast<size_t>(ug)].kind == FusionKind::kContraction &&
-            plan_.groups[static_cast<size_t>(ug)].root == user && TiledMatmul(graph_.node(user));
-      }
-      if (!only_matmuls) continue;
-      transposed_source_[p] = source;
-      skipped_groups_.insert(static_cast<int>(g));
-      absl::StrAppend(&notes_, "matmul: %", p, " permute read as a transposed view of %", source,
-                      " (group ", g, " not run)\n");
-    }
-  }
-
-  ir::NodeId OperandSource(ir::NodeId operand) const {
-    auto it = transposed_source_.find(operand);
-    return it == transposed_source_.end() ? operand : it->second;
-  }
-
-  absl::Status CompileGroup(int g) {
-    const FusionGroup& group = plan_.groups[static_cast<size_t>(g)];
-    if (group.kind == FusionKind::kCopy && group.nodes.empty()) return absl::OkStatus();
-    if (skipped_groups_.count(g) != 0) return absl::OkStatus();
-    if (group.kind == FusionKind::kContraction && TiledMatmul(graph_.node(group.root))) {
-      return CompileMatmul(g);
-    }
-    absl::StatusOr<Kernel> kernel = LowerGroup(graph_, group, absl::StrCat("k", g));
-    if (!kernel.ok()) return GroupError(g, kernel.status());
-    return EmitKernel(g, *kernel);
-  }
-
-  absl::Status CompileMatmul(int g) {
-    const FusionGroup& group = plan_.groups[static_cast<size_t>(g)];
-    const ir::Node& root = graph_.node(group.root);
+  // An f32/f64 matmul through the tiled matmul shader, then the rest of the group (bias,
+  // activation, residual) as an elementwise kernel over its result.
+  absl::Status CompileContraction(int g) override {
+    const FusionGroup& group = plan().groups[static_cast<size_t>(g)];
+    const ir::Node& root = graph().node(group.root);
     const ir::NodeId lhs = root.inputs[0], rhs = root.inputs[1];
     const bool lhs_transposed = OperandSource(lhs) != lhs;
     const bool rhs_transposed = OperandSource(rhs) != rhs;
-    // Leaves the fusion recomputes per group (fill, iota, random_*) need a buffer here.
+    // The shader needs a buffer for each operand (a recomputed leaf has none yet).
     for (const ir::NodeId operand : {OperandSource(lhs), OperandSource(rhs)}) {
-      const ir::Node& node = graph_.node(operand);
-      if (slot_of_.count(operand) != 0 || node.op == ir::Op::kConstant ||
-          !passes::IsRecomputedLeaf(node)) {
-        continue;
-      }
-      FusionGroup leaf;
-      leaf.kind = FusionKind::kElementwise;
-      leaf.nodes = {operand};
-      leaf.outputs = {operand};
-      leaf.root = operand;
-      absl::StatusOr<Kernel> kernel =
-          LowerGroup(graph_, leaf, absl::StrCat("k", g, "_operand_", operand));
-      if (!kernel.ok()) return GroupError(g, kernel.status());
-      if (absl::Status s = EmitKernel(g, *kernel); !s.ok()) return s;
+      if (absl::Status s = MaterializeRecomputedLeaf(g, operand); !s.ok()) return s;
     }
-    bool has_epilogue = false;
-    for (const ir::NodeId id : group.nodes) {
-      has_epilogue |= id != group.root && !passes::IsRecomputedLeaf(graph_.node(id));
-    }
+    const bool has_epilogue = HasEpilogue(group);
     const bool root_is_output =
         std::find(group.outputs.begin(), group.outputs.end(), group.root) != group.outputs.end();
     const int result_slot = (!has_epilogue || root_is_output)
                                 ? SlotFor(group.root)
                                 : NewArenaSlot(root, absl::StrCat("%", group.root, " (matmul)"));
-    const ir::Shape& a = graph_.node(lhs).type.shape;
-    const ir::Shape& b = graph_.node(rhs).type.shape;
+    const ir::Shape& a = graph().node(lhs).type.shape;
+    const ir::Shape& b = graph().node(rhs).type.shape;
     const size_t r = a.size();
     const int64_t m = a[r - 2], k = a[r - 1], n = b[r - 1];
     int64_t batch = 1;
@@ -459,87 +250,48 @@ class Compiler {
                      {result_slot});
     }
     if (!has_epilogue) return absl::OkStatus();
-    absl::StatusOr<Epilogue> epilogue = LowerEpilogue(graph_, group);
-    if (!epilogue.ok()) return GroupError(g, epilogue.status());
-    epilogue->kernel.name = absl::StrCat("epilogue_", group.root);
-    return EmitKernel(g, epilogue->kernel, {{group.root, result_slot}});
+    return CompileEpilogue(g, result_slot);
   }
 
-  // Outputs that are parameters, constants or repeated values: a copy kernel each.
-  absl::Status CopyRepeatedOutputs() {
-    for (const auto& [id, out_slot] : extra_output_slots_) {
-      const ir::Node& node = graph_.node(id);
-      const int source = SlotFor(id);
-      const int64_t n = node.type.num_elements();
-      if (n == 0) continue;
-      KernelBuilder b(absl::StrCat("copy_", id));
-      b.SetParallelExtent(n);
-      const ArgId in = b.AddArg({"source", node.type.dtype, n, ArgRole::kInput, id});
-      const ArgId out = b.AddArg({"copy", node.type.dtype, n, ArgRole::kOutput, id});
-      const ValueId gid = b.Var(kGid);
-      b.Store(out, gid, b.Load(in, gid));
-      const Kernel kernel = std::move(b).Finish(n);
-      absl::StatusOr<GlslKernel> glsl = KernelToGlsl(kernel, target_);
-      if (!glsl.ok()) return glsl.status();
-      Dump(absl::StrCat("kernel_", num_kernels_, ".kir"), PrintKernel(kernel));
-      absl::StatusOr<int> shader = AddShader(kernel.name, glsl->source, 2);
-      if (!shader.ok()) return shader.status();
-      rv::Dispatch dispatch;
-      dispatch.shader = *shader;
-      dispatch.name = kernel.name;
-      std::copy(glsl->groups.begin(), glsl->groups.end(), dispatch.groups);
-      dispatch.buffer_slots = {source, out_slot};
-      RecordPlanStep(dispatch.name, {source}, {out_slot});
-      spec_.dispatches.push_back(std::move(dispatch));
-    }
+  // A copy shader (an output that is a parameter, a constant or a repeated value).
+  absl::Status AppendCopy(ir::NodeId value, int source_slot, int output_slot) override {
+    const ir::Node& node = graph().node(value);
+    const int64_t n = node.type.num_elements();
+    if (n == 0) return absl::OkStatus();
+    KernelBuilder b(absl::StrCat("copy_", value));
+    b.SetParallelExtent(n);
+    const ArgId in = b.AddArg({"source", node.type.dtype, n, ArgRole::kInput, value});
+    const ArgId out = b.AddArg({"copy", node.type.dtype, n, ArgRole::kOutput, value});
+    const ValueId gid = b.Var(kGid);
+    b.Store(out, gid, b.Load(in, gid));
+    const Kernel kernel = std::move(b).Finish(n);
+    absl::StatusOr<GlslKernel> glsl = KernelToGlsl(kernel, target_);
+    if (!glsl.ok()) return glsl.status();
+    Dump(absl::StrCat("kernel_", num_kernels_, ".kir"), PrintKernel(kernel));
+    absl::StatusOr<int> shader = AddShader(kernel.name, glsl->source, 2);
+    if (!shader.ok()) return shader.status();
+    rv::Dispatch dispatch;
+    dispatch.shader = *shader;
+    dispatch.name = kernel.name;
+    std::copy(glsl->groups.begin(), glsl->groups.end(), dispatch.groups);
+    dispatch.buffer_slots = {source_slot, output_slot};
+    RecordPlanStep(dispatch.name, {source_slot}, {output_slot});
+    spec_.dispatches.push_back(std::move(dispatch));
     return absl::OkStatus();
   }
 
-  absl::Status PlaceArenaBuffers() {
-    absl::StatusOr<passes::MemoryPlan> plan = passes::PlanMemory(arena_buffers_, plan_steps_);
-    if (!plan.ok()) {
-      return absl::InternalError(
-          absl::StrCat("vulkan backend: memory planning failed: ", plan.status().message()));
-    }
-    Dump("memory_plan.txt", plan->ToString());
-    for (const auto& [slot, buffer] : arena_buffer_of_slot_) {
-      spec_.slots[static_cast<size_t>(slot)].offset =
-          std::max<int64_t>(plan->buffers[static_cast<size_t>(buffer)].offset, 0);
-    }
-    return absl::OkStatus();
-  }
-
-  const ir::Graph& source_;
   std::shared_ptr<rv::VulkanDevice> device_;
   rv::DeviceInfo info_;
   GlslTarget target_;
-  ir::Graph graph_;
-  passes::FusionPlan plan_;
-  passes::DumpSession dump_;
   rv::VulkanExecutableSpec spec_;
   std::vector<std::string> glsl_;
-  std::unordered_map<ir::NodeId, int> slot_of_;
-  std::vector<std::pair<ir::NodeId, int>> extra_output_slots_;
-  std::map<int, passes::BufferId> arena_buffer_of_slot_;
-  std::vector<passes::PlanBuffer> arena_buffers_;
-  std::vector<passes::PlanStep> plan_steps_;
-  // Elided permutes (read by matmuls as strided views) and their sources; their groups.
-  std::unordered_map<ir::NodeId, ir::NodeId> transposed_source_;
-  std::set<int> skipped_groups_;
-  std::string notes_;  // appended to fusion.txt
-  int error_flag_slot_ = -1;
+  std::shared_ptr<const CompiledGraph> compiled_;
   int num_kernels_ = 0;
   int num_matmuls_ = 0;
 };
 
-struct GraphCache {
-  std::mutex mutex;
-  std::unordered_multimap<uint64_t, std::shared_ptr<const CompiledGraph>> entries;
-  GraphCacheStats stats;
-};
-
-GraphCache& Cache() {
-  static GraphCache* cache = new GraphCache();
+GraphCache<CompiledGraph>& Cache() {
+  static auto* cache = new GraphCache<CompiledGraph>();
   return *cache;
 }
 
@@ -616,22 +368,11 @@ absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileSpec(const ir::Graph
 absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
     const CompiledGraph& compiled,
     std::span<const std::shared_ptr<const ir::TensorData>> arguments) {
-  if (arguments.size() != compiled.parameter_types.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("vulkan backend: ", arguments.size(),
-                                                   " arguments for ",
-                                                   compiled.parameter_types.size(), " parameters"));
+  if (absl::Status s = CheckArguments("vulkan", compiled.parameter_types, arguments); !s.ok()) {
+    return s;
   }
   absl::InlinedVector<const void*, 8> inputs(arguments.size());
-  for (size_t k = 0; k < arguments.size(); ++k) {
-    const ir::TensorType& want = compiled.parameter_types[k];
-    if (arguments[k]->dtype() != want.dtype || arguments[k]->shape() != want.shape) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("vulkan backend: argument ", k, " is ", ir::DTypeName(arguments[k]->dtype()),
-                       ir::ShapeToString(arguments[k]->shape()), ", the graph expects ",
-                       ir::TypeToString(want)));
-    }
-    inputs[k] = arguments[k]->data();
-  }
+  for (size_t k = 0; k < arguments.size(); ++k) inputs[k] = arguments[k]->data();
   std::vector<ir::TensorData> results;
   results.reserve(compiled.output_types.size());
   absl::InlinedVector<void*, 4> outputs;
@@ -645,42 +386,19 @@ absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
   return results;
 }
 
-GraphCacheStats GetGraphCacheStats() {
-  GraphCache& cache = Cache();
-  std::lock_guard<std::mutex> lock(cache.mutex);
-  GraphCacheStats stats = cache.stats;
-  stats.entries = static_cast<int64_t>(cache.entries.size());
-  return stats;
-}
+GraphCacheStats GetGraphCacheStats() { return Cache().Stats(); }
 
 absl::StatusOr<std::vector<ir::TensorData>> CompileAndRun(
     const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
     int device_index) {
   absl::StatusOr<std::shared_ptr<rv::VulkanDevice>> device = DeviceForIndex(device_index);
   if (!device.ok()) return device.status();
-  const uint64_t key = ir::SignatureHash(graph);
-  std::shared_ptr<const CompiledGraph> compiled;
-  GraphCache& cache = Cache();
-  {
-    std::lock_guard<std::mutex> lock(cache.mutex);
-    auto [begin, end] = cache.entries.equal_range(key);
-    for (auto it = begin; it != end; ++it) {
-      if (it->second->device == *device && passes::SameGraph(it->second->source, graph)) {
-        compiled = it->second;
-        ++cache.stats.hits;
-        break;
-      }
-    }
-  }
-  if (!compiled) {
-    absl::StatusOr<std::shared_ptr<const CompiledGraph>> fresh = CompileGraph(graph, *device);
-    if (!fresh.ok()) return fresh.status();
-    compiled = *std::move(fresh);
-    std::lock_guard<std::mutex> lock(cache.mutex);
-    cache.entries.emplace(key, compiled);
-    ++cache.stats.compiles;
-  }
-  return RunCompiledGraph(*compiled, arguments);
+  absl::StatusOr<std::shared_ptr<const CompiledGraph>> compiled = Cache().FindOrCompile(
+      graph, ir::SignatureHash(graph),
+      [&](const CompiledGraph& entry) { return entry.device == *device; },
+      [&] { return CompileGraph(graph, *device); });
+  if (!compiled.ok()) return compiled.status();
+  return RunCompiledGraph(**compiled, arguments);
 }
 
 }  // namespace kiln::codegen::vulkan

@@ -1,5 +1,6 @@
 // The Vulkan backend's graph compiler: ir::Graph → runtime::vulkan::VulkanExecutableSpec, loaded
-// on a runtime::vulkan::VulkanDevice.
+// on a runtime::vulkan::VulkanDevice. The pipeline is the shared one (codegen/graph_compiler.h);
+// this backend supplies its hooks:
 //
 //   simplify passes → Fuse → per group:
 //     elementwise / reduction / scatter / copy → LowerGroup → kernel IR → GLSL (glsl.h; long
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "codegen/graph_compiler.h"
 #include "codegen/vulkan/glsl.h"
 #include "ir/graph.h"
 #include "ir/tensor_data.h"
@@ -92,11 +94,8 @@ absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
     const CompiledGraph& compiled,
     std::span<const std::shared_ptr<const ir::TensorData>> arguments);
 
-struct GraphCacheStats {
-  int64_t compiles = 0;
-  int64_t hits = 0;
-  int64_t entries = 0;
-};
+/// Counters of the process-wide compiled-graph cache.
+using codegen::GraphCacheStats;
 GraphCacheStats GetGraphCacheStats();
 
 /// Compiles (or finds in the cache) and runs `graph` on DeviceForIndex(device_index): the

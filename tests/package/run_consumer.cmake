@@ -62,6 +62,10 @@ message(STATUS "package test: app printed:\n${app_out}")
 if(NOT app_out MATCHES "kiln consumer ok")
   message(FATAL_ERROR "package test: app did not print 'kiln consumer ok'")
 endif()
+step("run cpu_only" cpu_only_out "${build}/cpu_only")
+if(NOT cpu_only_out MATCHES "kiln cpu-only consumer ok")
+  message(FATAL_ERROR "package test: cpu_only printed '${cpu_only_out}'")
+endif()
 string(REGEX MATCH "y = [^\n]*" want "${app_out}")
 
 # The C program three ways; each must print the C++ result for the blob app wrote.
