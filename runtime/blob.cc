@@ -16,7 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "ir/dtype.h"
+#include "base/dtype.h"
 #include "nlohmann/json.hpp"
 #include "runtime/buffer.h"
 #include "runtime/cpu/contraction.h"
@@ -168,12 +168,12 @@ absl::StatusOr<TensorSpec> ParseTensor(const Reader& r, const json& j, const std
   TensorSpec spec;
   KILN_ASSIGN(name, r.String(j, path, "name"));
   KILN_ASSIGN(dtype, r.String(j, path, "dtype"));
-  std::optional<ir::DType> parsed = ir::ParseDType(dtype);
+  std::optional<base::DType> parsed = base::ParseDType(dtype);
   if (!parsed.has_value()) return r.Error(path + ".dtype", "unknown dtype \"" + dtype + "\"");
   KILN_ASSIGN(shape, r.Ints(j, path, "shape", kMaxRank, 0, kMaxDimension));
   spec.name = std::move(name);
   spec.dtype = dtype;
-  spec.element_size = ir::DTypeSize(*parsed);
+  spec.element_size = base::DTypeSize(*parsed);
   spec.shape = std::move(shape);
   absl::StatusOr<int64_t> bytes = CheckedProduct(spec.shape, spec.element_size);
   if (!bytes.ok()) return r.Error(path + ".shape", "the tensor's byte size overflows");
@@ -425,11 +425,11 @@ absl::StatusOr<Plan> ParsePlan(const json& j, const Signature& signature, uint64
       KILN_ASSIGN(d, r.Field(s, path, "descriptor"));
       const std::string dp = path + ".descriptor";
       KILN_ASSIGN(dtype_name, r.String(*d, dp, "dtype"));
-      std::optional<ir::DType> dtype = ir::ParseDType(dtype_name);
-      if (!dtype.has_value() || (*dtype != ir::DType::kF32 && *dtype != ir::DType::kF64)) {
+      std::optional<base::DType> dtype = base::ParseDType(dtype_name);
+      if (!dtype.has_value() || (*dtype != base::DType::kF32 && *dtype != base::DType::kF64)) {
         return r.Error(dp + ".dtype", "must be f32 or f64");
       }
-      const int64_t esize = ir::DTypeSize(*dtype);
+      const int64_t esize = base::DTypeSize(*dtype);
       KILN_ASSIGN(activation_name, r.String(*d, dp, "activation"));
       absl::StatusOr<runtime::cpu::GemmActivation> activation = ParseActivation(activation_name);
       if (!activation.ok())
@@ -502,7 +502,7 @@ absl::StatusOr<Plan> ParsePlan(const json& j, const Signature& signature, uint64
         p.dilation = dilation;
         p.input_dilation = input_dilation;
         p.groups = groups;
-        absl::StatusOr<ir::Shape> out = runtime::cpu::ConvOutputShape(p);
+        absl::StatusOr<runtime::cpu::Dims> out = runtime::cpu::ConvOutputShape(p);
         if (!out.ok()) return r.Error(dp, std::string(out.status().message()));
         for (auto [shape, arg, what] : {std::tuple{&p.input_shape, 0, "input"},
                                         {&p.weight_shape, 1, "weight"},
@@ -982,7 +982,7 @@ struct LoadedCode {
 class BlobMicroKernels final : public gi::MicroKernelProvider {
  public:
   gi::TargetVectors vectors() const override { return vectors_; }
-  absl::StatusOr<gi::MicroKernelFn> Get(ir::DType dtype, const gi::KernelShape& shape,
+  absl::StatusOr<gi::MicroKernelFn> Get(base::DType dtype, const gi::KernelShape& shape,
                                         const gi::EpilogueVariant& variant) const override {
     const std::string name = gi::MicroKernelName(dtype, shape, variant);
     auto it = kernels_.find(name);

@@ -67,7 +67,7 @@ struct SectionEntry {
 /// One input or output of the model.
 struct TensorSpec {
   std::string name;
-  std::string dtype;  // ir::DTypeName spelling: "f32", "i64", ...
+  std::string dtype;  // base::DTypeName spelling: "f32", "i64", ...
   int64_t element_size = 0;
   std::vector<int64_t> shape;
   int64_t size_bytes = 0;
