@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/conv_shape.h"
 
 namespace kiln::ir {
 namespace {
@@ -150,11 +151,7 @@ int NumOperands(Op op) {
 
 int64_t WindowOutputSize(int64_t in, int64_t window, int64_t stride, int64_t low, int64_t high,
                          int64_t dilation, int64_t input_dilation) {
-  const int64_t dilated_in = in == 0 ? 0 : (in - 1) * input_dilation + 1;
-  const int64_t dilated_window = (window - 1) * dilation + 1;
-  const int64_t span = dilated_in + low + high - dilated_window;
-  if (span < 0 || stride <= 0) return -1;
-  return span / stride + 1;
+  return base::WindowOutputSize(in, window, stride, low, high, dilation, input_dilation);
 }
 
 absl::StatusOr<TensorType> InferType(Op op, std::span<const TensorType> inputs,
@@ -402,43 +399,14 @@ absl::StatusOr<TensorType> InferType(Op op, std::span<const TensorType> inputs,
         shape[r - 1] = b.shape[r - 1];
         return TensorType{a.dtype, shape};
       }
-      // conv: input [N, C, spatial...], weight [O, C / groups, kernel...].
-      if (a.rank() < 3 || a.rank() != b.rank()) {
-        return c.Fail("needs input [N,C,...] and weight [O,C/groups,...] of equal rank >= 3");
-      }
-      const size_t spatial = static_cast<size_t>(a.rank() - 2);
-      for (auto [name, v] : {std::pair{"strides", &attrs.strides},
-                             {"low", &attrs.low},
-                             {"high", &attrs.high},
-                             {"dilation", &attrs.dilation},
-                             {"input_dilation", &attrs.input_dilation}}) {
-        if (auto s = CheckPerAxis(c, name, *v, spatial); !s.ok()) return s;
-      }
-      const int64_t groups = attrs.groups;
-      if (groups < 1 || a.shape[1] % groups != 0 || b.shape[0] % groups != 0) {
-        return c.Fail("groups ", groups, " must divide input channels ", a.shape[1],
-                      " and output channels ", b.shape[0]);
-      }
-      if (b.shape[1] * groups != a.shape[1]) {
-        return c.Fail("weight has ", b.shape[1], " input channels per group, input has ",
-                      a.shape[1], " channels in ", groups, " groups");
-      }
-      Shape shape = {a.shape[0], b.shape[0]};
-      for (size_t i = 0; i < spatial; ++i) {
-        const int64_t stride = At(attrs.strides, i, 1), dil = At(attrs.dilation, i, 1),
-                      in_dil = At(attrs.input_dilation, i, 1);
-        if (stride < 1 || dil < 1 || in_dil < 1)
-          return c.Fail("strides and dilations must be >= 1");
-        const int64_t lo = At(attrs.low, i, 0), hi = At(attrs.high, i, 0);
-        const int64_t out =
-            WindowOutputSize(a.shape[i + 2], b.shape[i + 2], stride, lo, hi, dil, in_dil);
-        if (out < 0) {
-          return c.Fail("kernel of size ", b.shape[i + 2], " does not fit spatial axis ", i,
-                        " of size ", a.shape[i + 2]);
-        }
-        shape.push_back(out);
-      }
-      return TensorType{a.dtype, shape};
+      // conv: input [N, C, spatial...], weight [O, C / groups, kernel...]; the rule is the
+      // leaf library's, which the runtime's convolution driver shares.
+      absl::StatusOr<Shape> shape = base::ConvOutputShape(
+          a.shape, b.shape,
+          base::ConvGeometry{attrs.strides, attrs.low, attrs.high, attrs.dilation,
+                             attrs.input_dilation, attrs.groups});
+      if (!shape.ok()) return c.Fail(shape.status().message());
+      return TensorType{a.dtype, *std::move(shape)};
     }
 
     case OpClass::kWindow: {

@@ -5,21 +5,24 @@
 //                 u64 file size, u64 section-table offset, u64 XXH3-64 of the section table,
 //                 24 reserved bytes (zero)
 //   section table one 64-byte entry per section: u32 kind, u32 flags (0), u64 offset,
-//                 u64 size, u64 XXH3-64 of the section's bytes, 32-byte name (NUL padded; a
-//                 code section's LLVM triple)
+//                 u64 size, u64 XXH3-64 of the section's bytes, 32-byte name (NUL padded)
 //   sections      each starting at a multiple of 64 bytes
-// Sections: the signature (JSON: model name, inputs and outputs with names, dtypes, shapes), the
-// launch plan (JSON: the runtime::ExecutableSpec — slots, steps with kernel symbol names,
-// extents, grains, error contexts, GEMM/convolution descriptors — and the code targets), the
-// weights (raw bytes, each constant at a 64-byte aligned offset so a mapped file is used in
-// place), one code section per target triple (a shared object holding the kernels and GEMM
-// micro-kernels), optionally the IR text of the graph, and optionally a Vulkan launch plan with
-// its SPIR-V (VulkanPlan; run by runtime/vulkan/blob_vulkan.h when loaded with device "vulkan").
+// Sections (format version 2): the signature (JSON: model name, inputs and outputs with names,
+// dtypes, shapes), the weights (raw bytes, each constant at a 64-byte aligned offset so a mapped
+// file is used in place), optionally the IR text of the graph, and per target ("cpu",
+// "vulkan", ...) one plan section named by the target and any number of payload sections named
+// "<target>:<payload>" (the CPU's shared objects "cpu:<triple>", Vulkan's "vulkan:spirv").
 //
-// ParseBlob validates everything that does not need the code: magic, version, bounds of every
-// section and of every constant inside the weights, checksums, JSON structure, signature and
-// launch-plan consistency (slot kinds, indices, sizes, step arguments). Model::Load then maps the
-// code for this CPU and resolves every symbol. Neither ever reads outside the given bytes.
+// This file knows no target: a driver registers a TargetDriver for its target name
+// (runtime/blob_target.h) that validates the target's plan and payloads and loads them on a
+// device. The CPU driver (runtime/cpu/blob_cpu.h) is built in; others register themselves
+// (runtime::vulkan::EnableVulkanBlobs()).
+//
+// ParseBlob validates everything that does not need a device: magic, version, bounds of every
+// section, checksums, the signature, and each target's plan through its driver (a target no
+// driver in this runtime knows is kept unparsed: it can only be inspected, not run). Model::Load
+// then has the driver of the chosen device map the code or build the pipelines. Neither ever
+// reads outside the given bytes.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +30,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -35,8 +39,9 @@
 namespace kiln::runtime::blob {
 
 inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'B', 'L', 'O', 'B'};
-/// The format version this runtime reads and aot::Compile writes.
-inline constexpr uint32_t kFormatVersion = 1;
+/// The format version this runtime reads and aot::Compile writes. Version 1 (kinds 6 and 7 for
+/// Vulkan, the CPU plan as an unnamed kind 2) is refused with a message asking to recompile.
+inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr uint64_t kHeaderBytes = 64;
 inline constexpr uint64_t kSectionEntryBytes = 64;
 inline constexpr uint64_t kSectionNameBytes = 32;
@@ -44,16 +49,13 @@ inline constexpr uint64_t kSectionNameBytes = 32;
 inline constexpr uint64_t kSectionAlignment = 64;
 
 enum class SectionKind : uint32_t {
-  kSignature = 1,   // JSON
-  kLaunchPlan = 2,  // JSON
-  kWeights = 3,     // raw constant bytes
-  kCode = 4,        // a shared object for the triple named by the entry
-  kIrText = 5,      // the graph's IR text (ir::Print), for debugging
-  kVulkanPlan = 6,  // JSON: the Vulkan launch plan (slots, shaders, dispatches, features)
-  kSpirv = 7,       // the Vulkan plan's shaders: SPIR-V words, each shader at a 4-byte offset
+  kSignature = 1,  // JSON
+  kPlan = 2,       // a target's launch plan; the entry's name is the target ("cpu", "vulkan")
+  kWeights = 3,    // raw constant bytes, shared by every target's plan
+  kPayload = 4,    // a target's code or shaders; named "<target>:<payload>"
+  kIrText = 5,     // the graph's IR text (ir::Print), for debugging
 };
-/// "signature", "launch plan", "weights", "code", "ir text", "vulkan plan", "spirv"; "unknown"
-/// otherwise.
+/// "signature", "plan", "weights", "payload", "ir text"; "unknown" otherwise.
 const char* SectionKindName(SectionKind kind);
 
 struct SectionEntry {
@@ -67,7 +69,7 @@ struct SectionEntry {
 /// One input or output of the model.
 struct TensorSpec {
   std::string name;
-  std::string dtype;  // ir::DTypeName spelling: "f32", "i64", ...
+  std::string dtype;  // base::DTypeName spelling: "f32", "i64", ...
   int64_t element_size = 0;
   std::vector<int64_t> shape;
   int64_t size_bytes = 0;
@@ -79,67 +81,24 @@ struct Signature {
   std::vector<TensorSpec> outputs;
 };
 
-/// The machine code of one target: which section holds it and what it needs from the CPU.
-struct CodeTarget {
-  std::string triple;         // "x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"
-  std::string cpu;            // "znver3", "generic"
-  std::string features;       // LLVM feature string the code was compiled with
-  int vector_bits = 128;      // the GEMM micro-kernels' vector width ...
-  int vector_registers = 16;  // ... and register count (they pick the tile shape)
-  bool fma = false;
-  /// The GEMM micro-kernel symbols the code exports (MicroKernelName).
-  std::vector<std::string> micro_kernels;
-  int section = -1;  // index into BlobView::sections
+/// A target's plan as its driver parsed and validated it (runtime/blob_target.h); each driver
+/// derives its own (cpu::CpuBlobPlan, vulkan::VulkanPlan).
+class TargetPlan {
+ public:
+  virtual ~TargetPlan() = default;
+  /// Lines for DescribeBlob (`kiln inspect`), each ending in a newline.
+  virtual std::string Describe() const = 0;
 };
 
-/// The Vulkan launch plan (sections kVulkanPlan + kSpirv), validated by ParseBlob: every slot,
-/// shader and dispatch index in range, SPIR-V inside the SPIR-V section and walkable (header,
-/// instruction bounds, a GLCompute entry point, LocalSize), constants inside the weights section,
-/// and every capability the SPIR-V declares covered by `features`. runtime/vulkan/blob_vulkan.h
-/// turns it into a VulkanExecutableSpec.
-struct VulkanPlan {
-  struct Slot {
-    std::string kind;  // "input", "output", "arena", "constant", "error_flag"
-    int64_t size = 0;
-    int64_t index = 0;           // input / output
-    int64_t offset = 0;          // arena
-    int64_t weights_offset = 0;  // constant: bytes into the weights section
-  };
-  struct Shader {
-    std::string name;
-    uint64_t spirv_offset = 0;  // bytes into the SPIR-V section (a multiple of 4)
-    uint64_t spirv_words = 0;
-    int num_buffers = 0;
-    int push_constant_bytes = 0;
-    uint32_t local_size[3] = {1, 1, 1};  // from the module's OpExecutionMode LocalSize
-  };
-  struct Dispatch {
-    int shader = 0;
-    std::vector<int> buffers;  // slot indices, binding order
-    std::vector<uint8_t> push_constants;
-    uint32_t groups[3] = {1, 1, 1};
-    std::string name;
-    std::string error_context;
-  };
-  /// Vulkan device features the shaders need ("shaderInt64", "shaderFloat64", "shaderFloat16",
-  /// "shaderInt16", "shaderInt8", "storageBuffer8BitAccess", "storageBuffer16BitAccess").
-  std::vector<std::string> features;
-  uint32_t api_major = 1, api_minor = 1;  // the Vulkan version the SPIR-V needs
-  /// Arena offsets are multiples of this; a device whose minStorageBufferOffsetAlignment does not
-  /// divide it cannot run the plan.
-  int64_t offset_alignment = 256;
-  std::vector<Slot> slots;
-  std::vector<Shader> shaders;
-  std::vector<Dispatch> dispatches;
-  int plan_section = -1;
-  int spirv_section = -1;
+/// One target's sections, and its plan as its driver parsed it.
+struct TargetEntry {
+  std::string name;                   // "cpu", "vulkan": the plan section's name
+  int plan_section = -1;              // index into BlobView::sections
+  std::vector<int> payload_sections;  // its payloads, in file order
+  /// Null when no driver for this target is registered in this runtime (the sections were
+  /// bounds- and checksum-checked but not parsed).
+  std::shared_ptr<const TargetPlan> plan;
 };
-
-/// Known Vulkan feature names of VulkanPlan::features.
-bool IsVulkanFeature(const std::string& name);
-/// The device feature a SPIR-V capability needs (Float64 → "shaderFloat64", Int64, Float16,
-/// Int16, Int8, StorageBuffer8/16BitAccess); nullptr for the others (Shader, ...).
-const char* VulkanFeatureForCapability(uint32_t capability);
 
 /// A blob parsed and validated (see the file comment). Holds copies of the small parts; the
 /// weights and code stay in the caller's bytes (offsets into them).
@@ -148,55 +107,53 @@ struct BlobView {
   uint64_t file_size = 0;
   std::vector<SectionEntry> sections;
   Signature signature;
-  std::vector<CodeTarget> targets;
-  std::string launch_plan_json;  // the launch plan section's text
   int weights_section = -1;
   int ir_text_section = -1;
-  /// Number of slots and steps of the launch plan.
-  int num_slots = 0;
-  int num_steps = 0;
-  /// The Vulkan launch plan, when the blob has one (aot::CompileOptions::vulkan).
-  std::shared_ptr<const VulkanPlan> vulkan;
+  /// One entry per plan section, in file order.
+  std::vector<TargetEntry> targets;
+
+  /// The entry of target `name`, or nullptr.
+  const TargetEntry* Target(std::string_view name) const;
+  /// Target `name`'s parsed plan as the driver's type (e.g. cpu::CpuBlobPlan), or nullptr when
+  /// the blob has no such target, no driver parsed it, or the plan is of another type.
+  template <class Plan>
+  const Plan* PlanOf(std::string_view name) const {
+    const TargetEntry* target = Target(name);
+    return target == nullptr ? nullptr : dynamic_cast<const Plan*>(target->plan.get());
+  }
+  /// The weights section's bytes within the blob `bytes` (empty without one).
+  std::span<const std::byte> Weights(std::span<const std::byte> bytes) const;
+  /// Section `index`'s bytes within the blob `bytes` (ParseBlob checked its bounds).
+  std::span<const std::byte> SectionBytes(std::span<const std::byte> bytes, int index) const;
 };
 
 /// Parses and validates `bytes` (a whole blob). Errors are InvalidArgument (FailedPrecondition
 /// for another format version) and read "blob: <what> (byte offset N)" / "blob: section K
-/// (launch plan): ...".
+/// (plan \"cpu\"): ...".
 absl::StatusOr<BlobView> ParseBlob(std::span<const std::byte> bytes);
 
 /// A readable summary for `kiln inspect`: version, sections (kind, name, offset, size,
-/// checksum), signature, targets, slot and step counts.
+/// checksum), signature, and each target's plan as its driver describes it.
 std::string DescribeBlob(const BlobView& view);
 
-/// The LLVM architecture name this runtime was built for ("x86_64", "aarch64"): Model::Load
-/// runs the code section whose triple starts with it.
-const char* HostArchitecture();
-
-/// Runs a blob on a device other than the CPU (its own section). Thread-safe to Run concurrently.
+/// A blob loaded on one device by its target's driver. Thread-safe to Run concurrently.
 class DeviceRunner {
  public:
   virtual ~DeviceRunner() = default;
+  /// inputs[i] / outputs[i] point to signature.inputs[i].size_bytes bytes (host memory).
   virtual absl::Status Run(std::span<const void* const> inputs,
                            std::span<void* const> outputs) const = 0;
-  /// "vulkan: <device name>".
+  /// "cpu (x86_64-unknown-linux-gnu)", "vulkan: <device name> ...".
   virtual std::string Describe() const = 0;
 };
 
-/// Makes a Vulkan runner for a parsed blob. `bytes` is the whole blob (kept alive by `keep`);
-/// `selector` is what follows "vulkan:" (empty: the default device). Installed by
-/// runtime::vulkan::EnableVulkanBlobs() (runtime/vulkan/blob_vulkan.h), which libkiln_runtime.so
-/// calls when it is loaded; kiln_runtime itself does not link the Vulkan driver.
-using VulkanRunnerFactory = absl::StatusOr<std::unique_ptr<DeviceRunner>> (*)(
-    const BlobView& view, std::span<const std::byte> bytes, std::shared_ptr<const void> keep,
-    const std::string& selector);
-void SetVulkanRunnerFactory(VulkanRunnerFactory factory);
-
 struct LoadOptions {
-  /// "" or "cpu": the code section for this CPU. "vulkan", "vulkan:<index>" or
-  /// "vulkan:<name substring>": the Vulkan section on that device (runtime::vulkan::VulkanDevice
-  /// selectors; "vulkan" alone is $KILN_VULKAN_DEVICE or the first GPU). A blob without a Vulkan
-  /// section, a runtime without Vulkan, no such device or a device lacking a feature the
-  /// section requires: FailedPrecondition saying which.
+  /// "<target>" or "<target>:<selector>": the target's plan, loaded by its registered driver on
+  /// the device the selector names ("" or "cpu": this CPU's code section; "vulkan",
+  /// "vulkan:<index>", "vulkan:<name substring>": runtime::vulkan::VulkanDevice selectors).
+  /// A blob without that target, a runtime without its driver, no such device or a device
+  /// lacking what the plan requires: FailedPrecondition saying which; a name that is neither a
+  /// driver nor a kiln backend: InvalidArgument.
   std::string device;
 };
 
@@ -216,7 +173,7 @@ class Model {
 
   const Signature& signature() const;
   const BlobView& view() const;
-  /// "cpu (<triple>)" or the DeviceRunner's description ("vulkan: llvmpipe ...").
+  /// The DeviceRunner's description: "cpu (<triple>)", "vulkan: llvmpipe ...".
   const std::string& device() const;
   /// Runs once: inputs[i] / outputs[i] point to signature().inputs[i].size_bytes bytes.
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const;

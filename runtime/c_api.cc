@@ -8,6 +8,8 @@
 
 #include "absl/status/status.h"
 #include "runtime/blob.h"
+#include "runtime/blob_target.h"
+#include "runtime/device.h"
 #include "runtime/include/kiln_runtime.h"
 
 struct kiln_model {
@@ -143,17 +145,25 @@ kiln_status kiln_model_load_memory(const void* data, size_t size, kiln_model** o
   return kiln_model_load_memory_on(data, size, nullptr, out);
 }
 
-// NULL, "", "cpu", "vulkan", "vulkan:<selector>" (Model::Load says the same, but its
-// InvalidArgument would read as a bad blob here).
+// NULL, "", or "<target>[:<selector>]" where the target has a registered blob driver or names a
+// kiln backend (whose missing driver Model::Load reports as unsupported). Model::Load says the
+// same of other names, but its InvalidArgument would read as a bad blob here.
 static bool ValidDevice(const char* device) {
-  if (device == nullptr) return true;
+  if (device == nullptr || *device == '\0') return true;
   const std::string d = device;
-  return d.empty() || d == "cpu" || d == "vulkan" || d.rfind("vulkan:", 0) == 0;
+  const std::string target = d.substr(0, d.find(':'));
+  return kiln::runtime::blob::FindTargetDriver(target) != nullptr ||
+         kiln::runtime::ParseDeviceId(target).ok();
 }
 
 static kiln_status BadDevice(const char* device) {
+  std::string targets;
+  for (const std::string& name : kiln::runtime::blob::TargetDriverNames()) {
+    targets += (targets.empty() ? "" : ", ") + name;
+  }
   return Fail(KILN_ERROR_INVALID_ARGUMENT, std::string("kiln: unknown device \"") + device +
-                                               "\" (expected cpu, vulkan or vulkan:<index|name>)");
+                                               "\" (expected one of " + targets +
+                                               ", optionally with :<selector>)");
 }
 
 kiln_status kiln_model_load_file_on(const char* path, const char* device, kiln_model** out) {

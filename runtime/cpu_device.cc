@@ -84,10 +84,17 @@ absl::Status CpuDevice::CopyFromDevice(const DeviceBuffer& source, int64_t offse
   return absl::OkStatus();
 }
 
-absl::Status CpuDevice::Run(const Executable& executable,
+absl::Status CpuDevice::Run(const DeviceExecutable& device_executable,
                             std::span<const DeviceBuffer* const> inputs,
                             std::span<DeviceBuffer* const> outputs,
                             std::span<const void* const> scalars) {
+  const auto* cpu_executable = dynamic_cast<const Executable*>(&device_executable);
+  if (cpu_executable == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(id().ToString(), ": executable \"", device_executable.name(), "\" is a ",
+                     DeviceKindName(device_executable.kind()), " executable"));
+  }
+  const Executable& executable = *cpu_executable;
   if (inputs.size() != static_cast<size_t>(executable.num_inputs()) ||
       outputs.size() != static_cast<size_t>(executable.num_outputs())) {
     return absl::InvalidArgumentError(

@@ -46,7 +46,8 @@ class CpuDevice final : public Device {
                             int64_t offset) override;
   absl::Status CopyFromDevice(const DeviceBuffer& source, int64_t offset,
                               std::span<std::byte> destination) override;
-  absl::Status Run(const Executable& executable, std::span<const DeviceBuffer* const> inputs,
+  /// `executable` must be a runtime::Executable (DeviceKind::kCpu).
+  absl::Status Run(const DeviceExecutable& executable, std::span<const DeviceBuffer* const> inputs,
                    std::span<DeviceBuffer* const> outputs,
                    std::span<const void* const> scalars) override;
   /// Nothing is ever queued: Run returns when its work is done.

@@ -1,8 +1,9 @@
 // Device identity (which backend runs a computation and which of its devices) and the small
 // driver interface every backend implements, modelled on IREE's HAL: a Device allocates buffers
-// in its memory, copies bytes in and out, and runs Executables. The CPU driver is
-// runtime/cpu_device.h; Vulkan and CUDA arrive with their backend issues; the reference
-// interpreter needs no driver.
+// in its memory, copies bytes in and out, runs DeviceExecutables (its own loaded programs) on
+// its buffers, and synchronises. The drivers: runtime/cpu_device.h (CpuDevice) and
+// runtime/vulkan/vulkan_device.h (VulkanDevice); tests/runtime/device_conformance.inc checks
+// both against this contract. The reference interpreter needs no driver.
 #pragma once
 
 #include <cstddef>
@@ -55,7 +56,30 @@ void MarkBackendAvailable(DeviceKind kind);
 absl::StatusOr<DeviceId> DeviceFromEnvironment(DeviceId fallback = {});
 
 class Device;
-class Executable;
+
+/// A program loaded for one driver (IREE: an executable): the CPU's runtime::Executable (native
+/// kernels and a launch plan), Vulkan's vulkan::VulkanExecutable (pipelines and dispatches). How
+/// one is made is the driver's (its spec types); what runs it is Device::Run. Immutable and safe
+/// to run from several threads at once.
+class DeviceExecutable {
+ public:
+  virtual ~DeviceExecutable() = default;
+
+  /// The driver that runs it (Device::Run of another driver refuses it).
+  virtual DeviceKind kind() const = 0;
+  virtual const std::string& name() const = 0;
+  virtual int num_inputs() const = 0;
+  virtual int num_outputs() const = 0;
+  virtual int num_scalars() const = 0;
+  /// Bytes input k / output k must hold (the largest slot bound to it; 0 when none is).
+  virtual int64_t input_bytes(int k) const = 0;
+  virtual int64_t output_bytes(int k) const = 0;
+
+ protected:
+  DeviceExecutable() = default;
+  DeviceExecutable(const DeviceExecutable&) = default;
+  DeviceExecutable& operator=(const DeviceExecutable&) = default;
+};
 
 /// A block of one device's memory. Destroying it frees the memory; it must not outlive its
 /// Device.
@@ -101,10 +125,12 @@ class Device {
   virtual absl::Status CopyFromDevice(const DeviceBuffer& source, int64_t offset,
                                       std::span<std::byte> destination) = 0;
 
-  /// Runs `executable` on buffers of this device: inputs[k] / outputs[k] hold at least
-  /// executable.input_bytes(k) / output_bytes(k) bytes; scalars[k] points at a host value that
-  /// is read before Run returns.
-  virtual absl::Status Run(const Executable& executable,
+  /// Runs `executable` (one of this driver's kind) on buffers of this device: inputs[k] /
+  /// outputs[k] hold at least executable.input_bytes(k) / output_bytes(k) bytes; scalars[k]
+  /// points at a host value that is read before Run returns. InvalidArgument for an executable
+  /// of another driver or device, wrong counts, a null, small or foreign buffer; a kernel's error
+  /// as the driver reports it (OutOfRange for an index out of range).
+  virtual absl::Status Run(const DeviceExecutable& executable,
                            std::span<const DeviceBuffer* const> inputs,
                            std::span<DeviceBuffer* const> outputs,
                            std::span<const void* const> scalars) = 0;

@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/buffer.h"
+#include "runtime/device.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln::runtime {
@@ -106,8 +107,8 @@ struct ExecutableSpec {
   std::shared_ptr<const void> keep_alive;
 };
 
-/// A ready-to-run, immutable launch plan. Move-only.
-class Executable {
+/// A ready-to-run, immutable launch plan: the CPU driver's DeviceExecutable. Move-only.
+class Executable final : public DeviceExecutable {
  public:
   /// Checks the spec: slot indices within the declared counts, arena offsets aligned, constants
   /// of their declared size, one error-flag size (4 bytes), steps with a kernel, valid slot
@@ -128,13 +129,14 @@ class Executable {
                    ThreadPool& threads, std::span<const void* const> scalars = {},
                    BufferPool& buffers = DefaultBufferPool()) const;
 
-  const std::string& name() const { return name_; }
-  int num_inputs() const { return static_cast<int>(input_bytes_.size()); }
-  int num_outputs() const { return static_cast<int>(output_bytes_.size()); }
-  int num_scalars() const { return num_scalars_; }
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
+  const std::string& name() const override { return name_; }
+  int num_inputs() const override { return static_cast<int>(input_bytes_.size()); }
+  int num_outputs() const override { return static_cast<int>(output_bytes_.size()); }
+  int num_scalars() const override { return num_scalars_; }
   /// The largest slot bound to input k / output k (0 when no slot uses it).
-  int64_t input_bytes(int k) const { return input_bytes_[k]; }
-  int64_t output_bytes(int k) const { return output_bytes_[k]; }
+  int64_t input_bytes(int k) const override { return input_bytes_[k]; }
+  int64_t output_bytes(int k) const override { return output_bytes_[k]; }
   /// Bytes of the per-run arena (the end of the last arena slot).
   int64_t arena_bytes() const { return arena_bytes_; }
   /// The slots; constant slots keep their size but not their bytes (those moved into aligned

@@ -31,6 +31,7 @@
 #include "xxhash.h"
 #if KILN_AOT_HAVE_VULKAN
 #include "codegen/vulkan/graph_compiler.h"
+#include "runtime/vulkan/spirv_check.h"
 #endif
 
 namespace kiln::aot {
@@ -270,10 +271,13 @@ absl::Status CompileVulkan(const ir::Graph& bound, const std::string& name, Weig
   plan["shaders"] = json::array();
   for (const runtime::vulkan::ShaderSpec& shader : spec.shaders) {
     const std::vector<uint32_t>& w = shader.spirv;
-    for (size_t at = 5; at < w.size() && (w[at] >> 16) != 0; at += w[at] >> 16) {
-      const bool capability = (w[at] & 0xffffu) == 17 && (w[at] >> 16) == 2;  // OpCapability
-      if (!capability || at + 1 >= w.size()) continue;
-      if (const char* f = runtime::blob::VulkanFeatureForCapability(w[at + 1])) {
+    absl::StatusOr<runtime::vulkan::SpirvInfo> info = runtime::vulkan::InspectSpirv(w);
+    if (!info.ok()) {
+      return absl::InternalError(
+          absl::StrCat("aot: vulkan shader ", shader.name, ": ", info.status().message()));
+    }
+    for (uint32_t capability : info->capabilities) {
+      if (const char* f = runtime::vulkan::VulkanFeatureForCapability(capability)) {
         features.insert(f);
       }
     }
@@ -549,7 +553,14 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
             {"fma", target.vectors.fma},
             {"micro_kernels", micro_names}};
     plan["targets"].push_back(std::move(tj));
-    sections.push_back(Section{runtime::blob::SectionKind::kCode, target.triple, bytes.str()});
+    // The payload's name holds its triple, which the loader matches: it must fit the entry.
+    const std::string payload = "cpu:" + target.triple;
+    if (payload.size() >= runtime::blob::kSectionNameBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "aot: triple ", target.triple, " is longer than ", runtime::blob::kSectionNameBytes - 5,
+          " characters (the blob's section names)"));
+    }
+    sections.push_back(Section{runtime::blob::SectionKind::kPayload, payload, bytes.str()});
   }
   std::string vulkan_plan, spirv;
   if (options.vulkan) {
@@ -565,13 +576,12 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
   }
   std::vector<Section> all;
   all.push_back(Section{runtime::blob::SectionKind::kSignature, "", signature.dump()});
-  all.push_back(Section{runtime::blob::SectionKind::kLaunchPlan, "", plan.dump()});
+  all.push_back(Section{runtime::blob::SectionKind::kPlan, "cpu", plan.dump()});
   all.push_back(Section{runtime::blob::SectionKind::kWeights, "", std::move(weights)});
   for (Section& s : sections) all.push_back(std::move(s));
   if (options.vulkan) {
-    all.push_back(
-        Section{runtime::blob::SectionKind::kVulkanPlan, "vulkan", std::move(vulkan_plan)});
-    all.push_back(Section{runtime::blob::SectionKind::kSpirv, "spirv", std::move(spirv)});
+    all.push_back(Section{runtime::blob::SectionKind::kPlan, "vulkan", std::move(vulkan_plan)});
+    all.push_back(Section{runtime::blob::SectionKind::kPayload, "vulkan:spirv", std::move(spirv)});
   }
   if (options.include_ir_text) {
     all.push_back(Section{runtime::blob::SectionKind::kIrText, "", ir::PrintGraph(graph)});

@@ -10,6 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "ir/dtype.h"
+#include "ir/tensor_data.h"
 #include "runtime/cpu/gemm.h"
 
 namespace kiln::codegen::cpu {

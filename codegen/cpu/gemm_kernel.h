@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "ir/dtype.h"
 #include "runtime/cpu/gemm_internal.h"
 
 namespace llvm {

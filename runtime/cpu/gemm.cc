@@ -547,7 +547,7 @@ template <class T>
 absl::Status RunCore(const CoreProblem<T>& problem, const EpilogueVariant& epilogue,
                      const GemmTuning& tuning, const MicroKernelProvider& kernels,
                      runtime::ThreadPool* pool) {
-  constexpr ir::DType dtype = sizeof(T) == 8 ? ir::DType::kF64 : ir::DType::kF32;
+  constexpr base::DType dtype = sizeof(T) == 8 ? base::DType::kF64 : base::DType::kF32;
   absl::StatusOr<KernelShape> shape = ChooseKernelShape(dtype, tuning, kernels.vectors());
   if (!shape.ok()) return shape.status();
   if (problem.m == 0 || problem.n == 0 || problem.batches.empty()) return absl::OkStatus();
@@ -641,22 +641,22 @@ std::string EpilogueVariant::Name() const {
   return name.empty() ? "plain" : name;
 }
 
-std::string MicroKernelName(ir::DType dtype, const KernelShape& shape,
+std::string MicroKernelName(base::DType dtype, const KernelShape& shape,
                             const EpilogueVariant& variant) {
-  return absl::StrCat("kiln_gemm_", dtype == ir::DType::kF64 ? "f64" : "f32", "_", shape.mr, "x",
+  return absl::StrCat("kiln_gemm_", dtype == base::DType::kF64 ? "f64" : "f32", "_", shape.mr, "x",
                       shape.nr(), "_v", shape.vector_bits, "_", variant.Name());
 }
 
-absl::StatusOr<KernelShape> ChooseKernelShape(ir::DType dtype, const GemmTuning& tuning,
+absl::StatusOr<KernelShape> ChooseKernelShape(base::DType dtype, const GemmTuning& tuning,
                                               const TargetVectors& vectors) {
-  if (dtype != ir::DType::kF32 && dtype != ir::DType::kF64) {
+  if (dtype != base::DType::kF32 && dtype != base::DType::kF64) {
     return absl::InvalidArgumentError(
-        absl::StrCat("gemm: dtype ", ir::DTypeName(dtype), " is not supported (f32, f64 only)"));
+        absl::StrCat("gemm: dtype ", base::DTypeName(dtype), " is not supported (f32, f64 only)"));
   }
   const int host_bits = vectors.bits, registers = vectors.registers;
   KernelShape shape;
   shape.fma = vectors.fma;
-  const int element_bits = dtype == ir::DType::kF64 ? 64 : 32;
+  const int element_bits = dtype == base::DType::kF64 ? 64 : 32;
   if (tuning.vector_bits != 0 || tuning.mr != 0 || tuning.nr_vectors != 0) {
     if (tuning.vector_bits == 0 || tuning.mr <= 0 || tuning.nr_vectors <= 0) {
       return absl::InvalidArgumentError(
@@ -928,8 +928,8 @@ absl::Status ExecuteGemm(const GemmParams& params,
   if (const absl::StatusOr<CpuLevel>& level = ProcessCpuLevel(); !level.ok()) {
     return level.status();
   }
-  if (params.dtype != ir::DType::kF32 && params.dtype != ir::DType::kF64) {
-    return absl::InvalidArgumentError(absl::StrCat("gemm: dtype ", ir::DTypeName(params.dtype),
+  if (params.dtype != base::DType::kF32 && params.dtype != base::DType::kF64) {
+    return absl::InvalidArgumentError(absl::StrCat("gemm: dtype ", base::DTypeName(params.dtype),
                                                    " is not supported (f32, f64 only)"));
   }
   if (params.m < 0 || params.n < 0 || params.k < 0) {
@@ -976,11 +976,11 @@ absl::Status ExecuteGemm(const GemmParams& params,
     static const double kZero[1] = {0.0};
     copy.a = MatrixView{kZero, 0, 0, {}};
     copy.b = MatrixView{kZero, 0, 0, {}};
-    return params.dtype == ir::DType::kF32 ? RunGemm<float>(copy, kernels, pool)
-                                           : RunGemm<double>(copy, kernels, pool);
+    return params.dtype == base::DType::kF32 ? RunGemm<float>(copy, kernels, pool)
+                                             : RunGemm<double>(copy, kernels, pool);
   }
-  return params.dtype == ir::DType::kF32 ? RunGemm<float>(params, kernels, pool)
-                                         : RunGemm<double>(params, kernels, pool);
+  return params.dtype == base::DType::kF32 ? RunGemm<float>(params, kernels, pool)
+                                           : RunGemm<double>(params, kernels, pool);
 }
 
 }  // namespace kiln::runtime::cpu

@@ -29,8 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "ir/dtype.h"
-#include "ir/tensor_data.h"
+#include "base/dtype.h"
 
 namespace kiln::runtime {
 class ThreadPool;
@@ -109,7 +108,7 @@ struct GemmTuning {
 
 /// One GEMM call: C = alpha * A * B + beta * C over every batch entry, then `epilogue`.
 struct GemmParams {
-  ir::DType dtype = ir::DType::kF32;  // kF32 or kF64; A, B, C, bias and residual all have it
+  base::DType dtype = base::DType::kF32;  // kF32 or kF64; A, B, C, bias and residual all have it
   /// Batch dimensions (each >= 0); the matrices' batch_strides have one entry per dimension.
   std::vector<int64_t> batch;
   int64_t m = 0, n = 0, k = 0;
@@ -133,13 +132,17 @@ absl::Status ExecuteGemm(const GemmParams& params,
                          const gemm_internal::MicroKernelProvider& kernels,
                          runtime::ThreadPool* pool = nullptr);
 
-/// A convolution as the IR defines it (docs/ir.md, ir::InferType): input [N, C, S...], weight
+/// The dimension sizes of a dense row-major tensor (the runtime's own: it does not link the IR,
+/// whose ir::Shape is the same std::vector).
+using Dims = std::vector<int64_t>;
+
+/// A convolution as the IR defines it (docs/ir.md, base/conv_shape.h): input [N, C, S...], weight
 /// [O, C/groups, K...], output [N, O, S'...], each dense row-major. The per-axis vectors follow
-/// ir::Attrs (spatial axes only; empty means the default 1 / 0 / 0 / 1 / 1).
+/// the IR's conv attributes (spatial axes only; empty means the default 1 / 0 / 0 / 1 / 1).
 struct ConvParams {
-  ir::DType dtype = ir::DType::kF32;  // kF32 or kF64
-  ir::Shape input_shape;
-  ir::Shape weight_shape;
+  base::DType dtype = base::DType::kF32;  // kF32 or kF64
+  Dims input_shape;
+  Dims weight_shape;
   std::vector<int64_t> strides, low, high, dilation, input_dilation;
   int64_t groups = 1;
   const void* input = nullptr;
@@ -154,8 +157,10 @@ struct ConvParams {
   GemmTuning tuning;
 };
 
-/// The output shape of `params` (ir::InferType's rule), or InvalidArgument naming the mismatch.
-absl::StatusOr<ir::Shape> ConvOutputShape(const ConvParams& params);
+/// The output shape of `params` (base::ConvOutputShape, the rule ir::InferType applies), or
+/// InvalidArgument naming the mismatch: "conv: groups 3 must divide ...; input [1,4,5,5], weight
+/// [6,1,3,3]".
+absl::StatusOr<Dims> ConvOutputShape(const ConvParams& params);
 
 /// Runs the convolution: for each image and group, out[O/g, P] = W_g[O/g, C/g * prod(K)] *
 /// im2col(x)[C/g * prod(K), P], where the im2col operand is gathered into packed B panels on the

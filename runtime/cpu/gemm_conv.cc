@@ -15,8 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "ir/graph.h"
-#include "ir/infer.h"
+#include "absl/strings/str_join.h"
+#include "base/conv_shape.h"
 #include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/gemm_internal.h"
@@ -122,7 +122,18 @@ int64_t At(const std::vector<int64_t>& values, size_t i, int64_t fallback) {
   return values.empty() ? fallback : values[i];
 }
 
-int64_t Product(ir::Shape::const_iterator begin, ir::Shape::const_iterator end) {
+int64_t NumElements(const Dims& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// "[2,3]", as the IR prints shapes.
+std::string ShapeString(const Dims& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+int64_t Product(Dims::const_iterator begin, Dims::const_iterator end) {
   int64_t product = 1;
   for (auto it = begin; it != end; ++it) product *= *it;
   return product;
@@ -133,7 +144,7 @@ int64_t Product(ir::Shape::const_iterator begin, ir::Shape::const_iterator end) 
 template <class T>
 class ConvBPacker final : public BPacker<T> {
  public:
-  ConvBPacker(const ConvParams& params, const ir::Shape& output_shape) {
+  ConvBPacker(const ConvParams& params, const Dims& output_shape) {
     const size_t spatial = params.input_shape.size() - 2;
     input_sizes_.assign(params.input_shape.begin() + 2, params.input_shape.end());
     kernel_sizes_.assign(params.weight_shape.begin() + 2, params.weight_shape.end());
@@ -355,7 +366,7 @@ bool IsPointwise(const ConvParams& params) {
 // stack into M (one GEMM, the weight packed once per thread band), O fills the register tile,
 // and im2col^T is built row by row with long contiguous copies. Only the plain 2-d case without
 // input dilation, groups or epilogue takes this path.
-bool UseTransposedSmallOutput(const ConvParams& params, const ir::Shape& output_shape) {
+bool UseTransposedSmallOutput(const ConvParams& params, const Dims& output_shape) {
   if (params.input_shape.size() != 4 || params.groups != 1 || params.bias != nullptr ||
       params.residual != nullptr || params.activation != GemmActivation::kNone) {
     return false;
@@ -368,13 +379,13 @@ bool UseTransposedSmallOutput(const ConvParams& params, const ir::Shape& output_
   // P well under one 32-wide AVX-512 tile and a long reduction: the weight-gradient shape. The
   // explicit im2col^T (images * P * depth elements) is capped at 64 MiB.
   const int64_t im2col_bytes =
-      params.input_shape[0] * output_plane * depth * (params.dtype == ir::DType::kF64 ? 8 : 4);
+      params.input_shape[0] * output_plane * depth * (params.dtype == base::DType::kF64 ? 8 : 4);
   return output_plane <= 16 && depth >= 1024 && params.weight_shape[0] >= 8 &&
          im2col_bytes <= (int64_t{64} << 20);
 }
 
 template <class T>
-absl::Status RunConvTransposed(const ConvParams& params, const ir::Shape& output_shape,
+absl::Status RunConvTransposed(const ConvParams& params, const Dims& output_shape,
                                const gemm_internal::MicroKernelProvider& kernels,
                                runtime::ThreadPool* pool) {
   const int64_t images = params.input_shape[0], channels = params.input_shape[1];
@@ -471,7 +482,7 @@ absl::Status RunConvTransposed(const ConvParams& params, const ir::Shape& output
 // gather, no padding), then every column adds back at output position p + (k - 1) - kk. About
 // prod(in) / prod(out) of the multiply-adds (121 / 169 for the CNN's 11x11 -> 13x13). Only the
 // plain 2-d case without groups, dilation or epilogue takes this path.
-bool UseCol2Im(const ConvParams& params, const ir::Shape& output_shape) {
+bool UseCol2Im(const ConvParams& params, const Dims& output_shape) {
   if (params.input_shape.size() != 4 || params.groups != 1 || params.bias != nullptr ||
       params.residual != nullptr || params.activation != GemmActivation::kNone) {
     return false;
@@ -487,14 +498,14 @@ bool UseCol2Im(const ConvParams& params, const ir::Shape& output_shape) {
   const int64_t columns_bytes = params.input_shape[0] * params.weight_shape[0] *
                                 params.weight_shape[2] * params.weight_shape[3] *
                                 params.input_shape[2] * params.input_shape[3] *
-                                (params.dtype == ir::DType::kF64 ? 8 : 4);
+                                (params.dtype == base::DType::kF64 ? 8 : 4);
   // Enough positions to fill a few register tiles; the columns are capped at 64 MiB.
   return params.input_shape[2] * params.input_shape[3] >= 32 && output_shape[1] >= 8 &&
          columns_bytes <= (int64_t{64} << 20);
 }
 
 template <class T>
-absl::Status RunConvCol2Im(const ConvParams& params, const ir::Shape& output_shape,
+absl::Status RunConvCol2Im(const ConvParams& params, const Dims& output_shape,
                            const gemm_internal::MicroKernelProvider& kernels,
                            runtime::ThreadPool* pool) {
   const int64_t images = params.input_shape[0], channels = params.input_shape[1];
@@ -572,7 +583,7 @@ absl::Status RunConvCol2Im(const ConvParams& params, const ir::Shape& output_sha
 }
 
 template <class T>
-absl::Status RunConv(const ConvParams& params, const ir::Shape& output_shape,
+absl::Status RunConv(const ConvParams& params, const Dims& output_shape,
                      const gemm_internal::MicroKernelProvider& kernels, runtime::ThreadPool* pool) {
   if (UseTransposedSmallOutput(params, output_shape)) {
     return RunConvTransposed<T>(params, output_shape, kernels, pool);
@@ -623,19 +634,17 @@ absl::Status RunConv(const ConvParams& params, const ir::Shape& output_shape,
 
 }  // namespace
 
-absl::StatusOr<ir::Shape> ConvOutputShape(const ConvParams& params) {
-  ir::Attrs attrs;
-  attrs.strides = params.strides;
-  attrs.low = params.low;
-  attrs.high = params.high;
-  attrs.dilation = params.dilation;
-  attrs.input_dilation = params.input_dilation;
-  attrs.groups = params.groups;
-  const ir::TensorType operands[] = {ir::TensorType{params.dtype, params.input_shape},
-                                     ir::TensorType{params.dtype, params.weight_shape}};
-  absl::StatusOr<ir::TensorType> type = ir::InferType(ir::Op::kConv, operands, attrs);
-  if (!type.ok()) return type.status();
-  return type->shape;
+absl::StatusOr<Dims> ConvOutputShape(const ConvParams& params) {
+  absl::StatusOr<Dims> shape = base::ConvOutputShape(
+      params.input_shape, params.weight_shape,
+      base::ConvGeometry{params.strides, params.low, params.high, params.dilation,
+                         params.input_dilation, params.groups});
+  if (!shape.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("conv: ", shape.status().message(), "; input ",
+                                                   ShapeString(params.input_shape), ", weight ",
+                                                   ShapeString(params.weight_shape)));
+  }
+  return shape;
 }
 
 absl::Status ExecuteConv(const ConvParams& params,
@@ -646,26 +655,26 @@ absl::Status ExecuteConv(const ConvParams& params,
   if (const absl::StatusOr<CpuLevel>& level = ProcessCpuLevel(); !level.ok()) {
     return level.status();
   }
-  if (params.dtype != ir::DType::kF32 && params.dtype != ir::DType::kF64) {
-    return absl::InvalidArgumentError(absl::StrCat("conv: dtype ", ir::DTypeName(params.dtype),
+  if (params.dtype != base::DType::kF32 && params.dtype != base::DType::kF64) {
+    return absl::InvalidArgumentError(absl::StrCat("conv: dtype ", base::DTypeName(params.dtype),
                                                    " is not supported (f32, f64 only)"));
   }
-  absl::StatusOr<ir::Shape> output_shape = ConvOutputShape(params);
+  absl::StatusOr<Dims> output_shape = ConvOutputShape(params);
   if (!output_shape.ok()) return output_shape.status();
   for (int64_t d : params.input_shape) {
     if (d < 0) return absl::InvalidArgumentError("conv: negative input dimension");
   }
-  const int64_t output_elements = ir::NumElements(*output_shape);
+  const int64_t output_elements = NumElements(*output_shape);
   if (output_elements == 0) return absl::OkStatus();
   if (params.output == nullptr ||
-      (ir::NumElements(params.input_shape) > 0 && params.input == nullptr) ||
-      (ir::NumElements(params.weight_shape) > 0 && params.weight == nullptr)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("conv: null operand for input ", ir::ShapeToString(params.input_shape),
-                     " and weight ", ir::ShapeToString(params.weight_shape)));
+      (NumElements(params.input_shape) > 0 && params.input == nullptr) ||
+      (NumElements(params.weight_shape) > 0 && params.weight == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat("conv: null operand for input ",
+                                                   ShapeString(params.input_shape), " and weight ",
+                                                   ShapeString(params.weight_shape)));
   }
-  return params.dtype == ir::DType::kF32 ? RunConv<float>(params, *output_shape, kernels, pool)
-                                         : RunConv<double>(params, *output_shape, kernels, pool);
+  return params.dtype == base::DType::kF32 ? RunConv<float>(params, *output_shape, kernels, pool)
+                                           : RunConv<double>(params, *output_shape, kernels, pool);
 }
 
 }  // namespace kiln::runtime::cpu

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "ir/dtype.h"
+#include "base/dtype.h"
 #include "runtime/cpu/gemm.h"
 
 namespace kiln::runtime {
@@ -59,7 +59,7 @@ struct TargetVectors {
 /// The shape for `dtype` on `vectors` (or the one `tuning` asks for, at most `vectors.bits`
 /// wide). The register budget: MR rows of nr_vectors accumulators, plus nr_vectors B vectors and
 /// two spare registers.
-absl::StatusOr<KernelShape> ChooseKernelShape(ir::DType dtype, const GemmTuning& tuning,
+absl::StatusOr<KernelShape> ChooseKernelShape(base::DType dtype, const GemmTuning& tuning,
                                               const TargetVectors& vectors);
 
 /// What the epilogue of a kernel does, fixed when it is generated.
@@ -78,7 +78,7 @@ struct EpilogueVariant {
 /// The symbol of the micro-kernel for (dtype, shape, variant), e.g.
 /// "kiln_gemm_f32_6x16_v256_fma_cbias_relu": the JIT emits it under this name and a blob's code
 /// section exports it under it.
-std::string MicroKernelName(ir::DType dtype, const KernelShape& shape,
+std::string MicroKernelName(base::DType dtype, const KernelShape& shape,
                             const EpilogueVariant& variant);
 
 /// Where the driver gets its micro-kernels: the JIT (codegen/cpu: generated on first use) or a
@@ -89,7 +89,7 @@ class MicroKernelProvider {
   /// The registers the kernels are made for (ChooseKernelShape's input).
   virtual TargetVectors vectors() const = 0;
   /// The kernel for (dtype, shape, variant), or an error naming it.
-  virtual absl::StatusOr<MicroKernelFn> Get(ir::DType dtype, const KernelShape& shape,
+  virtual absl::StatusOr<MicroKernelFn> Get(base::DType dtype, const KernelShape& shape,
                                             const EpilogueVariant& variant) const = 0;
 };
 

@@ -39,7 +39,7 @@ extern "C" {
 
 /* The blob format version this runtime reads (a blob of another version is refused with
  * "blob format version N, this runtime reads M"). */
-#define KILN_BLOB_FORMAT_VERSION 1
+#define KILN_BLOB_FORMAT_VERSION 2
 
 typedef enum kiln_status {
   KILN_OK = 0,

@@ -1317,4 +1317,168 @@ absl::Status VulkanDevice::Run(const VulkanExecutable& exe, std::span<const void
   return result;
 }
 
+// ---- runtime::Device
+// ------------------------------------------------------------------------------
+
+namespace {
+
+// A storage buffer of a VulkanDevice, handed out through runtime::Device::Allocate.
+class VulkanDeviceBuffer final : public DeviceBuffer {
+ public:
+  VulkanDeviceBuffer(const Device& device, VulkanDevice::Impl* impl, Buffer buffer, int64_t size)
+      : DeviceBuffer(device, size), impl_(impl), buffer_(buffer) {}
+  ~VulkanDeviceBuffer() override { impl_->DestroyBuffer(buffer_); }
+
+  std::byte* host_data() const override { return buffer_.mapped; }
+  VkBuffer handle() const { return buffer_.buffer; }
+
+ private:
+  VulkanDevice::Impl* impl_;
+  Buffer buffer_;
+};
+
+}  // namespace
+
+DeviceId VulkanDevice::id() const { return DeviceId{DeviceKind::kVulkan, info().index}; }
+
+absl::StatusOr<std::unique_ptr<DeviceBuffer>> VulkanDevice::Allocate(int64_t bytes) {
+  if (bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(id().ToString(), ": cannot allocate ", bytes, " bytes"));
+  }
+  absl::StatusOr<Buffer> buffer =
+      impl_->CreateBuffer(static_cast<VkDeviceSize>(bytes), MemoryUse::kDevice);
+  if (!buffer.ok()) return buffer.status();
+  return std::make_unique<VulkanDeviceBuffer>(*this, impl_.get(), *buffer, bytes);
+}
+
+namespace {
+
+// Checks that `buffer` is one of `device`'s and that [offset, offset + bytes) fits in it.
+absl::Status CheckRange(const VulkanDevice& device, const DeviceBuffer& buffer, int64_t offset,
+                        int64_t bytes, const std::string& what) {
+  if (&buffer.device() != &device) {
+    return absl::InvalidArgumentError(absl::StrCat(device.id().ToString(), ": ", what,
+                                                   " got a buffer of another device (",
+                                                   buffer.device().id().ToString(), ")"));
+  }
+  if (offset < 0 || bytes < 0 || offset > buffer.size() - bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(device.id().ToString(), ": ", what, " of ", bytes, " bytes at offset ", offset,
+                     " does not fit a buffer of ", buffer.size(), " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status VulkanDevice::CopyToDevice(std::span<const std::byte> source,
+                                        DeviceBuffer& destination, int64_t offset) {
+  const auto bytes = static_cast<int64_t>(source.size());
+  if (absl::Status s = CheckRange(*this, destination, offset, bytes, "CopyToDevice"); !s.ok()) {
+    return s;
+  }
+  if (bytes == 0) return absl::OkStatus();
+  if (destination.host_data() != nullptr) {  // host-coherent (MemoryType): no flush needed
+    std::memcpy(destination.host_data() + offset, source.data(), source.size());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Buffer> staging = impl_->CreateBuffer(source.size(), MemoryUse::kStaging);
+  if (!staging.ok()) return staging.status();
+  std::memcpy(staging->mapped, source.data(), source.size());
+  const VkBuffer target = static_cast<const VulkanDeviceBuffer&>(destination).handle();
+  absl::Status status = impl_->SubmitOnce([&](VkCommandBuffer commands) {
+    const VkBufferCopy region{0, static_cast<VkDeviceSize>(offset), source.size()};
+    impl_->api.vkCmdCopyBuffer(commands, staging->buffer, target, 1, &region);
+  });
+  impl_->DestroyBuffer(*staging);
+  return status;
+}
+
+absl::Status VulkanDevice::CopyFromDevice(const DeviceBuffer& source, int64_t offset,
+                                          std::span<std::byte> destination) {
+  const auto bytes = static_cast<int64_t>(destination.size());
+  if (absl::Status s = CheckRange(*this, source, offset, bytes, "CopyFromDevice"); !s.ok()) {
+    return s;
+  }
+  if (bytes == 0) return absl::OkStatus();
+  if (source.host_data() != nullptr) {
+    std::memcpy(destination.data(), source.host_data() + offset, destination.size());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Buffer> staging = impl_->CreateBuffer(destination.size(), MemoryUse::kStaging);
+  if (!staging.ok()) return staging.status();
+  const VkBuffer from = static_cast<const VulkanDeviceBuffer&>(source).handle();
+  absl::Status status = impl_->SubmitOnce([&](VkCommandBuffer commands) {
+    const VkBufferCopy region{static_cast<VkDeviceSize>(offset), 0, destination.size()};
+    impl_->api.vkCmdCopyBuffer(commands, from, staging->buffer, 1, &region);
+  });
+  if (status.ok()) std::memcpy(destination.data(), staging->mapped, destination.size());
+  impl_->DestroyBuffer(*staging);
+  return status;
+}
+
+absl::Status VulkanDevice::Run(const DeviceExecutable& device_executable,
+                               std::span<const DeviceBuffer* const> inputs,
+                               std::span<DeviceBuffer* const> outputs,
+                               std::span<const void* const> scalars) {
+  const auto* executable = dynamic_cast<const VulkanExecutable*>(&device_executable);
+  if (executable == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(id().ToString(), ": executable \"", device_executable.name(), "\" is a ",
+                     DeviceKindName(device_executable.kind()), " executable"));
+  }
+  const VulkanExecutable& exe = *executable;
+  if (inputs.size() != static_cast<size_t>(exe.num_inputs()) ||
+      outputs.size() != static_cast<size_t>(exe.num_outputs())) {
+    return absl::InvalidArgumentError(absl::StrCat(id().ToString(), ": executable \"", exe.name(),
+                                                   "\" takes ", exe.num_inputs(), " inputs and ",
+                                                   exe.num_outputs(), " outputs, got ",
+                                                   inputs.size(), " and ", outputs.size()));
+  }
+  auto check = [&](const DeviceBuffer* buffer, const char* what, size_t k,
+                   int64_t needed) -> absl::Status {
+    const std::string name = absl::StrCat("executable \"", exe.name(), "\" ", what, " ", k);
+    if (buffer == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(id().ToString(), ": ", name, " is null"));
+    }
+    return CheckRange(*this, *buffer, 0, needed, name);
+  };
+  // Mapped buffers are read and written in place by the host-pointer Run; the others go
+  // through host copies.
+  std::vector<std::vector<std::byte>> copies(inputs.size() + outputs.size());
+  std::vector<const void*> input_ptrs(inputs.size());
+  std::vector<void*> output_ptrs(outputs.size());
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const int64_t bytes = exe.input_bytes(static_cast<int>(k));
+    if (absl::Status s = check(inputs[k], "input", k, bytes); !s.ok()) return s;
+    if (inputs[k]->host_data() != nullptr) {
+      input_ptrs[k] = inputs[k]->host_data();
+      continue;
+    }
+    copies[k].resize(static_cast<size_t>(bytes));
+    if (absl::Status s = CopyFromDevice(*inputs[k], 0, copies[k]); !s.ok()) return s;
+    input_ptrs[k] = copies[k].data();
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const int64_t bytes = exe.output_bytes(static_cast<int>(k));
+    if (absl::Status s = check(outputs[k], "output", k, bytes); !s.ok()) return s;
+    if (outputs[k]->host_data() != nullptr) {
+      output_ptrs[k] = outputs[k]->host_data();
+      continue;
+    }
+    std::vector<std::byte>& copy = copies[inputs.size() + k];
+    copy.resize(static_cast<size_t>(bytes));
+    output_ptrs[k] = copy.data();
+  }
+  if (absl::Status s = Run(exe, input_ptrs, output_ptrs, scalars); !s.ok()) return s;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (outputs[k]->host_data() != nullptr) continue;
+    if (absl::Status s = CopyToDevice(copies[inputs.size() + k], *outputs[k], 0); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace kiln::runtime::vulkan

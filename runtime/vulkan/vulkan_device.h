@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/device.h"
 #include "runtime/executable.h"
 
 namespace kiln::runtime::vulkan {
@@ -112,22 +113,24 @@ std::vector<DeviceInfo> ListDevices(const OpenOptions& options = {});
 
 class VulkanDevice;
 
-/// A loaded launch plan: pipelines, constants in device memory, descriptor sets. Immutable;
-/// VulkanDevice::Run may run one executable from several threads at once (each concurrent run
-/// takes its own set of run buffers). Keeps its device alive.
-class VulkanExecutable {
+/// A loaded launch plan: pipelines, constants in device memory, descriptor sets; the Vulkan
+/// driver's runtime::DeviceExecutable. Immutable; VulkanDevice::Run may run one executable from
+/// several threads at once (each concurrent run takes its own set of run buffers). Keeps its
+/// device alive.
+class VulkanExecutable final : public runtime::DeviceExecutable {
  public:
-  ~VulkanExecutable();
+  ~VulkanExecutable() override;
   VulkanExecutable(const VulkanExecutable&) = delete;
   VulkanExecutable& operator=(const VulkanExecutable&) = delete;
 
-  const std::string& name() const;
-  int num_inputs() const;
-  int num_outputs() const;
-  int num_scalars() const;
+  runtime::DeviceKind kind() const override { return runtime::DeviceKind::kVulkan; }
+  const std::string& name() const override;
+  int num_inputs() const override;
+  int num_outputs() const override;
+  int num_scalars() const override;
   /// The largest slot bound to input k / output k / scalar k (0 when no slot uses it).
-  int64_t input_bytes(int k) const;
-  int64_t output_bytes(int k) const;
+  int64_t input_bytes(int k) const override;
+  int64_t output_bytes(int k) const override;
   int64_t scalar_bytes(int k) const;
   /// Bytes of the arena (the end of the last arena slot).
   int64_t arena_bytes() const;
@@ -149,8 +152,10 @@ class VulkanExecutable {
   std::unique_ptr<Impl> impl_;
 };
 
-/// One opened Vulkan device with a compute queue. Thread-safe.
-class VulkanDevice : public std::enable_shared_from_this<VulkanDevice> {
+/// One opened Vulkan device with a compute queue: the Vulkan driver's runtime::Device (buffers
+/// in device memory, VulkanExecutables run on them, every submission waited for). Thread-safe.
+class VulkanDevice final : public runtime::Device,
+                           public std::enable_shared_from_this<VulkanDevice> {
  public:
   /// Opens the device `selector` names: an index into ListDevices() or a case-insensitive
   /// substring of its name; empty = $KILN_VULKAN_DEVICE, and when that is unset too, the first
@@ -159,9 +164,7 @@ class VulkanDevice : public std::enable_shared_from_this<VulkanDevice> {
   /// (NotFound, listing the devices found).
   static absl::StatusOr<std::shared_ptr<VulkanDevice>> Open(std::string_view selector = "",
                                                             const OpenOptions& options = {});
-  ~VulkanDevice();
-  VulkanDevice(const VulkanDevice&) = delete;
-  VulkanDevice& operator=(const VulkanDevice&) = delete;
+  ~VulkanDevice() override;
 
   const DeviceInfo& info() const;
   /// Whether runs copy through staging buffers (OpenOptions::staging resolved).
@@ -183,6 +186,28 @@ class VulkanDevice : public std::enable_shared_from_this<VulkanDevice> {
   /// (kKernelIndexOutOfRange) or Internal naming the dispatch; outputs are then unspecified.
   absl::Status Run(const VulkanExecutable& exe, std::span<const void* const> inputs,
                    std::span<void* const> outputs, std::span<const void* const> scalars = {});
+
+  // ---- runtime::Device
+  /// vulkan:<index in ListDevices()>.
+  runtime::DeviceId id() const override;
+  /// A storage buffer in the memory shaders use (device-local where the device has it): its
+  /// host_data() is its mapping on a unified-memory device, nullptr on a staging one.
+  absl::StatusOr<std::unique_ptr<runtime::DeviceBuffer>> Allocate(int64_t bytes) override;
+  /// Through the mapping, or through a staging buffer and one submitted copy (waited for).
+  absl::Status CopyToDevice(std::span<const std::byte> source, runtime::DeviceBuffer& destination,
+                            int64_t offset) override;
+  absl::Status CopyFromDevice(const runtime::DeviceBuffer& source, int64_t offset,
+                              std::span<std::byte> destination) override;
+  /// `executable` must be a VulkanExecutable loaded on this device. The buffers' bytes go
+  /// through the run's own buffers (host memcpy of mapped buffers, else one download and one
+  /// upload each): executables bind run buffers recorded at Load, not caller buffers.
+  absl::Status Run(const runtime::DeviceExecutable& executable,
+                   std::span<const runtime::DeviceBuffer* const> inputs,
+                   std::span<runtime::DeviceBuffer* const> outputs,
+                   std::span<const void* const> scalars) override;
+  /// Every submission (runs, copies, uploads) is waited for before its call returns, so nothing
+  /// is ever pending here.
+  absl::Status Synchronize() override { return absl::OkStatus(); }
 
   struct Impl;
 

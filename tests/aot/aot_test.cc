@@ -19,6 +19,7 @@
 #include "ir/tensor_data.h"
 #include "kiln/kiln.h"
 #include "runtime/blob.h"
+#include "runtime/cpu/blob_cpu.h"
 #include "runtime/cpu/cpu_features.h"
 #include "runtime/include/kiln_runtime.h"
 #include "tests/codegen/child_process.h"
@@ -261,9 +262,12 @@ TEST(AotTest, ForeignTripleSectionIsAarch64) {
   absl::StatusOr<runtime::blob::BlobView> view = runtime::blob::ParseBlob(
       std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
   ASSERT_TRUE(view.ok()) << view.status();
-  ASSERT_EQ(view->targets.size(), 2u);
-  EXPECT_EQ(view->targets[1].triple, "aarch64-unknown-linux-gnu");
-  const auto& section = view->sections[view->targets[1].section];
+  const runtime::cpu::CpuBlobPlan* cpu = view->PlanOf<runtime::cpu::CpuBlobPlan>("cpu");
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_EQ(cpu->code.size(), 2u);
+  EXPECT_EQ(cpu->code[1].triple, "aarch64-unknown-linux-gnu");
+  const auto& section = view->sections[static_cast<size_t>(cpu->code[1].section)];
+  EXPECT_EQ(section.name, "cpu:aarch64-unknown-linux-gnu");
   // An ELF shared object for EM_AARCH64 (183).
   const char* code = blob->data() + section.offset;
   ASSERT_GT(section.size, 64u);
@@ -275,7 +279,7 @@ TEST(AotTest, ForeignTripleSectionIsAarch64) {
   uint16_t machine;
   std::memcpy(&machine, code + 18, 2);
   EXPECT_EQ(machine, 183);
-  EXPECT_EQ(view->targets[1].vector_bits, 128);
+  EXPECT_EQ(cpu->code[1].vector_bits, 128);
   // The host still loads its own section from the two-target blob and matches the JIT.
   absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadMemory(
       std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
@@ -317,11 +321,13 @@ std::string ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
 }
 
-runtime::blob::CodeTarget HostSection(const std::string& bytes) {
+runtime::cpu::CodeTarget HostSection(const std::string& bytes) {
   absl::StatusOr<runtime::blob::BlobView> view = runtime::blob::ParseBlob(
       std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
   EXPECT_TRUE(view.ok()) << view.status();
-  return view.ok() && !view->targets.empty() ? view->targets[0] : runtime::blob::CodeTarget{};
+  const runtime::cpu::CpuBlobPlan* cpu =
+      view.ok() ? view->PlanOf<runtime::cpu::CpuBlobPlan>("cpu") : nullptr;
+  return cpu != nullptr && !cpu->code.empty() ? cpu->code[0] : runtime::cpu::CodeTarget{};
 }
 
 TEST(AotCpuLevelChild, LoadsWhatItsLevelRunsAndCompilesForIt) {
@@ -334,7 +340,7 @@ TEST(AotCpuLevelChild, LoadsWhatItsLevelRunsAndCompilesForIt) {
 
   // The parent's blob: refused exactly when its host section needs more than this level.
   const std::string parent_path = absl::StrCat(dir, "/parent.kiln");
-  const runtime::blob::CodeTarget parent = HostSection(ReadFile(parent_path));
+  const runtime::cpu::CodeTarget parent = HostSection(ReadFile(parent_path));
   absl::StatusOr<std::unique_ptr<Model>> parent_model = Model::LoadFile(parent_path);
   const bool runs = runtime::cpu::CodeRunsAtLevel(*level, parent.features);
   ASSERT_EQ(parent_model.ok(), runs)
@@ -349,7 +355,7 @@ TEST(AotCpuLevelChild, LoadsWhatItsLevelRunsAndCompilesForIt) {
   // Its own blob: compiled for the level, and bit for bit the JIT's results at the same level.
   const std::string own_path = absl::StrCat(dir, "/", runtime::cpu::CpuLevelName(*level), ".kiln");
   ASSERT_TRUE(aot::CompileToFile(g, aot::CompileOptions{}, own_path).ok());
-  const runtime::blob::CodeTarget own = HostSection(ReadFile(own_path));
+  const runtime::cpu::CodeTarget own = HostSection(ReadFile(own_path));
   EXPECT_EQ(own.cpu, runtime::cpu::CpuLevelName(*level));
   EXPECT_EQ(own.vector_bits, runtime::cpu::LevelAllows(*level, "avx512f") ? 512
                              : runtime::cpu::LevelAllows(*level, "avx")   ? 256

@@ -166,10 +166,11 @@ void ExpectVulkanAndCpuMatchInterpret(const Case& c) {
   }
 }
 
-class AotVulkanTest : public testing::Test {
- protected:
-  static void SetUpTestSuite() { runtime::vulkan::EnableVulkanBlobs(); }
-};
+// The Vulkan blob driver for the whole binary, before any test: the corpus test's Vulkan cases
+// (corpus_test.cc) need ParseBlob to validate Vulkan plans too.
+[[maybe_unused]] const bool kVulkanBlobsEnabled = (runtime::vulkan::EnableVulkanBlobs(), true);
+
+class AotVulkanTest : public testing::Test {};
 
 TEST_F(AotVulkanTest, MlpOnVulkanAndCpuMatchesInterpret) {
   ExpectVulkanAndCpuMatchInterpret(Mlp(5));
@@ -190,11 +191,13 @@ TEST_F(AotVulkanTest, SectionsAndSharedWeights) {
   ASSERT_TRUE(v.ok()) << v.status();
   absl::StatusOr<runtime::blob::BlobView> cpu = runtime::blob::ParseBlob(Bytes(*without));
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  EXPECT_EQ(cpu->vulkan, nullptr);
-  ASSERT_NE(v->vulkan, nullptr);
-  EXPECT_THAT(v->vulkan->features, testing::Contains("shaderInt64"));
-  EXPECT_THAT(v->vulkan->features, testing::Not(testing::Contains("shaderFloat64")));
-  EXPECT_GT(v->vulkan->shaders.size(), 0u);
+  EXPECT_EQ(cpu->Target("vulkan"), nullptr);
+  const runtime::vulkan::VulkanPlan* plan = v->PlanOf<runtime::vulkan::VulkanPlan>("vulkan");
+  ASSERT_NE(plan, nullptr);
+  EXPECT_THAT(plan->features, testing::Contains("shaderInt64"));
+  EXPECT_THAT(plan->features, testing::Not(testing::Contains("shaderFloat64")));
+  EXPECT_GT(plan->shaders.size(), 0u);
+  EXPECT_EQ(v->sections[static_cast<size_t>(plan->spirv_section)].name, "vulkan:spirv");
   // The weights the Vulkan plan binds are the CPU plan's bytes: w1, b1 and w2 are stored once.
   int64_t weight_bytes = 0;
   for (const auto& [name, value] : c.options.weights) weight_bytes += value->size_bytes();
@@ -214,7 +217,7 @@ TEST_F(AotVulkanTest, NoVulkanSectionIsAClearError) {
   EXPECT_EQ(kiln_model_load_memory_on(blob->data(), blob->size(), "vulkan", &model),
             KILN_ERROR_UNSUPPORTED);
   EXPECT_EQ(model, nullptr);
-  EXPECT_THAT(kiln_last_error(), HasSubstr("no Vulkan section"));
+  EXPECT_THAT(kiln_last_error(), HasSubstr("the blob has no vulkan plan (it has: cpu)"));
   EXPECT_EQ(kiln_model_load_memory_on(blob->data(), blob->size(), "tpu", &model),
             KILN_ERROR_INVALID_ARGUMENT);
   EXPECT_THAT(kiln_last_error(), HasSubstr("unknown device \"tpu\""));
@@ -243,20 +246,20 @@ TEST_F(AotVulkanTest, MissingFeatureNamesIt) {
   ASSERT_TRUE(blob.ok()) << blob.status();
   absl::StatusOr<runtime::blob::BlobView> v = runtime::blob::ParseBlob(Bytes(*blob));
   ASSERT_TRUE(v.ok()) << v.status();
-  ASSERT_NE(v->vulkan, nullptr);
-  EXPECT_THAT(v->vulkan->features, testing::Contains("shaderFloat64"));
+  const runtime::vulkan::VulkanPlan* plan = v->PlanOf<runtime::vulkan::VulkanPlan>("vulkan");
+  ASSERT_NE(plan, nullptr);
+  EXPECT_THAT(plan->features, testing::Contains("shaderFloat64"));
   std::vector<runtime::vulkan::DeviceInfo> devices = runtime::vulkan::ListDevices();
   ASSERT_FALSE(devices.empty()) << "no Vulkan device (lavapipe: VK_DRIVER_FILES)";
   runtime::vulkan::DeviceInfo info = devices[0];
-  EXPECT_TRUE(runtime::vulkan::CheckDeviceCanRun(*v->vulkan, info).ok());
+  EXPECT_TRUE(runtime::vulkan::CheckDeviceCanRun(*plan, info).ok());
   info.float64 = false;
-  absl::Status s = runtime::vulkan::CheckDeviceCanRun(*v->vulkan, info);
+  absl::Status s = runtime::vulkan::CheckDeviceCanRun(*plan, info);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("lacks shaderFloat64"));
   info = devices[0];
   info.max_workgroup_invocations = 32;
-  EXPECT_THAT(runtime::vulkan::CheckDeviceCanRun(*v->vulkan, info).message(),
-              HasSubstr("invocations"));
+  EXPECT_THAT(runtime::vulkan::CheckDeviceCanRun(*plan, info).message(), HasSubstr("invocations"));
 }
 
 TEST_F(AotVulkanTest, ByteOutputsNeedAndGet8BitStorage) {
@@ -275,8 +278,9 @@ TEST_F(AotVulkanTest, ByteOutputsNeedAndGet8BitStorage) {
   ASSERT_TRUE(blob.ok()) << blob.status();
   absl::StatusOr<runtime::blob::BlobView> v = runtime::blob::ParseBlob(Bytes(*blob));
   ASSERT_TRUE(v.ok()) << v.status();
-  ASSERT_NE(v->vulkan, nullptr);
-  EXPECT_THAT(v->vulkan->features, testing::Contains("storageBuffer8BitAccess"));
+  const runtime::vulkan::VulkanPlan* plan = v->PlanOf<runtime::vulkan::VulkanPlan>("vulkan");
+  ASSERT_NE(plan, nullptr);
+  EXPECT_THAT(plan->features, testing::Contains("storageBuffer8BitAccess"));
 
   ir::TensorData input = Random(F32({300}), 11);
   float* values = reinterpret_cast<float*>(input.data());

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/blob.h"
+#include "runtime/blob_target.h"
 #include "runtime/include/kiln_runtime.h"
 
 namespace {
@@ -40,8 +41,12 @@ std::string Read(const std::string& path) {
 TEST(CorpusTest, EveryBadFileGivesItsError) {
   const std::vector<Case> cases = Cases();
   ASSERT_GE(cases.size(), 15u);
+  // Vulkan plans are validated by the Vulkan driver (aot_vulkan_test.cc registers it where kiln
+  // has Vulkan); a runtime without it keeps them unparsed and loads the blob on the CPU.
+  const bool vulkan = kiln::runtime::blob::FindTargetDriver("vulkan") != nullptr;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.file);
+    if (!vulkan && c.file.rfind("vulkan_", 0) == 0) continue;
     const std::string path = std::string(KILN_CORPUS_DIR) + "/" + c.file;
     const std::string bytes = Read(path);
     if (c.expected.empty()) {

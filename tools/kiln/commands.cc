@@ -368,6 +368,9 @@ int Run(const RunArgs& args) {
 }
 
 int Inspect(const InspectArgs& args) {
+#if KILN_TOOL_HAVE_VULKAN
+  runtime::vulkan::EnableVulkanBlobs();  // the Vulkan plan parsed, checked and described too
+#endif
   absl::StatusOr<std::string> bytes = ReadFile(args.blob);
   if (!bytes.ok()) return Fail("inspect", bytes.status());
   const std::span<const std::byte> span(reinterpret_cast<const std::byte*>(bytes->data()),

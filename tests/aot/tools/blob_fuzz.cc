@@ -1,5 +1,6 @@
 // libFuzzer target for the blob loader's validation (runtime::blob::ParseBlob: header, section
-// table, checksums, signature and launch-plan JSON). Checksums would stop almost every mutation at
+// table, checksums, signature, and each target's plan through its driver: the CPU's and, where
+// kiln has Vulkan, the Vulkan plan with its SPIR-V). Checksums would stop almost every mutation at
 // the first check, so when the first input byte is odd the harness repairs the section and table
 // checksums of the rest before parsing: the fuzzer then reaches the JSON and plan checks too.
 // Model::Load's remaining step (dlopen of the code section) runs machine code by design and is
@@ -11,6 +12,14 @@
 
 #include "runtime/blob.h"
 #include "xxhash.h"
+#if KILN_BLOB_FUZZ_VULKAN
+#include "runtime/vulkan/blob_vulkan.h"
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  kiln::runtime::vulkan::EnableVulkanBlobs();
+  return 0;
+}
+#endif
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

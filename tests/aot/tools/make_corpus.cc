@@ -66,7 +66,8 @@ std::string Join(const std::vector<Raw>& sections) {
   }
   std::string blob(offset, '\0');
   std::memcpy(blob.data(), "KILNBLOB", 8);
-  const uint32_t version = 1, count = static_cast<uint32_t>(sections.size());
+  const uint32_t version = kiln::runtime::blob::kFormatVersion,
+                 count = static_cast<uint32_t>(sections.size());
   const uint64_t table_offset = kHeaderBytes, sum = XXH3_64bits(table.data(), table.size());
   std::memcpy(blob.data() + 8, &version, 4);
   std::memcpy(blob.data() + 12, &count, 4);
@@ -90,10 +91,15 @@ std::string PatchTable(std::string blob, size_t i, size_t field, uint64_t value)
   return blob;
 }
 
-std::string EditJson(const std::string& blob, uint32_t kind, void (*edit)(json&)) {
+// Section kinds of format version 2 (runtime/blob.h).
+constexpr uint32_t kSignature = 1, kPlan = 2, kPayload = 4;
+
+// Edits the JSON of the sections of `kind` named `name` ("" for the signature).
+std::string EditJson(const std::string& blob, uint32_t kind, const std::string& name,
+                     void (*edit)(json&)) {
   std::vector<Raw> sections = Split(blob);
   for (Raw& s : sections) {
-    if (s.kind != kind) continue;
+    if (s.kind != kind || s.name != name) continue;
     json j = json::parse(s.bytes);
     edit(j);
     s.bytes = j.dump();
@@ -131,7 +137,7 @@ int main(int argc, char** argv) {
   }
   kiln::aot::CompileOptions options;
   options.name = "corpus";
-  options.vulkan = true;  // sections 5 (vulkan plan) and 6 (spirv), after the code section
+  options.vulkan = true;  // sections 4 (plan "vulkan") and 5 (vulkan:spirv), after the CPU code
   absl::StatusOr<std::string> valid = kiln::aot::Compile(*graph, options);
   if (!valid.ok()) {
     std::cerr << valid.status() << "\n";
@@ -154,7 +160,8 @@ int main(int argc, char** argv) {
     std::string bad = v;
     const uint32_t version = 7;
     std::memcpy(bad.data() + 8, &version, 4);
-    add("wrong_version.kiln", bad, "blob format version 7, this runtime reads 1");
+    add("wrong_version.kiln", bad,
+        "blob format version 7, this runtime reads 2 (the blob is newer");
   }
   {
     std::string bad = v;
@@ -183,10 +190,11 @@ int main(int argc, char** argv) {
     std::memcpy(bad.data() + 24, &table_offset, 8);
     add("hostile_table_offset.kiln", bad, "the section table [1099511627776");
   }
-  add("plan_bad_slot_index.kiln", EditJson(v, 2, [](json& j) { j["steps"][0]["args"][0] = 99999; }),
+  add("plan_bad_slot_index.kiln",
+      EditJson(v, kPlan, "cpu", [](json& j) { j["steps"][0]["args"][0] = 99999; }),
       "steps[0].args[0]: 99999 is outside");
   add("plan_constant_outside_weights.kiln",
-      EditJson(v, 2,
+      EditJson(v, kPlan, "cpu",
                [](json& j) {
                  for (json& s : j["slots"]) {
                    if (s["kind"] == "constant") {
@@ -197,10 +205,10 @@ int main(int argc, char** argv) {
                }),
       "lie outside the weights section");
   add("plan_unknown_step_kind.kiln",
-      EditJson(v, 2, [](json& j) { j["steps"][0]["kind"] = "syscall"; }),
+      EditJson(v, kPlan, "cpu", [](json& j) { j["steps"][0]["kind"] = "syscall"; }),
       "unknown step kind \"syscall\"");
   add("plan_gemm_too_large.kiln",
-      EditJson(v, 2,
+      EditJson(v, kPlan, "cpu",
                [](json& j) {
                  for (json& s : j["steps"]) {
                    if (s["kind"] == "gemm") s["descriptor"]["m"] = 1000;
@@ -208,7 +216,7 @@ int main(int argc, char** argv) {
                }),
       "a needs 16000 bytes, slot 0 has 32");
   add("plan_kernel_arg_too_small.kiln",
-      EditJson(v, 2,
+      EditJson(v, kPlan, "cpu",
                [](json& j) {
                  for (json& s : j["steps"]) {
                    if (s["kind"] == "kernel") s["arg_bytes"][0] = 1 << 30;
@@ -216,7 +224,7 @@ int main(int argc, char** argv) {
                }),
       "needs 1073741824 bytes");
   add("plan_output_index.kiln",
-      EditJson(v, 2,
+      EditJson(v, kPlan, "cpu",
                [](json& j) {
                  for (json& s : j["slots"]) {
                    if (s["kind"] == "output") s["index"] = 5;
@@ -224,7 +232,7 @@ int main(int argc, char** argv) {
                }),
       ".index: 5 is outside [0, 0]");
   add("plan_bad_symbol.kiln",
-      EditJson(v, 2,
+      EditJson(v, kPlan, "cpu",
                [](json& j) {
                  for (json& s : j["steps"]) {
                    if (s["kind"] == "kernel") s["symbol"] = "system";
@@ -238,16 +246,19 @@ int main(int argc, char** argv) {
         sections[1].bytes = "{\"slots\": [";
         return Join(sections);
       }(),
-      "section 1 (launch plan): not valid JSON");
-  add("signature_bad_dtype.kiln", EditJson(v, 1, [](json& j) { j["inputs"][0]["dtype"] = "f128"; }),
+      "section 1 (plan \"cpu\"): not valid JSON");
+  add("signature_bad_dtype.kiln",
+      EditJson(v, kSignature, "", [](json& j) { j["inputs"][0]["dtype"] = "f128"; }),
       "unknown dtype \"f128\"");
   add(
       "no_code_for_this_cpu.kiln",
       [&] {
         std::vector<Raw> sections = Split(v);
         for (Raw& s : sections) {
-          if (s.kind == 4) s.name = "riscv64-unknown-linux-gnu";
-          if (s.kind == 2) {
+          if (s.kind == kPayload && s.name.rfind("cpu:", 0) == 0) {
+            s.name = "cpu:riscv64-unknown-linux-gnu";
+          }
+          if (s.kind == kPlan && s.name == "cpu") {
             json j = json::parse(s.bytes);
             j["targets"][0]["triple"] = "riscv64-unknown-linux-gnu";
             s.bytes = j.dump();
@@ -256,35 +267,35 @@ int main(int argc, char** argv) {
         return Join(sections);
       }(),
       "no code for this CPU");
-  // The Vulkan sections (kinds 6 and 7).
+  // The Vulkan sections: plan "vulkan" and payload "vulkan:spirv".
   auto edit_spirv = [&](size_t byte, uint32_t value) {
     std::vector<Raw> sections = Split(v);
     for (Raw& s : sections) {
-      if (s.kind == 7) std::memcpy(s.bytes.data() + byte, &value, 4);
+      if (s.name == "vulkan:spirv") std::memcpy(s.bytes.data() + byte, &value, 4);
     }
     return Join(sections);
   };
   add("vulkan_bad_slot_index.kiln",
-      EditJson(v, 6, [](json& j) { j["dispatches"][0]["buffers"][0] = 99999; }),
+      EditJson(v, kPlan, "vulkan", [](json& j) { j["dispatches"][0]["buffers"][0] = 99999; }),
       "dispatches[0].buffers[0]: 99999 is outside");
   add("vulkan_bad_shader_index.kiln",
-      EditJson(v, 6, [](json& j) { j["dispatches"][0]["shader"] = 7; }),
+      EditJson(v, kPlan, "vulkan", [](json& j) { j["dispatches"][0]["shader"] = 7; }),
       "dispatches[0].shader: 7 is outside");
   add("vulkan_spirv_outside_section.kiln",
-      EditJson(v, 6, [](json& j) { j["shaders"][0]["spirv_words"] = 1 << 30; }),
+      EditJson(v, kPlan, "vulkan", [](json& j) { j["shaders"][0]["spirv_words"] = 1 << 30; }),
       "outside the SPIR-V section");
   add("vulkan_spirv_bad_magic.kiln", edit_spirv(0, 0x12345678u),
       "not SPIR-V: word 0 is 0x12345678");
   add("vulkan_spirv_instruction_past_end.kiln", edit_spirv(20, 0xffff0011u),
       "the instruction at word 5 (opcode 17) has 65535 words");
   add("vulkan_feature_not_listed.kiln",
-      EditJson(v, 6, [](json& j) { j["features"] = json::array(); }),
+      EditJson(v, kPlan, "vulkan", [](json& j) { j["features"] = json::array(); }),
       "which the plan's features do not list");
   add("vulkan_unknown_feature.kiln",
-      EditJson(v, 6, [](json& j) { j["features"][0] = "rayTracingPipeline"; }),
+      EditJson(v, kPlan, "vulkan", [](json& j) { j["features"][0] = "rayTracingPipeline"; }),
       "features[0]: is not a known Vulkan feature");
   add("vulkan_constant_outside_weights.kiln",
-      EditJson(v, 6,
+      EditJson(v, kPlan, "vulkan",
                [](json& j) {
                  for (json& s : j["slots"]) {
                    if (s["kind"] == "constant") {
@@ -295,7 +306,7 @@ int main(int argc, char** argv) {
                }),
       "lies outside the weights section");
   add("vulkan_arena_unaligned.kiln",
-      EditJson(v, 6,
+      EditJson(v, kPlan, "vulkan",
                [](json& j) {
                  for (json& s : j["slots"]) {
                    if (s["kind"] == "arena") {
@@ -306,7 +317,7 @@ int main(int argc, char** argv) {
                }),
       "arena offset 4 is not a multiple of 256");
   add("vulkan_push_constant_mismatch.kiln",
-      EditJson(v, 6,
+      EditJson(v, kPlan, "vulkan",
                [](json& j) {
                  j["dispatches"][0]["push_constants"] = {1, 2, 3, 4};
                }),
@@ -317,12 +328,45 @@ int main(int argc, char** argv) {
         std::vector<Raw> sections = Split(v);
         std::vector<Raw> kept;
         for (Raw& s : sections) {
-          if (s.kind != 7) kept.push_back(s);
+          if (s.name != "vulkan:spirv") kept.push_back(s);
         }
         return Join(kept);
       }(),
-      "a vulkan plan section needs a spirv section");
+      "the vulkan plan has no payload vulkan:spirv");
+  // Format version 2's own checks: payloads belong to a target with a plan, names are targets.
+  add(
+      "payload_without_plan.kiln",
+      [&] {
+        std::vector<Raw> sections = Split(v);
+        for (Raw& s : sections) {
+          if (s.name == "vulkan:spirv") s.name = "cuda:ptx";
+        }
+        return Join(sections);
+      }(),
+      "its name is not <target>:<payload> for a target with a plan section");
+  add(
+      "plan_bad_target_name.kiln",
+      [&] {
+        std::vector<Raw> sections = Split(v);
+        for (Raw& s : sections) {
+          if (s.kind == kPlan && s.name == "vulkan") s.name = "Vulkan!";
+        }
+        return Join(sections);
+      }(),
+      "is not a target name");
+  add(
+      "plan_for_unknown_target.kiln",
+      [&] {
+        // A target no driver knows is kept unparsed: the blob still loads on the CPU.
+        std::vector<Raw> sections = Split(v);
+        sections.push_back(Raw{kPlan, "npu", "not parsed by this runtime"});
+        return Join(sections);
+      }(),
+      "");
   std::ofstream expected(dir + "/expected.txt");
+  // format_v1.kiln is kept, not written: a blob the format version 1 writer made (the valid.kiln
+  // of that version), which this runtime must refuse with a clear message.
+  expected << "format_v1.kiln\tblob format version 1, this runtime reads 2 (the blob is older\n";
   for (const auto& [name, content] : files) {
     std::ofstream out(dir + "/" + name, std::ios::binary);
     out.write(content.first.data(), static_cast<std::streamsize>(content.first.size()));

@@ -1,11 +1,11 @@
-#include "ir/dtype.h"
+#include "base/dtype.h"
 
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-namespace kiln::ir {
+namespace kiln::base {
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
@@ -136,4 +136,4 @@ double RoundToDType(double value, DType dtype) {
   }
 }
 
-}  // namespace kiln::ir
+}  // namespace kiln::base

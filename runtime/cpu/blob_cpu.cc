@@ -1,0 +1,647 @@
+#include "runtime/cpu/blob_cpu.h"
+
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/dtype.h"
+#include "runtime/blob_json.h"
+#include "runtime/buffer.h"
+#include "runtime/cpu/contraction.h"
+#include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/gemm_internal.h"
+#include "runtime/executable.h"
+#include "runtime/thread_pool.h"
+
+namespace kiln::runtime::cpu {
+
+// The launch plan, validated.
+struct PlanSlot {
+  SlotKind kind = SlotKind::kArena;
+  bool descriptor = false;  // a constant slot the loader fills with a ContractionStep address
+  int64_t size = 0, index = 0, offset = 0, weights_offset = 0;
+};
+struct PlanStep {
+  enum Kind { kKernel, kCopy, kGemm, kConv } kind = kKernel;
+  std::string symbol;
+  std::vector<int> args;
+  int64_t extent = 1, grain = 1;
+  std::string name, error_context;
+  ContractionStep contraction;  // kGemm / kConv (pointers unset)
+};
+struct CpuBlobPlan::Parsed {
+  std::string name;
+  std::vector<PlanSlot> slots;
+  std::vector<PlanStep> steps;
+};
+
+namespace {
+
+using blob::BlobView;
+using blob::Signature;
+using blob::TargetEntry;
+using blob::internal::Bad;
+using blob::internal::CheckedProduct;
+using blob::internal::json;
+using blob::internal::Reader;
+namespace gi = gemm_internal;
+
+// Every size and count in a blob is far below these; larger values are hostile.
+constexpr int64_t kMaxRank = 16;
+constexpr int64_t kMaxSlots = 1 << 20;
+constexpr int64_t kMaxDimension = int64_t{1} << 40;
+constexpr size_t kMaxTargets = 64;
+
+#define KILN_ASSIGN KILN_BLOB_ASSIGN
+
+bool ValidSymbol(const std::string& s) {
+  if (!absl::StartsWith(s, "kiln_") || s.size() > 200) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return absl::ascii_isalnum(c) || c == '_' || c == '.'; });
+}
+
+const char* ActivationName(GemmActivation a) { return GemmActivationName(a); }
+
+absl::StatusOr<GemmActivation> ParseActivation(const std::string& name) {
+  for (GemmActivation a : {GemmActivation::kNone, GemmActivation::kRelu, GemmActivation::kGeluTanh,
+                           GemmActivation::kSilu, GemmActivation::kSigmoid}) {
+    if (name == ActivationName(a)) return a;
+  }
+  return absl::InvalidArgumentError("unknown activation \"" + name + "\"");
+}
+
+// The largest element offset + 1 a strided matrix view touches (0 when it touches nothing).
+absl::StatusOr<int64_t> ViewExtent(const Reader& r, const json& j, const std::string& path,
+                                   int64_t rows, int64_t cols, const std::vector<int64_t>& batch,
+                                   MatrixView* view) {
+  KILN_ASSIGN(row_stride, r.Int(j, path, "row_stride", 0, kMaxDimension));
+  KILN_ASSIGN(col_stride, r.Int(j, path, "col_stride", 0, kMaxDimension));
+  KILN_ASSIGN(batch_strides, r.Ints(j, path, "batch_strides", kMaxRank, 0, kMaxDimension));
+  if (!batch_strides.empty() && batch_strides.size() != batch.size()) {
+    return r.Error(path + ".batch_strides", "does not match the batch rank");
+  }
+  view->row_stride = row_stride;
+  view->col_stride = col_stride;
+  view->batch_strides = batch_strides;
+  if (rows == 0 || cols == 0) return 0;
+  for (int64_t b : batch) {
+    if (b == 0) return 0;
+  }
+  // Each term is below 2^40 * 2^40; sums of at most 18 such terms stay below 2^63 only if
+  // bounded: use long double-free checked arithmetic via __int128.
+  __int128 last =
+      static_cast<__int128>(rows - 1) * row_stride + static_cast<__int128>(cols - 1) * col_stride;
+  for (size_t d = 0; d < batch_strides.size(); ++d) {
+    last += static_cast<__int128>(batch[d] - 1) * batch_strides[d];
+  }
+  if (last >= (static_cast<__int128>(1) << 61)) return r.Error(path, "addresses overflow");
+  return static_cast<int64_t>(last) + 1;
+}
+
+absl::StatusOr<CpuBlobPlan::Parsed> ParsePlan(const json& j, const Signature& signature,
+                                              uint64_t weights_size, const std::string& where) {
+  const Reader r(where);
+  CpuBlobPlan::Parsed plan;
+  KILN_ASSIGN(name, r.String(j, "plan", "name"));
+  plan.name = name;
+  KILN_ASSIGN(slots, r.Array(j, "plan", "slots", kMaxSlots));
+  for (size_t i = 0; i < slots->size(); ++i) {
+    const std::string path = absl::StrCat("slots[", i, "]");
+    const json& s = (*slots)[i];
+    PlanSlot slot;
+    KILN_ASSIGN(kind, r.String(s, path, "kind"));
+    KILN_ASSIGN(size, r.Int(s, path, "size", 0, int64_t{1} << 50));
+    slot.size = size;
+    if (kind == "input" || kind == "output") {
+      const bool input = kind == "input";
+      const auto& list = input ? signature.inputs : signature.outputs;
+      KILN_ASSIGN(index, r.Int(s, path, "index", 0, static_cast<int64_t>(list.size()) - 1));
+      if (size > list[index].size_bytes) {
+        return r.Error(path, absl::StrCat(size, " bytes exceed ", kind, " ", index, " (",
+                                          list[index].size_bytes, " bytes)"));
+      }
+      slot.kind = input ? SlotKind::kInput : SlotKind::kOutput;
+      slot.index = index;
+    } else if (kind == "arena") {
+      KILN_ASSIGN(offset, r.Int(s, path, "offset", 0, int64_t{1} << 50));
+      if (offset % static_cast<int64_t>(kBufferAlignment) != 0) {
+        return r.Error(path + ".offset", "is not a multiple of 64");
+      }
+      slot.kind = SlotKind::kArena;
+      slot.offset = offset;
+    } else if (kind == "constant") {
+      KILN_ASSIGN(offset, r.Int(s, path, "weights_offset", 0, int64_t{1} << 50));
+      if (offset % static_cast<int64_t>(blob::kSectionAlignment) != 0) {
+        return r.Error(path + ".weights_offset", "is not a multiple of 64");
+      }
+      if (static_cast<uint64_t>(offset) > weights_size ||
+          static_cast<uint64_t>(size) > weights_size - static_cast<uint64_t>(offset)) {
+        return r.Error(
+            path, absl::StrCat("bytes [", offset, ", ", offset + size,
+                               ") lie outside the weights section (", weights_size, " bytes)"));
+      }
+      slot.kind = SlotKind::kConstant;
+      slot.weights_offset = offset;
+    } else if (kind == "descriptor") {
+      if (size != static_cast<int64_t>(sizeof(void*))) return r.Error(path, "size must be 8");
+      slot.kind = SlotKind::kConstant;
+      slot.descriptor = true;
+    } else if (kind == "error_flag") {
+      if (size != static_cast<int64_t>(sizeof(KernelErrorFlag))) {
+        return r.Error(path, "the error flag is 16 bytes");
+      }
+      slot.kind = SlotKind::kErrorFlag;
+    } else {
+      return r.Error(path + ".kind", "unknown slot kind \"" + kind + "\"");
+    }
+    plan.slots.push_back(slot);
+  }
+  std::vector<bool> output_bound(signature.outputs.size(), false);
+  for (const PlanSlot& s : plan.slots) {
+    if (s.kind == SlotKind::kOutput) output_bound[s.index] = true;
+  }
+  for (size_t k = 0; k < output_bound.size(); ++k) {
+    if (!output_bound[k]) return r.Error("slots", absl::StrCat("output ", k, " has no slot"));
+  }
+  const int num_slots = static_cast<int>(plan.slots.size());
+  std::vector<int> descriptor_users(plan.slots.size(), 0);
+
+  KILN_ASSIGN(steps, r.Array(j, "plan", "steps", kMaxSlots));
+  for (size_t i = 0; i < steps->size(); ++i) {
+    const std::string path = absl::StrCat("steps[", i, "]");
+    const json& s = (*steps)[i];
+    PlanStep step;
+    KILN_ASSIGN(kind, r.String(s, path, "kind"));
+    KILN_ASSIGN(args, r.Ints(s, path, "args", 4096, 0, num_slots - 1));
+    KILN_ASSIGN(extent, r.Int(s, path, "extent", 0, int64_t{1} << 50));
+    KILN_ASSIGN(grain, r.Int(s, path, "grain", 1, int64_t{1} << 50));
+    KILN_ASSIGN(step_name, r.String(s, path, "name"));
+    KILN_ASSIGN(context, r.String(s, path, "error_context"));
+    for (int64_t a : args) step.args.push_back(static_cast<int>(a));
+    step.extent = extent;
+    step.grain = grain;
+    step.name = step_name;
+    step.error_context = context;
+    auto slot_of = [&](int arg) -> const PlanSlot& { return plan.slots[step.args[arg]]; };
+    if (kind != "kernel" && kind != "copy" && kind != "gemm" && kind != "conv") {
+      return r.Error(path + ".kind", "unknown step kind \"" + kind + "\"");
+    }
+    for (int a : step.args) {
+      if (plan.slots[a].descriptor && !(kind == "gemm" || kind == "conv")) {
+        return r.Error(path, absl::StrCat("a ", kind, " step reads descriptor slot ", a));
+      }
+    }
+    if (kind == "kernel") {
+      step.kind = PlanStep::kKernel;
+      KILN_ASSIGN(symbol, r.String(s, path, "symbol"));
+      if (!ValidSymbol(symbol)) return r.Error(path + ".symbol", "is not a kernel symbol");
+      step.symbol = symbol;
+      // The bytes each argument of the generated kernel addresses: every bound slot must have
+      // at least that many.
+      KILN_ASSIGN(arg_bytes, r.Ints(s, path, "arg_bytes", 4096, 0, int64_t{1} << 50));
+      if (arg_bytes.size() != step.args.size()) {
+        return r.Error(path + ".arg_bytes", "does not have one entry per argument");
+      }
+      for (size_t a = 0; a < arg_bytes.size(); ++a) {
+        if (slot_of(static_cast<int>(a)).size < arg_bytes[a]) {
+          return r.Error(path,
+                         absl::StrCat("argument ", a, " needs ", arg_bytes[a], " bytes, slot ",
+                                      step.args[a], " has ", slot_of(static_cast<int>(a)).size));
+        }
+      }
+    } else if (kind == "copy") {
+      step.kind = PlanStep::kCopy;
+      if (step.args.size() != 3) return r.Error(path, "a copy has 3 arguments");
+      const PlanSlot& count = slot_of(2);
+      if (count.kind != SlotKind::kConstant || count.descriptor || count.size != 8) {
+        return r.Error(path, "argument 2 must be an 8-byte constant (the byte count)");
+      }
+      // The count itself is checked in Model::Load, where the weights are at hand.
+    } else if (kind == "gemm" || kind == "conv") {
+      step.kind = kind == "gemm" ? PlanStep::kGemm : PlanStep::kConv;
+      if (step.args.size() != 4 && step.args.size() != 5) {
+        return r.Error(path, "a contraction has 4 or 5 arguments");
+      }
+      if (!slot_of(3).descriptor) return r.Error(path, "argument 3 must be a descriptor slot");
+      if (++descriptor_users[step.args[3]] > 1) {
+        return r.Error(path, absl::StrCat("descriptor slot ", step.args[3], " is shared"));
+      }
+      if (step.extent != 1 || step.grain != 1) {
+        return r.Error(path, "a contraction runs with extent 1 and grain 1");
+      }
+      KILN_ASSIGN(d, r.Field(s, path, "descriptor"));
+      const std::string dp = path + ".descriptor";
+      KILN_ASSIGN(dtype_name, r.String(*d, dp, "dtype"));
+      std::optional<base::DType> dtype = base::ParseDType(dtype_name);
+      if (!dtype.has_value() || (*dtype != base::DType::kF32 && *dtype != base::DType::kF64)) {
+        return r.Error(dp + ".dtype", "must be f32 or f64");
+      }
+      const int64_t esize = base::DTypeSize(*dtype);
+      KILN_ASSIGN(activation_name, r.String(*d, dp, "activation"));
+      absl::StatusOr<GemmActivation> activation = ParseActivation(activation_name);
+      if (!activation.ok())
+        return r.Error(dp + ".activation", std::string(activation.status().message()));
+      KILN_ASSIGN(has_bias, r.Bool(*d, dp, "has_bias"));
+      if (has_bias != (step.args.size() == 5)) {
+        return r.Error(path, "has_bias does not match the argument count");
+      }
+      ContractionStep& c = step.contraction;
+      c.has_bias = has_bias;
+      auto need = [&](int arg, int64_t elements, const char* what) -> absl::Status {
+        const __int128 bytes = static_cast<__int128>(elements) * esize;
+        if (bytes > slot_of(arg).size) {
+          return r.Error(path,
+                         absl::StrCat(what, " needs ", static_cast<int64_t>(bytes), " bytes, slot ",
+                                      step.args[arg], " has ", slot_of(arg).size));
+        }
+        return absl::OkStatus();
+      };
+      if (step.kind == PlanStep::kGemm) {
+        GemmParams& p = c.gemm;
+        p.dtype = *dtype;
+        KILN_ASSIGN(batch, r.Ints(*d, dp, "batch", kMaxRank, 0, kMaxDimension));
+        KILN_ASSIGN(m, r.Int(*d, dp, "m", 0, kMaxDimension));
+        KILN_ASSIGN(n, r.Int(*d, dp, "n", 0, kMaxDimension));
+        KILN_ASSIGN(k, r.Int(*d, dp, "k", 0, kMaxDimension));
+        KILN_ASSIGN(alpha, r.Number(*d, dp, "alpha"));
+        KILN_ASSIGN(beta, r.Number(*d, dp, "beta"));
+        // The driver materialises one offset record per batch entry: bound their number.
+        absl::StatusOr<int64_t> entries = CheckedProduct(batch, 1);
+        if (!entries.ok() || *entries > (int64_t{1} << 24)) {
+          return r.Error(dp + ".batch", "has more than 2^24 entries");
+        }
+        p.batch = batch;
+        p.m = m;
+        p.n = n;
+        p.k = k;
+        p.alpha = alpha;
+        p.beta = beta;
+        p.epilogue.activation = *activation;
+        for (auto [key, rows, cols, view, arg] :
+             {std::tuple{"a", m, k, &p.a, 0}, {"b", k, n, &p.b, 1}, {"c", m, n, &p.c, 2}}) {
+          KILN_ASSIGN(v, r.Field(*d, dp, key));
+          KILN_ASSIGN(extent_elements,
+                      ViewExtent(r, *v, absl::StrCat(dp, ".", key), rows, cols, batch, view));
+          if (absl::Status st = need(arg, extent_elements, key); !st.ok()) return st;
+        }
+        if (p.c.col_stride != 1) return r.Error(dp + ".c.col_stride", "must be 1");
+        if (has_bias) {
+          if (absl::Status st = need(4, n, "bias"); !st.ok()) return st;
+        }
+      } else {
+        ConvParams& p = c.conv;
+        c.is_conv = true;
+        p.dtype = *dtype;
+        p.activation = *activation;
+        KILN_ASSIGN(input_shape, r.Ints(*d, dp, "input_shape", kMaxRank, 0, kMaxDimension));
+        KILN_ASSIGN(weight_shape, r.Ints(*d, dp, "weight_shape", kMaxRank, 0, kMaxDimension));
+        KILN_ASSIGN(strides, r.Ints(*d, dp, "strides", kMaxRank, 1, kMaxDimension));
+        KILN_ASSIGN(low, r.Ints(*d, dp, "low", kMaxRank, -kMaxDimension, kMaxDimension));
+        KILN_ASSIGN(high, r.Ints(*d, dp, "high", kMaxRank, -kMaxDimension, kMaxDimension));
+        KILN_ASSIGN(dilation, r.Ints(*d, dp, "dilation", kMaxRank, 1, kMaxDimension));
+        KILN_ASSIGN(input_dilation, r.Ints(*d, dp, "input_dilation", kMaxRank, 1, kMaxDimension));
+        KILN_ASSIGN(groups, r.Int(*d, dp, "groups", 1, kMaxDimension));
+        p.input_shape = input_shape;
+        p.weight_shape = weight_shape;
+        p.strides = strides;
+        p.low = low;
+        p.high = high;
+        p.dilation = dilation;
+        p.input_dilation = input_dilation;
+        p.groups = groups;
+        absl::StatusOr<Dims> out = ConvOutputShape(p);
+        if (!out.ok()) return r.Error(dp, std::string(out.status().message()));
+        for (auto [shape, arg, what] : {std::tuple{&p.input_shape, 0, "input"},
+                                        {&p.weight_shape, 1, "weight"},
+                                        {&*out, 2, "output"}}) {
+          absl::StatusOr<int64_t> elements = CheckedProduct(*shape, 1);
+          if (!elements.ok()) return r.Error(dp, absl::StrCat(what, " size overflows"));
+          if (absl::Status st = need(arg, *elements, what); !st.ok()) return st;
+        }
+        if (has_bias) {
+          if (absl::Status st = need(4, p.weight_shape[0], "bias"); !st.ok()) return st;
+        }
+      }
+    } else {
+      return r.Error(path + ".kind", "unknown step kind \"" + kind + "\"");
+    }
+    plan.steps.push_back(std::move(step));
+  }
+  return plan;
+}
+
+// A code section loaded with dlopen from an anonymous memory file. The file stays open while the
+// code is loaded: dlopen knows a library by its path, /proc/self/fd/<fd>, so a number closed and
+// handed to the next model's file would make dlopen return this model's code for that one.
+struct LoadedCode {
+  void* handle = nullptr;
+  int fd = -1;
+  ~LoadedCode() {
+    if (handle != nullptr) dlclose(handle);
+    if (fd >= 0) close(fd);
+  }
+};
+
+class BlobMicroKernels final : public gi::MicroKernelProvider {
+ public:
+  gi::TargetVectors vectors() const override { return vectors_; }
+  absl::StatusOr<gi::MicroKernelFn> Get(base::DType dtype, const gi::KernelShape& shape,
+                                        const gi::EpilogueVariant& variant) const override {
+    const std::string name = gi::MicroKernelName(dtype, shape, variant);
+    auto it = kernels_.find(name);
+    if (it == kernels_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("blob: the code section has no GEMM micro-kernel ", name));
+    }
+    return it->second;
+  }
+  gi::TargetVectors vectors_;
+  std::map<std::string, gi::MicroKernelFn> kernels_;
+};
+
+bool TripleMatchesHost(const std::string& triple) {
+  const std::string arch = HostArchitecture();
+  const std::string head = triple.substr(0, triple.find('-'));
+  return head == arch || (arch == "aarch64" && head == "arm64");
+}
+
+// A loaded CPU plan: the Executable over the mapped code, and what its steps point into.
+class CpuRunner final : public blob::DeviceRunner {
+ public:
+  absl::Status Run(std::span<const void* const> inputs,
+                   std::span<void* const> outputs) const override {
+    return executable->Run(inputs, outputs, DefaultThreadPool());
+  }
+  std::string Describe() const override { return description; }
+
+  std::shared_ptr<BlobMicroKernels> micro;
+  std::vector<std::unique_ptr<ContractionStep>> contractions;
+  std::unique_ptr<Executable> executable;
+  std::string description;
+};
+
+class CpuTargetDriver final : public blob::TargetDriver {
+ public:
+  absl::StatusOr<std::shared_ptr<const blob::TargetPlan>> Parse(
+      const BlobView& view, const TargetEntry& entry,
+      std::span<const std::byte> bytes) const override {
+    const std::string where = absl::StrCat("section ", entry.plan_section, " (plan \"cpu\")");
+    KILN_ASSIGN(plan_json,
+                blob::internal::ParseJson(view.SectionBytes(bytes, entry.plan_section), where));
+    const uint64_t weights_size = view.Weights(bytes).size();
+    auto plan = std::make_shared<CpuBlobPlan>();
+    KILN_ASSIGN(parsed, ParsePlan(plan_json, view.signature, weights_size, where));
+    plan->num_slots = static_cast<int>(parsed.slots.size());
+    plan->num_steps = static_cast<int>(parsed.steps.size());
+    plan->parsed = std::make_shared<const CpuBlobPlan::Parsed>(std::move(parsed));
+    const Reader r(where);
+    KILN_ASSIGN(targets, r.Array(plan_json, "plan", "targets", kMaxTargets));
+    for (size_t i = 0; i < targets->size(); ++i) {
+      const std::string path = absl::StrCat("targets[", i, "]");
+      const json& t = (*targets)[i];
+      CodeTarget target;
+      KILN_ASSIGN(triple, r.String(t, path, "triple"));
+      KILN_ASSIGN(cpu, r.String(t, path, "cpu"));
+      KILN_ASSIGN(features, r.String(t, path, "features"));
+      KILN_ASSIGN(bits, r.Int(t, path, "vector_bits", 128, 512));
+      KILN_ASSIGN(registers, r.Int(t, path, "vector_registers", 8, 64));
+      KILN_ASSIGN(fma, r.Bool(t, path, "fma"));
+      if (bits != 128 && bits != 256 && bits != 512)
+        return r.Error(path, "vector_bits must be 128, 256 or 512");
+      target.triple = triple;
+      target.cpu = cpu;
+      target.features = features;
+      target.vector_bits = static_cast<int>(bits);
+      target.vector_registers = static_cast<int>(registers);
+      target.fma = fma;
+      KILN_ASSIGN(kernels, r.Array(t, path, "micro_kernels", 4096));
+      for (size_t k = 0; k < kernels->size(); ++k) {
+        if (!(*kernels)[k].is_string() || !ValidSymbol((*kernels)[k].get<std::string>())) {
+          return r.Error(absl::StrCat(path, ".micro_kernels[", k, "]"), "is not a kernel symbol");
+        }
+        target.micro_kernels.push_back((*kernels)[k].get<std::string>());
+      }
+      for (int s : entry.payload_sections) {
+        if (view.sections[static_cast<size_t>(s)].name == absl::StrCat("cpu:", triple)) {
+          target.section = s;
+        }
+      }
+      if (target.section < 0) return r.Error(path, "no payload section cpu:" + triple);
+      plan->code.push_back(std::move(target));
+    }
+    for (int s : entry.payload_sections) {
+      const bool used = std::any_of(plan->code.begin(), plan->code.end(),
+                                    [&](const CodeTarget& t) { return t.section == s; });
+      if (!used) {
+        return Bad("section ", s, " (payload \"", view.sections[static_cast<size_t>(s)].name,
+                   "\"): no code target of the cpu plan names it");
+      }
+    }
+    return std::shared_ptr<const blob::TargetPlan>(std::move(plan));
+  }
+
+  absl::StatusOr<std::unique_ptr<blob::DeviceRunner>> Load(
+      const BlobView& view, const TargetEntry& entry, std::span<const std::byte> all,
+      std::shared_ptr<const void> keep, const std::string& selector) const override {
+    if (!selector.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("blob: unknown device \"cpu:", selector,
+                                                     "\" (the CPU target has one device: cpu)"));
+    }
+    const CpuBlobPlan& plan = static_cast<const CpuBlobPlan&>(*entry.plan);
+    auto runner = std::make_unique<CpuRunner>();
+    // The code section must suit the CPU as KILN_CPU presents it: under a pinned level a section
+    // with features above it is refused exactly as on a machine of that level.
+    if (const absl::StatusOr<CpuLevel>& level = ProcessCpuLevel(); !level.ok()) {
+      return level.status();
+    }
+    const CodeTarget* target = nullptr;
+    for (const CodeTarget& t : plan.code) {
+      if (TripleMatchesHost(t.triple) && CodeFeaturesAllowed(t.features)) {
+        target = &t;
+        break;
+      }
+    }
+    if (target == nullptr) {
+      std::vector<std::string> triples;
+      for (const CodeTarget& t : plan.code) triples.push_back(t.triple + " (" + t.cpu + ")");
+      const CpuLevel level = *ProcessCpuLevel();
+      const std::string pinned =
+          level == CpuLevel::kHost
+              ? ""
+              : absl::StrCat(" as KILN_CPU=", CpuLevelName(level), " presents it");
+      return absl::FailedPreconditionError(absl::StrCat(
+          "blob: no code for this CPU (", HostArchitecture(), pinned,
+          "); the blob has: ", triples.empty() ? "none" : absl::StrJoin(triples, ", ")));
+    }
+    const CpuBlobPlan::Parsed& parsed = *plan.parsed;
+    const std::byte* weights = view.weights_section >= 0 ? view.Weights(all).data() : nullptr;
+
+    // The code: an anonymous memory file, dlopen'ed through /proc/self/fd (works under
+    // qemu-user too, unlike loaders of our own).
+    const blob::SectionEntry& section = view.sections[static_cast<size_t>(target->section)];
+    const int fd = memfd_create("kiln-blob-code", MFD_CLOEXEC);
+    if (fd < 0) return absl::InternalError(absl::StrCat("blob: memfd_create: ", strerror(errno)));
+    size_t written = 0;
+    while (written < section.size) {
+      const ssize_t n = write(fd, all.data() + section.offset + written, section.size - written);
+      if (n <= 0) {
+        close(fd);
+        return absl::InternalError(
+            absl::StrCat("blob: writing the code to memory: ", strerror(errno)));
+      }
+      written += static_cast<size_t>(n);
+    }
+    auto code = std::make_shared<LoadedCode>();
+    code->fd = fd;
+    const std::string path = absl::StrCat("/proc/self/fd/", fd);
+    code->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (code->handle == nullptr) {
+      const char* error = dlerror();
+      return absl::InvalidArgumentError(
+          absl::StrCat("blob: the code section for ", target->triple,
+                       " does not load: ", error != nullptr ? error : "unknown dlopen error"));
+    }
+    auto resolve = [&](const std::string& symbol) -> absl::StatusOr<void*> {
+      void* address = dlsym(code->handle, symbol.c_str());
+      if (address == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("blob: the code section for ", target->triple, " has no symbol ", symbol));
+      }
+      return address;
+    };
+    auto micro = std::make_shared<BlobMicroKernels>();
+    micro->vectors_ = gi::TargetVectors{target->vector_bits, target->vector_registers, target->fma};
+    for (const std::string& name : target->micro_kernels) {
+      KILN_ASSIGN(address, resolve(name));
+      micro->kernels_[name] = reinterpret_cast<gi::MicroKernelFn>(address);
+    }
+
+    ExecutableSpec spec;
+    spec.name = view.signature.name;
+    spec.num_inputs = static_cast<int>(view.signature.inputs.size());
+    spec.num_outputs = static_cast<int>(view.signature.outputs.size());
+    for (const PlanSlot& s : parsed.slots) {
+      Slot slot;
+      slot.kind = s.kind;
+      slot.size_bytes = s.size;
+      slot.index = s.index;
+      slot.offset = s.offset;
+      if (s.kind == SlotKind::kConstant && !s.descriptor) {
+        slot.external = weights + s.weights_offset;
+        if (s.size == 0) slot.external = nullptr;
+      }
+      spec.slots.push_back(std::move(slot));
+    }
+    for (const PlanStep& p : parsed.steps) {
+      Step step;
+      step.slot_args = p.args;
+      step.parallel_extent = p.extent;
+      step.grain = p.grain;
+      step.name = p.name;
+      step.error_context = p.error_context;
+      switch (p.kind) {
+        case PlanStep::kKernel: {
+          KILN_ASSIGN(address, resolve(p.symbol));
+          step.fn = reinterpret_cast<KernelFn>(address);
+          break;
+        }
+        case PlanStep::kCopy: {
+          int64_t count;
+          std::memcpy(&count, weights + parsed.slots[p.args[2]].weights_offset, 8);
+          const int64_t limit =
+              std::min(parsed.slots[p.args[0]].size, parsed.slots[p.args[1]].size);
+          if (count < 0 || count > limit) {
+            return absl::InvalidArgumentError(absl::StrCat("blob: launch plan: step ", p.name,
+                                                           " copies ", count,
+                                                           " bytes between slots of ", limit));
+          }
+          const int64_t blocks = count / kCopyBlockBytes + (count % kCopyBlockBytes != 0);
+          if (p.extent > blocks) {
+            return absl::InvalidArgumentError(absl::StrCat("blob: launch plan: step ", p.name,
+                                                           " extent ", p.extent, " exceeds ",
+                                                           blocks, " copy blocks"));
+          }
+          step.fn = CopyBytesKernel;
+          break;
+        }
+        case PlanStep::kGemm:
+        case PlanStep::kConv: {
+          auto c = std::make_unique<ContractionStep>(p.contraction);
+          c->pool = &DefaultThreadPool();
+          c->kernels = micro.get();
+          const ContractionStep* address = c.get();
+          Slot& descriptor = spec.slots[p.args[3]];
+          descriptor.constant.resize(sizeof(address));
+          std::memcpy(descriptor.constant.data(), &address, sizeof(address));
+          runner->contractions.push_back(std::move(c));
+          step.fn = ContractionKernel;
+          break;
+        }
+      }
+      spec.steps.push_back(std::move(step));
+    }
+    for (size_t i = 0; i < parsed.slots.size(); ++i) {
+      // A descriptor slot no contraction step uses still needs its 8 bytes.
+      if (parsed.slots[i].descriptor && spec.slots[i].constant.empty()) {
+        spec.slots[i].constant.resize(8);
+      }
+    }
+    spec.keep_alive =
+        std::make_shared<std::pair<std::shared_ptr<LoadedCode>, std::shared_ptr<const void>>>(
+            code, std::move(keep));
+    absl::StatusOr<Executable> exe = Executable::Create(std::move(spec));
+    if (!exe.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("blob: launch plan: ", exe.status().message()));
+    }
+    runner->executable = std::make_unique<Executable>(*std::move(exe));
+    runner->micro = std::move(micro);
+    runner->description = absl::StrCat("cpu (", target->triple, ")");
+    return std::unique_ptr<blob::DeviceRunner>(std::move(runner));
+  }
+
+  std::string HowToCompile() const override {
+    return "compile it with `kiln compile` (aot::Compile)";
+  }
+};
+
+}  // namespace
+
+std::string CpuBlobPlan::Describe() const {
+  std::string text =
+      absl::StrCat("cpu launch plan: ", num_slots, " slots, ", num_steps, " steps\n");
+  for (const CodeTarget& t : code) {
+    absl::StrAppend(&text, "target ", t.triple, " cpu ", t.cpu, " (", t.vector_bits,
+                    "-bit vectors, ", t.vector_registers, " registers", t.fma ? ", fma" : "",
+                    ") in section ", t.section, "\n");
+  }
+  return text;
+}
+
+std::shared_ptr<const blob::TargetDriver> MakeCpuTargetDriver() {
+  return std::make_shared<const CpuTargetDriver>();
+}
+
+const char* HostArchitecture() {
+#if defined(__x86_64__)
+  return "x86_64";
+#elif defined(__aarch64__)
+  return "aarch64";
+#else
+  return "unknown";
+#endif
+}
+
+}  // namespace kiln::runtime::cpu
