@@ -79,6 +79,10 @@ def parse_page(root, page):
   """The blocks of one page, with their markers; raises DocError listing every problem."""
   lines = open(os.path.join(root, page), encoding="utf-8").read().split("\n")
   blocks, errors = [], []
+  # A merge's conflict markers break no build, so nothing else would catch them in a page.
+  for n, line in enumerate(lines):
+    if line.startswith(("<<<<<<< ", ">>>>>>> ")):
+      errors.append(f"{page}:{n + 1}: merge conflict marker")
   i = 0
   pending = None  # (line number, marker text) of a marker not yet followed by a fence
   while i < len(lines):

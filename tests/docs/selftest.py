@@ -62,6 +62,10 @@ class CheckerTest(unittest.TestCase):
   def test_unclosed_block(self):
     self.refuses("<!-- doctest: run -->\n```sh\nls\n", "fenced block is not closed")
 
+  def test_merge_conflict_marker(self):
+    self.refuses("text\n<<<<<<< HEAD\nold\n=======\nnew\n>>>>>>> main\n",
+                 "page.md:2: merge conflict marker")
+
   def test_a_correct_page(self):
     blocks = self.page(
         "<!-- doctest: run -->\n```sh\nkiln --version\n```\n\n"
