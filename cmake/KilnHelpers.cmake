@@ -33,6 +33,19 @@
 #     The cases FILTER selects as one CTest test, run in one process: for suites of hundreds of
 #     parameterised cases whose per-process start (a Vulkan device, glslang) would cost more
 #     than the cases themselves. gtest still names each failing case in the output.
+#
+#   kiln_add_conformance(<backend> SOURCES backend_under_test.cc ... DEPS <backend libs> ...
+#                        [ENVIRONMENT VAR=v ...] [WHOLE_OP_CASES] [LEVELS]
+#                        [LEVEL_ENVIRONMENT_v3 VAR=v ...] [LEVEL_ENVIRONMENT_v2 VAR=v ...])
+#     Instantiates the conformance suite (tests/conformance) for one backend, from its test
+#     folder: the executable <backend>_conformance_test (the suite's objects plus SOURCES, which
+#     define conformance::Backend()), registered as `<backend>.<Suite>.<Case>`; the frontend's
+#     conformance suite (frontend_backend_test) run again with KILN_DEVICE=<backend> under the
+#     same prefix; with WHOLE_OP_CASES, the op cases as the one CTest test
+#     `<backend>.conformance_op_test` (for backends whose per-process start, a device, costs more
+#     than a case); with LEVELS, the op, random-graph and blob suites again at each x86-64 level
+#     of kiln_test_cpu_levels as `<backend>_<level>.conformance_test` (KILN_CPU=x86-64-<level>
+#     plus LEVEL_ENVIRONMENT_<level>). ENVIRONMENT applies to every run (a driver file).
 
 include_guard(GLOBAL)
 include(GNUInstallDirs)
@@ -215,4 +228,39 @@ function(kiln_test_cpu_levels out)
     endforeach()
   endif()
   set(${out} ${levels} PARENT_SCOPE)
+endfunction()
+
+function(kiln_add_conformance backend)
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "WHOLE_OP_CASES;LEVELS" ""
+    "SOURCES;DEPS;ENVIRONMENT;LEVEL_ENVIRONMENT_v3;LEVEL_ENVIRONMENT_v2")
+  if(ARG_UNPARSED_ARGUMENTS OR NOT ARG_SOURCES)
+    message(FATAL_ERROR "kiln_add_conformance(${backend}): needs SOURCES; unknown arguments "
+                        "'${ARG_UNPARSED_ARGUMENTS}'")
+  endif()
+  set(exe ${backend}_conformance_test)
+  kiln_add_test(${exe} SOURCES ${ARG_SOURCES} DEPS kiln_conformance ${ARG_DEPS} NO_RUN)
+
+  # The frontend's conformance suite on this backend's device (kiln::Any reads KILN_DEVICE).
+  kiln_add_test_run(frontend_backend_test PREFIX "${backend}."
+    ENVIRONMENT KILN_DEVICE=${backend} ${ARG_ENVIRONMENT})
+
+  set(op_cases "*ConformanceOpTest.*:ConformanceOpCoverageTest.*")
+  if(ARG_WHOLE_OP_CASES)
+    kiln_add_test_whole(${exe} NAME ${backend}.conformance_op_test FILTER "${op_cases}"
+      ENVIRONMENT ${ARG_ENVIRONMENT})
+    kiln_add_test_run(${exe} PREFIX "${backend}." FILTER "-${op_cases}"
+      ENVIRONMENT ${ARG_ENVIRONMENT})
+  else()
+    kiln_add_test_run(${exe} PREFIX "${backend}." ENVIRONMENT ${ARG_ENVIRONMENT})
+  endif()
+
+  if(ARG_LEVELS)
+    kiln_test_cpu_levels(levels)
+    foreach(level ${levels})
+      kiln_add_test_whole(${exe} NAME ${backend}_${level}.conformance_test
+        FILTER "${op_cases}:ConformanceRandomGraphTest.*:ConformanceBlobTest.*"
+        ENVIRONMENT ${ARG_ENVIRONMENT} KILN_CPU=x86-64-${level} ${ARG_LEVEL_ENVIRONMENT_${level}}
+        LABELS cpu_level TIMEOUT 1500)
+    endforeach()
+  endif()
 endfunction()

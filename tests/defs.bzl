@@ -5,7 +5,12 @@ time, as in CMake (cmake/KilnHelpers.cmake). Other `*.cc`/`*.h` files of the fol
 helpers compiled into the suite. Every other file of the folder (test data) is in `data`,
 readable at run time as "tests/<folder>/<file>" relative to the working directory, the same path
 as under CTest (which runs tests from the repository root). Files named `*_cmake_only_test.cc`
-are CMake-only (compiler-invoking, memory, ... tests): Bazel skips them.
+are CMake-only (compiler-invoking, memory, ... tests): Bazel skips them. A folder's
+`backend_under_test.cc` belongs to its kiln_conformance_suite, not to its kiln_cc_suite.
+
+kiln_conformance_suite: one backend's instantiation of the conformance suite
+(//tests/conformance:suite) and of the frontend's (//tests/frontend:backend_suite), the Bazel side
+of CMake's kiln_add_conformance.
 """
 
 load("@rules_cc//cc:defs.bzl", "cc_test")
@@ -46,7 +51,7 @@ def kiln_cc_suite(
       env: environment of the test run (e.g. the device under test).
       local_defines: preprocessor definitions of the suite's files.
     """
-    helpers = native.glob(["*.cc", "*.h"], exclude = ["*_test.cc"])
+    helpers = native.glob(["*.cc", "*.h"], exclude = ["*_test.cc", "backend_under_test.cc"])
     if srcs == None:
         srcs = native.glob(["*_test.cc"], exclude = ["*_cmake_only_test.cc"] + exclude)
     cc_test(
@@ -58,4 +63,52 @@ def kiln_cc_suite(
         env = env,
         local_defines = local_defines,
         deps = deps + ["@absl", "@gtest//:gtest_main"],
+    )
+
+def kiln_conformance_suite(
+        backend,
+        deps,
+        srcs = ["backend_under_test.cc"],
+        size = "large",
+        shard_count = 2,
+        env = {}):
+    """Instantiates the conformance suites for one backend, from its test package.
+
+    Declares `<backend>_conformance_test` (//tests/conformance:suite with `srcs`, which define
+    conformance::Backend()) and `<backend>_frontend_backend_test` (//tests/frontend:backend_suite
+    with KILN_DEVICE=<backend>).
+
+    Args:
+      backend: the backend's name, as KILN_DEVICE spells it ("cpu", "vulkan").
+      deps: the backend's libraries the description links.
+      srcs: the backend-under-test description.
+      size: Bazel test size of both tests.
+      shard_count: gtest shards of both tests.
+      env: environment of both runs (a driver file).
+    """
+    cc_test(
+        name = backend + "_conformance_test",
+        srcs = srcs,
+        data = kiln_test_data(),
+        size = size,
+        shard_count = shard_count,
+        env = env,
+        deps = deps + [
+            "//tests/conformance:suite",
+            "@absl",
+            "@gtest//:gtest_main",
+        ],
+    )
+    frontend_env = dict(env)
+    frontend_env["KILN_DEVICE"] = backend
+    cc_test(
+        name = backend + "_frontend_backend_test",
+        data = ["//tests/frontend:fixtures"],
+        size = size,
+        shard_count = shard_count,
+        env = frontend_env,
+        deps = [
+            "//tests/frontend:backend_suite",
+            "@gtest//:gtest_main",
+        ],
     )

@@ -1,5 +1,7 @@
-// Ahead-of-time blobs against the JIT: the same graph compiled by codegen/aot and loaded by
-// runtime/blob (the thin runtime) gives the same outputs as codegen::cpu::CompileAndRun.
+// Ahead-of-time blobs on the CPU: traced modules and functions through the C API, foreign
+// triples, two models loaded at once, the host section at each KILN_CPU level, weight errors.
+// (Graphs compiled to blobs and run against the interpreter and the JIT, on every backend, are
+// the conformance suite's: tests/conformance/blob_test.cc.)
 #include "codegen/aot/aot.h"
 
 #include <gmock/gmock.h>
@@ -54,26 +56,6 @@ std::vector<ir::TensorData> RunJit(const ir::Graph& graph,
   return out.ok() ? *std::move(out) : std::vector<ir::TensorData>{};
 }
 
-// Compiles `graph` to a blob, loads it and checks it against the JIT, bit for bit: the blob's
-// host code is the JIT's code (same emitter, CPU, O3 pipeline and GEMM driver).
-void ExpectBlobMatchesJit(const ir::Graph& graph, const std::vector<ir::TensorData>& args) {
-  aot::CompileOptions options;
-  options.name = "test";
-  absl::StatusOr<std::string> blob = aot::Compile(graph, options);
-  ASSERT_TRUE(blob.ok()) << blob.status();
-  absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadMemory(
-      std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
-  ASSERT_TRUE(model.ok()) << model.status();
-  const std::vector<ir::TensorData> expected = RunJit(graph, args);
-  const std::vector<ir::TensorData> actual = RunBlob(**model, args);
-  ASSERT_EQ(expected.size(), actual.size());
-  for (size_t k = 0; k < expected.size(); ++k) {
-    ASSERT_EQ(expected[k].size_bytes(), actual[k].size_bytes());
-    EXPECT_EQ(std::memcmp(expected[k].data(), actual[k].data(), expected[k].size_bytes()), 0)
-        << "output " << k << " differs from the JIT's";
-  }
-}
-
 ir::TensorData Random(const ir::TensorType& type, uint64_t seed) {
   std::mt19937_64 rng(seed);
   return test::RandomTensor(type, rng);
@@ -102,70 +84,6 @@ ir::Graph Mlp(int64_t batch, std::vector<ir::TensorData>* args) {
   absl::StatusOr<ir::Graph> g = std::move(b).Build();
   EXPECT_TRUE(g.ok()) << g.status();
   return *std::move(g);
-}
-
-TEST(AotTest, MlpBatch1MatchesJit) {
-  std::vector<ir::TensorData> args;
-  ir::Graph g = Mlp(1, &args);
-  ExpectBlobMatchesJit(g, args);
-}
-
-TEST(AotTest, MlpBatch32MatchesJit) {
-  std::vector<ir::TensorData> args;
-  ir::Graph g = Mlp(32, &args);
-  ExpectBlobMatchesJit(g, args);
-}
-
-TEST(AotTest, ConvNetMatchesJit) {
-  ir::Builder b;
-  ir::NodeId x = b.Parameter("image", F32({2, 3, 12, 12}));
-  ir::NodeId w = b.Constant(Random(F32({8, 3, 3, 3}), 2));
-  ir::NodeId bias = b.Constant(Random(F32({8}), 3));
-  ir::Attrs conv;
-  conv.strides = {1, 1};
-  conv.low = {1, 1};
-  conv.high = {1, 1};
-  ir::NodeId y = b.Conv(x, w, conv);
-  y = b.Binary(ir::Op::kAdd, y, b.Broadcast(b.Reshape(bias, {1, 8, 1, 1}), {2, 8, 12, 12}));
-  y = b.Binary(ir::Op::kMax, y, b.Fill(0.0, F32({2, 8, 12, 12})));
-  ir::NodeId w2 = b.Constant(Random(F32({4, 8, 3, 3}), 4));
-  ir::Attrs conv2;
-  conv2.strides = {2, 2};
-  y = b.Conv(y, w2, conv2);  // [2, 4, 5, 5]
-  ir::NodeId flat = b.Reshape(y, {2, 100});
-  ir::NodeId fc = b.Constant(Random(F32({100, 10}), 5));
-  b.Output(b.MatMul(flat, fc), "logits");
-  absl::StatusOr<ir::Graph> g = std::move(b).Build();
-  ASSERT_TRUE(g.ok()) << g.status();
-  ExpectBlobMatchesJit(*g, {Random(F32({2, 3, 12, 12}), 6)});
-}
-
-TEST(AotTest, LayerNormMatchesJit) {
-  ir::Builder b;
-  const int64_t n = 8, d = 48;
-  ir::NodeId x = b.Parameter("x", F32({n, d}));
-  ir::NodeId mean = b.Binary(ir::Op::kDiv, b.Reduce(ir::Op::kReduceSum, x, {1}),
-                             b.Fill(static_cast<double>(d), F32({n, 1})));
-  ir::NodeId centered = b.Binary(ir::Op::kSub, x, b.Broadcast(b.Reshape(mean, {n, 1}), {n, d}));
-  ir::NodeId var = b.Binary(
-      ir::Op::kDiv, b.Reduce(ir::Op::kReduceSum, b.Binary(ir::Op::kMul, centered, centered), {1}),
-      b.Fill(static_cast<double>(d), F32({n, 1})));
-  ir::NodeId inv = b.Unary(ir::Op::kRsqrt, b.Binary(ir::Op::kAdd, var, b.Fill(1e-5, F32({n, 1}))));
-  ir::NodeId y = b.Binary(ir::Op::kMul, centered, b.Broadcast(b.Reshape(inv, {n, 1}), {n, d}));
-  b.Output(y, "y");
-  b.Output(mean, "mean");  // a second output
-  absl::StatusOr<ir::Graph> g = std::move(b).Build();
-  ASSERT_TRUE(g.ok()) << g.status();
-  ExpectBlobMatchesJit(*g, {Random(F32({n, d}), 7)});
-}
-
-TEST(AotTest, RandomGraphsMatchJit) {
-  for (uint64_t seed :
-       test::FuzzSeeds({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20})) {
-    test::RandomGraph r = test::MakeRandomGraph(seed);
-    SCOPED_TRACE(r.text);
-    ExpectBlobMatchesJit(r.graph, r.arguments);
-  }
 }
 
 // The blob also goes through the C API and kiln::trace of a module with named weights.

@@ -1,8 +1,7 @@
-// Every IR op, compiled by the Vulkan backend (simplify → fuse → lower → GLSL → SPIR-V, or the
-// tiled matmul → memory plan → VulkanExecutableSpec) and run on the machine's Vulkan device
-// (lavapipe in CI), matches the reference interpreter on the cases of tests/codegen/op_cases.h,
-// the same rows the CPU backend runs. The device is opened once for the whole binary.
-#include <algorithm>
+// The Vulkan backend's own shader forms against the reference interpreter: long-row reductions
+// with subgroup arithmetic and with the workgroup-memory tree, blobs' portable reductions, and the
+// tiled matmul reading transposed operands in place. (Every op case against the interpreter is the
+// conformance suite's, tests/conformance/op_test.cc.) The device is opened once for the binary.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,134 +14,13 @@
 #include "gtest/gtest.h"
 #include "ir/builder.h"
 #include "ir/interpreter.h"
-#include "ir/printer.h"
-#include "tests/codegen/op_cases.h"
+#include "tests/codegen/random_graph.h"
 
 namespace kiln {
 namespace {
 
 using ir::DType;
 using ir::Op;
-
-// Tolerances beyond the case's own (which assume f32 accumulation), each from a documented
-// bound:
-//  - f32 exp/log/tanh/erf/sigmoid use ExpandMath's polynomials (codegen/math_expand.h: 1.0 ulp
-//    exp/log, 1.5 ulp tanh/erf, 2.5 ulp sigmoid), as on the CPU backend.
-//  - f32 sin, cos and pow are GLSL built-ins; Vulkan only promises them to 2^-11 absolute on
-//    [-pi, pi] (sin/cos) and to the error of exp2(y * log2(x)) (pow). lavapipe compiles them with
-//    LLVM's f32 routines; we allow 4 ulp relative plus 2^-21 absolute for sin/cos (cancellation
-//    near their zeros) and 8 ulp for pow.
-//  - f64 exp, log, sin, cos, tanh, erf and pow (GLSL has none) are kiln's own reductions,
-//    polynomials and series (codegen/vulkan/glsl.cc): we allow 4 f64 ulps (16 for pow, which is
-//    exp(b log a) and loses |b log a| ulps), plus 2^-50 absolute for sin/cos and
-//    random_normal's Box-Muller (cancellation near the zeros of cos).
-//  - f32 division and sqrt are correctly rounded on lavapipe (LLVM fdiv/sqrt); no widening.
-//  - Sums and products accumulate in a different order (tiled matmul, workgroup reductions):
-//    for f64, (n - 1) 2^-53 sum |x| with n <= 24 and |x| < ~5 gives 1e-12.
-test::Tolerance VulkanTolerance(const test::Case& c, const ir::Graph& graph) {
-  double ulps = 0, atol = 0;
-  bool has_exp = false, has_reciprocal = false, f64_reduction = false;
-  double f64_ulps = 0, f64_atol = 0;
-  for (const ir::Node& node : graph.nodes()) {
-    // random_normal computes Box-Muller in f64 (log, cos) for every float dtype.
-    if (node.type.dtype == DType::kF64 || node.op == Op::kRandomNormal) {
-      f64_reduction |= node.op == Op::kReduceSum || node.op == Op::kReduceProd ||
-                       node.op == Op::kMatMul || node.op == Op::kConv;
-      switch (node.op) {
-        case Op::kExp:
-        case Op::kLog:
-        case Op::kTanh:
-        case Op::kErf:
-          f64_ulps = std::max(f64_ulps, 4.0);
-          break;
-        case Op::kPow:
-          f64_ulps = std::max(f64_ulps, 16.0);
-          break;
-        case Op::kSin:
-        case Op::kCos:
-        case Op::kRandomNormal:
-          f64_ulps = std::max(f64_ulps, 4.0);
-          f64_atol = std::max(f64_atol, std::ldexp(1.0, -50));
-          break;
-        default:
-          break;
-      }
-      if (node.type.dtype == DType::kF64) continue;
-    }
-    switch (node.op) {
-      case Op::kExp:
-        has_exp = true;
-        [[fallthrough]];
-      case Op::kLog:
-        ulps = std::max(ulps, 1.0);
-        break;
-      case Op::kTanh:
-      case Op::kErf:
-        ulps = std::max(ulps, 1.5);
-        break;
-      case Op::kSin:
-      case Op::kCos:
-        ulps = std::max(ulps, 4.0);
-        atol = std::max(atol, std::ldexp(1.0, -21));
-        break;
-      case Op::kPow:
-        ulps = std::max(ulps, 8.0);
-        break;
-      case Op::kReciprocal:
-        has_reciprocal = true;
-        break;
-      default:
-        break;
-    }
-  }
-  if (has_exp && has_reciprocal) ulps = std::max(ulps, 2.5);
-  test::Tolerance tolerance = c.tolerance;
-  if (f64_reduction) {
-    tolerance.rtol = std::max(tolerance.rtol, 1e-12);
-    tolerance.atol = std::max(tolerance.atol, 1e-12);
-  }
-  if (f64_ulps > 0) {
-    tolerance.rtol = std::max(tolerance.rtol, f64_ulps * std::ldexp(1.0, -52));
-    tolerance.atol = std::max(tolerance.atol, f64_atol);
-  }
-  if (ulps > 0) {
-    tolerance.rtol = std::max(tolerance.rtol, ulps * std::ldexp(1.0, -23));
-    tolerance.atol = std::max(tolerance.atol, std::max(atol, ulps * std::ldexp(1.0, -149)));
-  }
-  return tolerance;
-}
-
-class VulkanOpTest : public ::testing::TestWithParam<test::Case> {};
-
-TEST_P(VulkanOpTest, MatchesInterpreter) {
-  const test::Case& c = GetParam();
-  absl::StatusOr<test::CaseInstance> instance = test::Instantiate(c);
-  ASSERT_TRUE(instance.ok()) << instance.status();
-  const ir::Graph& graph = instance->graph;
-  absl::StatusOr<std::vector<ir::TensorData>> expected = ir::Interpret(graph, instance->arguments);
-  std::vector<std::shared_ptr<const ir::TensorData>> arguments;
-  for (const ir::TensorData& arg : instance->arguments) {
-    arguments.push_back(std::make_shared<const ir::TensorData>(arg));
-  }
-  absl::StatusOr<std::vector<ir::TensorData>> actual =
-      codegen::vulkan::CompileAndRun(graph, arguments);
-  if (!expected.ok()) {
-    // The interpreter rejects the arguments (an out-of-range index): so must the device.
-    ASSERT_FALSE(actual.ok()) << "expected an error like: " << expected.status();
-    return;
-  }
-  ASSERT_TRUE(actual.ok()) << actual.status() << "\n" << ir::PrintGraph(graph);
-  ASSERT_EQ(actual->size(), expected->size());
-  const test::Tolerance tolerance = VulkanTolerance(c, graph);
-  for (size_t i = 0; i < expected->size(); ++i) {
-    EXPECT_TRUE(test::TensorsClose((*expected)[i], (*actual)[i], tolerance))
-        << "output " << i << "\n"
-        << ir::PrintGraph(graph);
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(AllOps, VulkanOpTest, ::testing::ValuesIn(test::Cases()),
-                         test::CaseTestName);
 
 // Long rows (one workgroup per row) of sum (f32, f64, i32, u8), max, min, argmax and argmin
 // (f32, i32) with NaNs and ties, on
@@ -295,10 +173,6 @@ TEST(VulkanMatmulTest, TransposedOperandsAreReadInPlace) {
   ASSERT_TRUE(actual.ok()) << actual.status();
   // f32 sums of 70 products in another order than the interpreter's exact sum.
   EXPECT_TRUE(test::TensorsClose((*expected)[0], (*actual)[0], {1e-5, 1e-5}));
-}
-
-TEST(VulkanOpCoverageTest, EveryOpHasACase) {
-  for (Op op : test::OpsWithoutCase()) ADD_FAILURE() << ir::OpName(op) << " has no case";
 }
 
 }  // namespace
