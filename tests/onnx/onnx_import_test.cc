@@ -267,8 +267,9 @@ TEST(OnnxImport, TopKTiesKeepTheLowerIndex) {
     AddOutput(m, "indices");
     absl::StatusOr<ImportedModel> model = ImportBytes(m.SerializeAsString());
     ASSERT_TRUE(model.ok()) << model.status();
+    const std::vector<double> x_values = {1, 5, 1, 4, 4, 7};
     absl::StatusOr<ir::TensorData> x =
-        ir::TensorData::FromDoubles(ir::DType::kF32, {2, 3}, {1, 5, 1, 4, 4, 7});
+        ir::TensorData::FromDoubles(ir::DType::kF32, {2, 3}, x_values);
     ASSERT_TRUE(x.ok());
     const std::vector<ir::TensorData> args = {*x};
     absl::StatusOr<std::vector<ir::TensorData>> want = ir::Interpret(model->graph, args);
