@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "codegen/legalize.h"
 
 namespace kiln::codegen {
 namespace {
@@ -21,10 +22,12 @@ bool IsTopLevelCooperativeReduce(const Stmt& stmt) { return stmt.kind == StmtKin
 
 class Renderer {
  public:
-  Renderer(const Kernel& kernel, const CDialect& dialect, const RenderOptions& options)
+  Renderer(const Kernel& kernel, const CDialect& dialect, const RenderOptions& options,
+           const LegalizeOptions& legalize)
       : k_(kernel),
         d_(dialect),
         options_(options),
+        legalize_(legalize),
         name_(kernel.exprs.size()),
         defined_(kernel.exprs.size(), false),
         loads_arg_(kernel.exprs.size()) {
@@ -267,12 +270,12 @@ class Renderer {
       case ExprOp::kMul:
         if (in == ScalarType::kBool) return absl::StrCat("(", x[0], " && ", x[1], ")");
         return WrapU8(in, absl::StrCat("(", x[0], " * ", x[1], ")"));
-      case ExprOp::kDiv:
-        if (is_float) return absl::StrCat("(", x[0], " / ", x[1], ")");
-        return absl::StrCat(IntDivHelper(in, /*mod=*/false), "(", x[0], ", ", x[1], ")");
+      case ExprOp::kDiv:  // Integer div/mod arrive legalized as udiv/urem (legalize.h).
+        if (!is_float) return Unsupported(e, in);
+        return absl::StrCat("(", x[0], " / ", x[1], ")");
       case ExprOp::kMod:
-        if (is_float) return absl::StrCat(FloatModHelper(in), "(", x[0], ", ", x[1], ")");
-        return absl::StrCat(IntDivHelper(in, /*mod=*/true), "(", x[0], ", ", x[1], ")");
+        if (!is_float) return Unsupported(e, in);
+        return absl::StrCat(FloatModHelper(in), "(", x[0], ", ", x[1], ")");
       case ExprOp::kPow: {
         const std::string helper = PowHelper(in);
         if (helper.empty()) return Unsupported(e, in);
@@ -311,7 +314,13 @@ class Renderer {
       case ExprOp::kSelect:
         return absl::StrCat("(", x[0], " ? ", x[1], " : ", x[2], ")");
       case ExprOp::kCast:
+        if (!IsLegal(k_, e, legalize_)) return Unsupported(e, in);
         return Cast(in, out, x[0]);
+      case ExprOp::kConvert:
+        if (!IsFloatType(in) || IsFloatType(out) || out == ScalarType::kBool) {
+          return Unsupported(e, in);
+        }
+        return d_.Convert(out, x[0]);
       case ExprOp::kWrap:
         return Wrap(in, out, x[0]);
       case ExprOp::kBitcast:
@@ -353,29 +362,6 @@ class Renderer {
   }
 
   static std::string Suffix(ScalarType type) { return ScalarTypeName(type); }
-
-  // Floored integer division / modulo with the interpreter's edge cases.
-  std::string IntDivHelper(ScalarType type, bool mod) {
-    const std::string name = absl::StrCat(mod ? "kiln_mod_" : "kiln_div_", Suffix(type));
-    return Helper(name, [&] {
-      const std::string t = T(type), z = Zero(type), one = One(type);
-      std::string body;
-      if (!IsSignedType(type)) {
-        body = absl::StrCat("  if (b == ", z, ") return ", z, ";\n  return a ", mod ? "%" : "/",
-                            " b;\n");
-      } else if (!mod) {
-        body = absl::StrCat("  if (b == ", z, ") return ", z,
-                            ";\n  if (b == ", Literal(type, -1, 0), ") return ", z, " - a;\n  ", t,
-                            " q = a / b;\n  return (q * b != a && ((a < ", z, ") != (b < ", z,
-                            "))) ? q - ", one, " : q;\n");
-      } else {
-        body = absl::StrCat("  if (b == ", z, " || b == ", Literal(type, -1, 0), ") return ", z,
-                            ";\n  ", t, " m = a - (a / b) * b;\n  return (m != ", z, " && ((m < ",
-                            z, ") != (b < ", z, "))) ? m + b : m;\n");
-      }
-      return absl::StrCat(Fn(), t, " ", name, "(", t, " a, ", t, " b) {\n", body, "}\n");
-    });
-  }
 
   // The interpreter's float mod: C's fmod (exact), then moved to the divisor's sign (floored
   // modulo). fmod by repeated exact subtraction of |b| scaled by powers of two (each step
@@ -454,110 +440,11 @@ class Renderer {
                         ")");
   }
 
-  // Integer value range of a type as doubles / as text.
-  static void Limits(ScalarType type, double* lo, double* hi) {
-    switch (type) {
-      case ScalarType::kU8:
-        *lo = 0, *hi = 255;
-        break;
-      case ScalarType::kI32:
-        *lo = -2147483648.0, *hi = 2147483647.0;
-        break;
-      case ScalarType::kU32:
-        *lo = 0, *hi = 4294967295.0;
-        break;
-      case ScalarType::kI64:
-        *lo = -9223372036854775808.0, *hi = 9223372036854775807.0;
-        break;
-      case ScalarType::kU64:
-        *lo = 0, *hi = 18446744073709551615.0;
-        break;
-      default:
-        *lo = 0, *hi = 1;
-        break;
-    }
-  }
-
-  std::string MaxLiteral(ScalarType type) const {
-    switch (type) {
-      case ScalarType::kU8:
-        return Literal(type, 255, 0);
-      case ScalarType::kI32:
-        return Literal(type, std::numeric_limits<int32_t>::max(), 0);
-      case ScalarType::kU32:
-        return Literal(type, 0xffffffffLL, 0);
-      case ScalarType::kI64:
-        return Literal(type, std::numeric_limits<int64_t>::max(), 0);
-      case ScalarType::kU64:
-        return Literal(type, -1, 0);
-      default:
-        return Literal(type, 1, 0);
-    }
-  }
-  std::string MinLiteral(ScalarType type) const {
-    switch (type) {
-      case ScalarType::kI32:
-        return Literal(type, std::numeric_limits<int32_t>::min(), 0);
-      case ScalarType::kI64:
-        return Literal(type, std::numeric_limits<int64_t>::min(), 0);
-      default:
-        return Zero(type);
-    }
-  }
-
+  // A legal Cast (legalize.h): float -> float, or an integer (not bool) -> float; 64-bit
+  // integers reach f32 through f64 in the kernel already.
   std::string Cast(ScalarType from, ScalarType to, const std::string& x) {
     if (from == to) return x;
-    if (to == ScalarType::kBool) {
-      if (IsFloatType(from)) return absl::StrCat("(!(", x, " == ", Zero(from), "))");
-      if (from == ScalarType::kBool) return x;
-      return absl::StrCat("(", x, " != ", Zero(from), ")");
-    }
-    if (from == ScalarType::kBool)
-      return absl::StrCat("(", x, " ? ", One(to), " : ", Zero(to), ")");
-    if (IsFloatType(to)) {
-      if (IsFloatType(from)) return d_.Convert(to, x);
-      // The interpreter converts integers to double first; a 64-bit integer to f32 may round twice.
-      if (to == ScalarType::kF32 && BitWidth(from) == 64 && d_.HasFloat64()) {
-        return d_.Convert(to, d_.Convert(ScalarType::kF64, x));
-      }
-      return d_.Convert(to, x);
-    }
-    if (IsFloatType(from)) {
-      const std::string name = absl::StrCat("kiln_cast_", Suffix(from), "_", Suffix(to));
-      return absl::StrCat(Helper(name,
-                                 [&] {
-                                   double lo, hi;
-                                   Limits(to, &lo, &hi);
-                                   // Values at or beyond the bounds saturate; 2^k bounds are exact
-                                   // in f32/f64.
-                                   const double upper = to == ScalarType::kU8 ? 255.0 : hi + 1.0;
-                                   const std::string tf = T(from), tt = T(to);
-                                   return absl::StrCat(
-                                       Fn(), tt, " ", name, "(", tf, " x) {\n", "  if (",
-                                       d_.IsNan("x"), ") return ", Zero(to), ";\n", "  if (x ",
-                                       to == ScalarType::kU8 ? ">" : ">=", " ",
-                                       Literal(from, 0, upper), ") return ", MaxLiteral(to), ";\n",
-                                       "  if (x ", IsSignedType(to) ? "<=" : "<=", " ",
-                                       Literal(from, 0, IsSignedType(to) ? lo : 0.0), ") return ",
-                                       MinLiteral(to), ";\n", "  return ", d_.Convert(to, "x"),
-                                       ";\n}\n");
-                                 }),
-                          "(", x, ")");
-    }
-    // Integer to integer, saturating.
-    double flo, fhi, tlo, thi;
-    Limits(from, &flo, &fhi);
-    Limits(to, &tlo, &thi);
-    std::string clamped = x;
-    if (thi < fhi) {
-      clamped = absl::StrCat("(", x, " > ", d_.Convert(from, MaxLiteral(to)), " ? ",
-                             d_.Convert(from, MaxLiteral(to)), " : ", clamped, ")");
-    }
-    if (IsSignedType(from) && tlo > flo) {
-      clamped = absl::StrCat("(", x, " < ", d_.Convert(from, MinLiteral(to)), " ? ",
-                             d_.Convert(from, MinLiteral(to)), " : ", clamped, ")");
-    }
-    return Wrap(from, to, clamped);
+    return d_.Convert(to, x);
   }
 
   std::string Wrap(ScalarType from, ScalarType to, const std::string& x) {
@@ -1009,6 +896,7 @@ class Renderer {
   const Kernel& k_;
   const CDialect& d_;
   RenderOptions options_;
+  LegalizeOptions legalize_;
   std::vector<std::string> name_;
   std::vector<bool> defined_;
   std::vector<std::vector<ArgId>> loads_arg_;
@@ -1068,7 +956,11 @@ std::string HalfHelpers(const CDialect& d) {
 absl::StatusOr<RenderedKernel> RenderKernel(const Kernel& kernel, const CDialect& dialect,
                                             const RenderOptions& options) {
   if (absl::Status s = VerifyKernel(kernel); !s.ok()) return s;
-  return Renderer(kernel, dialect, options).Run();
+  // Floored division and saturating casts are spelled out once, in kernel IR (legalize.h).
+  LegalizeOptions legalize;
+  legalize.float64 = dialect.HasFloat64();
+  const Kernel legal = Legalize(kernel, legalize);
+  return Renderer(legal, dialect, options, legalize).Run();
 }
 
 bool PreferCooperative(const Kernel& kernel, int64_t min_extent, int64_t max_rows) {

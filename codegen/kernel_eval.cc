@@ -568,6 +568,9 @@ class Evaluator {
           r.bits = Normalize(type, IntToInt(ua, in, type));
         }
         break;
+      case ExprOp::kConvert:  // In range it truncates; outside, saturating is as good as any.
+        r.bits = Normalize(type, FloatToInt(a, type));
+        break;
       case ExprOp::kWrap:
         set_int(ua);
         break;

@@ -915,6 +915,11 @@ class Verifier {
         break;
       case ExprOp::kCast:
         break;
+      case ExprOp::kConvert:
+        if (!IsFloatType(t[0]) || IsFloatType(e.type) || e.type == ScalarType::kBool) {
+          return Error(label + "convert needs a float operand and an integer result");
+        }
+        break;
       case ExprOp::kWrap:
         if (!is_int || IsFloatType(t[0])) return Error(label + "wrap needs integer types");
         break;

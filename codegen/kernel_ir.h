@@ -143,7 +143,9 @@ using ArgId = int32_t;
   X(Trunc, "trunc", 1)                                                                         \
   /* Rounding to the 16-bit float dtypes (IR casts to f16/bf16); added after the first cut. */ \
   X(RoundToF16, "round_f16", 1)                                                                \
-  X(RoundToBF16, "round_bf16", 1)
+  X(RoundToBF16, "round_bf16", 1)                                                              \
+  /* What codegen/legalize.h turns saturating float -> integer casts into. */                  \
+  X(Convert, "convert", 1)
 
 /// Scalar operations. Unless noted, operands have the result's type.
 ///  - Const: `int_value` (integer/bool types; u64 as its bit pattern) or `float_value`.
@@ -175,6 +177,12 @@ using ArgId = int32_t;
 ///    the rounding must be single (not through f32): LLVM's fptrunc double→half does that; for
 ///    bf16 an emitter can round to f32 with round-to-odd (truncate, then set the lowest bit if
 ///    inexact) and then to bf16. The lowering uses them for casts to f16/bf16 and random_normal.
+///  - Convert: float → integer (not bool) truncation toward zero of an operand inside the
+///    target's range (an emitter prints fptosi/fptoui or a C conversion); outside the range the
+///    result is unspecified (kernel_eval saturates like Cast). Only Legalize creates it.
+///
+/// Emitters see kernels after Legalize (codegen/legalize.h), which rewrites integer Div/Mod and
+/// every Cast that is not one conversion instruction into the ops above; they print the rest.
 enum class ExprOp : uint8_t {
 #define KILN_KERNEL_EXPR_ENUM(name, text, arity) k##name,
   KILN_KERNEL_EXPR_OPS(KILN_KERNEL_EXPR_ENUM)

@@ -66,7 +66,11 @@ class Lowerer {
         LowerReduction();
         break;
       case FusionKind::kScatter:
-        LowerScatter();
+        if (ir::GetOpClass(graph_.node(group_.root).op) == ir::OpClass::kSort) {
+          LowerSort();
+        } else {
+          LowerScatter();
+        }
         break;
       default:
         LowerElementwise();
@@ -553,6 +557,10 @@ class Lowerer {
         return node.op == ir::Op::kMatMul ? MatMulAt(id, idx) : ConvAt(id, idx);
       case ir::OpClass::kWindow:
         return WindowAt(id, idx);
+      case ir::OpClass::kSort:
+        Fail(absl::StrCat("lowering: ", ir::OpName(node.op), " %", id,
+                          " can only be the root of its own kScatter group"));
+        return Zero(type);
     }
     return Zero(type);
   }
@@ -1229,6 +1237,63 @@ class Lowerer {
       b_.Store(out, position, b_.Binary(ExprOp::kAdd, old, Value(src, i_idx)), valid);
     }
     EndLoop();
+  }
+
+  // a < b in sort's total order: numbers ascending, NaN above +inf (x != x finds NaN).
+  ValueId SortsBefore(ValueId a, ValueId b) {
+    const ValueId less = b_.Binary(ExprOp::kLt, a, b);
+    if (!IsFloatType(b_.type(a))) return less;
+    const ValueId a_number = b_.Binary(ExprOp::kEq, a, a);
+    const ValueId b_nan = b_.Binary(ExprOp::kNe, b, b);
+    return b_.Binary(ExprOp::kOr, less, b_.Binary(ExprOp::kAnd, a_number, b_nan));
+  }
+
+  // sort/argsort as a rank count: gid runs over every element x_i; its rank in the fibre is
+  // #{j : x_j sorts before x_i, or ties with it and j < i} (a Reduce sum over the fibre), and the
+  // element (sort) or its position i (argsort) is stored at that rank. Ranks are a permutation
+  // of the fibre, so every output element is written once and gids never collide. O(n^2) per
+  // fibre of n, with no statement a backend lacks: a stable sort on every target.
+  void LowerSort() {
+    const NodeId id = group_.root;
+    const ir::Node& node = graph_.node(id);
+    if (group_.outputs != std::vector<NodeId>{id}) {
+      status_ = absl::InvalidArgumentError(
+          absl::StrCat("lowering sort group: root %", id, " is not its only output"));
+      return;
+    }
+    const ir::Shape& shape = node.type.shape;
+    const int rank = Rank(shape);
+    const int axis = static_cast<int>(node.attrs.axes[0]);
+    const int64_t size = Dim(shape, axis);
+    const int64_t after = Prod(shape, axis + 1, rank);
+    parallel_extent_ = ir::NumElements(shape);
+    b_.SetParallelExtent(parallel_extent_);
+    if (parallel_extent_ == 0) return;
+    const ValueId gid = b_.Var(kGid);
+    const ValueId high = b_.IDivConst(gid, size * after);
+    const ValueId i = b_.IModConst(b_.IDivConst(gid, after), size);
+    const ValueId low = b_.IModConst(gid, after);
+    const auto fibre_index = [&](ValueId along) {
+      Idx idx{shape, {}};
+      if (axis > 0) idx.segs.push_back({0, axis, high});
+      idx.segs.push_back({axis, axis + 1, along});
+      if (axis + 1 < rank) idx.segs.push_back({axis + 1, rank, low});
+      return idx;
+    };
+    const NodeId x = node.inputs[0];
+    const ValueId xi = Value(x, fibre_index(i));
+    const VarId r = b_.BeginReduce(ReduceKind::kSum, b_.Index(0), size);
+    PushScope();
+    const ValueId j = b_.Var(r);
+    const ValueId xj = Value(x, fibre_index(j));
+    // Before i in the fibre: j ties or sorts first; after i: j sorts strictly first.
+    const ValueId first =
+        b_.Select(b_.Binary(ExprOp::kLt, j, i), b_.Unary(ExprOp::kNot, SortsBefore(xi, xj)),
+                  SortsBefore(xj, xi));
+    PopScope();
+    const ValueId place = b_.EndReduce(b_.Cast(first, ScalarType::kI64));
+    const ValueId at = Linear(fibre_index(b_.IClamp(place, 0, size - 1)));
+    b_.Store(output_args_[id], at, node.op == ir::Op::kArgsort ? i : xi);
   }
 
   const ir::Graph& graph_;

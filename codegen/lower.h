@@ -23,7 +23,9 @@
 // the inner loop. Reduction groups run gid over the rows of the outer shape: the Reduce
 // statements, the stores of row-shaped outputs, then one inner Loop per reduced input size that
 // stores the full-shaped outputs. scatter_add runs gid over the fibres of its axis: copy x's
-// fibre, then add the src elements serially in the interpreter's order.
+// fibre, then add the src elements serially in the interpreter's order. sort/argsort run gid
+// over every element: a Reduce counts the fibre's elements that sort before it (its rank), and
+// it (or its position) is stored at that rank.
 //
 // dtypes: values are computed in ComputeType(dtype): f16/bf16 in f32, rounded on store (and by
 // casts to f16/bf16, which round exactly like the interpreter). A fused chain of f16/bf16 ops

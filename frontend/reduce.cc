@@ -1,4 +1,5 @@
 // Reductions: the ir keeps reduced axes with size 1; the frontend drops them unless keepdim.
+// Sorting along one dim (sort, argsort, topk) lives here too: like argmax, it orders a fibre.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -150,6 +151,52 @@ TensorRef Reduce(Reduction reduction, const TensorRef& x, std::vector<int64_t> d
     }
   }
   return ReshapeTo(kept, std::move(shape), name, loc);
+}
+
+namespace {
+
+// The sort or argsort primitive along `axis` (ascending); descending sorts flip(x) and flips
+// back: ties then keep their index order, and NaN (last ascending) comes first.
+TensorRef SortPart(ir::Op op, const TensorRef& x, int64_t axis, bool descending, const char* name,
+                   const Loc& loc) {
+  ir::Attrs attrs;
+  attrs.axes = {axis};
+  if (!descending) return Prim(op, {x}, name, loc, std::move(attrs));
+  const TensorRef sorted = Prim(op, {Flip(x, {axis}, loc)}, name, loc, std::move(attrs));
+  const TensorRef back = Flip(sorted, {axis}, loc);
+  if (op == ir::Op::kSort) return back;
+  // Position k of flip(x) is position n - 1 - k of x.
+  const double last = static_cast<double>(x->type.shape[static_cast<size_t>(axis)] - 1);
+  return Prim(ir::Op::kSub, {FillOn(back, back->type, last, name, loc), back}, name, loc);
+}
+
+}  // namespace
+
+std::pair<TensorRef, TensorRef> Sort(const TensorRef& x, int64_t dim, bool descending,
+                                     const Loc& loc) {
+  const int64_t axis = NormalizeDim(dim, x->type.rank(), "sort", x->type, loc);
+  return {SortPart(ir::Op::kSort, x, axis, descending, "sort", loc),
+          SortPart(ir::Op::kArgsort, x, axis, descending, "sort", loc)};
+}
+
+TensorRef Argsort(const TensorRef& x, int64_t dim, bool descending, const Loc& loc) {
+  const int64_t axis = NormalizeDim(dim, x->type.rank(), "argsort", x->type, loc);
+  return SortPart(ir::Op::kArgsort, x, axis, descending, "argsort", loc);
+}
+
+std::pair<TensorRef, TensorRef> TopK(const TensorRef& x, int64_t k, int64_t dim, bool largest,
+                                     const Loc& loc) {
+  const int64_t axis = NormalizeDim(dim, x->type.rank(), "topk", x->type, loc);
+  const int64_t size = x->type.shape[static_cast<size_t>(axis)];
+  if (k < 0 || k > size) {
+    ThrowOpError("topk", absl::StrCat("k = ", k, " is outside [0, ", size, "] for dim ", axis),
+                 {x->type}, loc);
+  }
+  const SliceRange first{0, k, 1};
+  return {
+      SliceDim(SortPart(ir::Op::kSort, x, axis, largest, "topk", loc), axis, first, "topk", loc),
+      SliceDim(SortPart(ir::Op::kArgsort, x, axis, largest, "topk", loc), axis, first, "topk",
+               loc)};
 }
 
 }  // namespace kiln::detail

@@ -701,6 +701,35 @@ class Tensor {
     return reduce<R, Int>(detail::Reduction::kArgMin, {dim}, false, true, true, loc);
   }
 
+  // ---- Sorting ----------------------------------------------------------------------------------
+  //
+  // torch.sort / argsort / topk along one dim (default the last). Stable: equal values keep
+  // their order; NaN counts as larger than every number (last ascending, first descending).
+  // Indices are Int (i64). The values' gradient scatters back to the positions they came from.
+
+  /// {values, indices}: auto [values, indices] = x.sort(1, /*descending=*/true);
+  std::pair<Tensor, Tensor<B, R, Int>> sort(int64_t dim = -1, bool descending = false,
+                                            Loc loc = Loc::current()) const {
+    static_assert(R >= 1, "kiln: sort needs rank >= 1");
+    auto [values, indices] = detail::Sort(ref_, dim, descending, loc);
+    return {Tensor(std::move(values)), Tensor<B, R, Int>(std::move(indices))};
+  }
+  /// The indices of sort(dim, descending).
+  Tensor<B, R, Int> argsort(int64_t dim = -1, bool descending = false,
+                            Loc loc = Loc::current()) const {
+    static_assert(R >= 1, "kiln: argsort needs rank >= 1");
+    return Tensor<B, R, Int>(detail::Argsort(ref_, dim, descending, loc));
+  }
+  /// {values, indices} of the k largest (smallest unless `largest`) along dim, in sorted order
+  /// (also when `sorted` is false, which torch leaves unspecified). k <= the dim's size.
+  std::pair<Tensor, Tensor<B, R, Int>> topk(int64_t k, int64_t dim = -1, bool largest = true,
+                                            bool sorted = true, Loc loc = Loc::current()) const {
+    static_assert(R >= 1, "kiln: topk needs rank >= 1");
+    (void)sorted;
+    auto [values, indices] = detail::TopK(ref_, k, dim, largest, loc);
+    return {Tensor(std::move(values)), Tensor<B, R, Int>(std::move(indices))};
+  }
+
   // ---- Movement ---------------------------------------------------------------------------------
 
   /// A new shape of rank R2 with the same element count; one size may be -1 (inferred).

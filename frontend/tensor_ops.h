@@ -92,6 +92,19 @@ const char* ReductionName(Reduction reduction);
 TensorRef Reduce(Reduction reduction, const TensorRef& x, std::vector<int64_t> dims, bool all,
                  bool keepdim, bool unbiased, const Loc& loc);
 
+// ---- Sorting ------------------------------------------------------------------------------------
+
+/// torch.sort along `dim`: {values, indices (i64)}. Stable (ties keep their order, also when
+/// `descending`); NaN counts as larger than every number. Built on the sort/argsort primitives
+/// (ascending); descending sorts the flipped tensor and flips back.
+std::pair<TensorRef, TensorRef> Sort(const TensorRef& x, int64_t dim, bool descending,
+                                     const Loc& loc);
+/// The indices of Sort.
+TensorRef Argsort(const TensorRef& x, int64_t dim, bool descending, const Loc& loc);
+/// torch.topk: the first k of Sort(x, dim, largest); 0 <= k <= the dim's size.
+std::pair<TensorRef, TensorRef> TopK(const TensorRef& x, int64_t k, int64_t dim, bool largest,
+                                     const Loc& loc);
+
 // ---- Movement -----------------------------------------------------------------------------------
 
 /// One entry of `shape` may be -1 (inferred).

@@ -109,6 +109,8 @@ uint32_t UsedAttrs(Op op) {
     case Op::kFlip:
     case Op::kGather:
     case Op::kScatterAdd:
+    case Op::kSort:
+    case Op::kArgsort:
       return kAttrAxes;
     case Op::kSlice:
       return kAttrStarts | kAttrLimits | kAttrStrides;
@@ -133,6 +135,7 @@ int NumOperands(Op op) {
     case OpClass::kReduce:
     case OpClass::kArgReduce:
     case OpClass::kWindow:
+    case OpClass::kSort:
       return 1;
     case OpClass::kBinary:
     case OpClass::kCompare:
@@ -438,6 +441,14 @@ absl::StatusOr<TensorType> InferType(Op op, std::span<const TensorType> inputs,
         shape[i] = out;
       }
       return TensorType{x.dtype, shape};
+    }
+
+    case OpClass::kSort: {
+      // Every dtype has the total order sort uses (false < true; NaN above every number).
+      const TensorType& x = inputs[0];
+      if (auto s = CheckSingleAxis(c, attrs.axes, x.rank()); !s.ok()) return s;
+      if (op == Op::kArgsort) return TensorType{DType::kI64, x.shape};
+      return x;
     }
   }
   return c.Fail("no type rule");

@@ -420,6 +420,39 @@ TensorData EvalArgReduce(const Node& node, const TensorData& x) {
   return out;
 }
 
+// ---- Sort ---------------------------------------------------------------------------------------
+
+// A stable sort of every fibre along the axis, ascending, NaN above every number (after +inf):
+// `sort` writes the values in that order, `argsort` the axis positions they came from.
+TensorData EvalSort(const Node& node, const TensorData& x) {
+  TensorData out(node.type.dtype, node.type.shape);
+  const int64_t axis = node.attrs.axes[0];
+  const int64_t size = x.shape()[axis];
+  const std::vector<int64_t> strides = RowMajorStrides(x.shape());
+  Shape fibres = x.shape();
+  fibres[axis] = 1;
+  const bool is_float = IsFloat(x.dtype());
+  std::vector<int64_t> order(static_cast<size_t>(size));
+  ForEachIndex(fibres, [&](const Index& index, int64_t) {
+    const int64_t base = Dot(index, strides);
+    const auto at = [&](int64_t k) { return base + k * strides[axis]; };
+    for (int64_t k = 0; k < size; ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      if (!is_float) return x.GetInt64(at(a)) < x.GetInt64(at(b));
+      const double va = x.GetDouble(at(a)), vb = x.GetDouble(at(b));
+      return va < vb || (std::isnan(vb) && !std::isnan(va));
+    });
+    for (int64_t k = 0; k < size; ++k) {
+      if (node.op == Op::kArgsort) {
+        out.SetInt64(at(k), order[k]);
+      } else {
+        CopyElement(x, at(order[k]), out, at(k));
+      }
+    }
+  });
+  return out;
+}
+
 // ---- Movement -----------------------------------------------------------------------------------
 
 // out[index] = x[source(index)] for every output index.
@@ -678,6 +711,8 @@ absl::StatusOr<TensorData> Evaluate(const Graph& graph, NodeId id,
       return EvalContraction(node, *in[0], *in[1]);
     case OpClass::kWindow:
       return EvalWindow(node, *in[0]);
+    case OpClass::kSort:
+      return EvalSort(node, *in[0]);
     default:
       return EvalElementwise(node, in);
   }

@@ -24,6 +24,7 @@ enum class OpClass {
   kIndex,        // gather, scatter_add
   kContraction,  // matmul, conv
   kWindow,       // windowed reduction (pooling)
+  kSort,         // stable sort along one axis: the sorted values, or the permutation (i64)
 };
 
 // X(Enum, "text name", OpClass)
@@ -87,7 +88,9 @@ enum class OpClass {
   X(MatMul, "matmul", kContraction)         \
   X(Conv, "conv", kContraction)             \
   X(WindowSum, "window_sum", kWindow)       \
-  X(WindowMax, "window_max", kWindow)
+  X(WindowMax, "window_max", kWindow)       \
+  X(Sort, "sort", kSort)                    \
+  X(Argsort, "argsort", kSort)
 
 enum class Op : uint8_t {
 #define KILN_IR_OP_ENUM(name, text, cls) k##name,

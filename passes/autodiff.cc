@@ -86,6 +86,11 @@ class Emitter {
     return b_.ScatterAdd(x, index, src, axis, loc_);
   }
   NodeId MatMul(NodeId a, NodeId b) { return b_.MatMul(a, b, loc_); }
+  NodeId Argsort(NodeId x, int64_t axis) {
+    ir::Attrs attrs;
+    attrs.axes = {axis};
+    return b_.Emit(Op::kArgsort, {x}, std::move(attrs), loc_);
+  }
   NodeId Conv(NodeId x, NodeId w, ir::Attrs attrs) { return b_.Conv(x, w, std::move(attrs), loc_); }
   NodeId Window(Op op, NodeId x, ir::Attrs attrs) {
     return b_.WindowReduce(op, x, std::move(attrs), loc_);
@@ -652,6 +657,13 @@ Contributions Rule(Emitter& e, const ir::Graph& graph, NodeId id, NodeId g, cons
     case ir::OpClass::kWindow:
       return {node.op == Op::kWindowSum ? WindowSumRule(e, graph, node, g)
                                         : WindowMaxRule(e, graph, node, id, g)};
+    case ir::OpClass::kSort: {
+      // sort(x)[k] = x[argsort(x)[k]] along the axis: a gather, so its gradient scatters g
+      // back to the positions the values came from (a permutation: no two adds meet).
+      if (node.op == Op::kArgsort) return {ir::kInvalidNode};
+      const int64_t axis = node.attrs.axes[0];
+      return {e.ScatterAdd(e.Zeros(graph.node(in[0]).type), e.Argsort(in[0], axis), g, axis)};
+    }
     default:
       return Contributions(in.size(), ir::kInvalidNode);
   }
@@ -672,6 +684,8 @@ bool IsDifferentiable(ir::Op op) {
     case ir::OpClass::kContraction:
     case ir::OpClass::kWindow:
       return true;
+    case ir::OpClass::kSort:
+      return op == Op::kSort;
     case ir::OpClass::kLeaf:
     case ir::OpClass::kCompare:
     case ir::OpClass::kLogical:

@@ -65,6 +65,9 @@ bool IsReduction(ir::Op op) {
 
 bool IsMovement(ir::Op op) { return ir::GetOpClass(op) == ir::OpClass::kMovement; }
 
+// sort/argsort store each element at its rank: a kScatter group of their own, like scatter_add.
+bool IsSort(ir::Op op) { return ir::GetOpClass(op) == ir::OpClass::kSort; }
+
 // Elementwise or movement: pure index arithmetic and scalar math, no statements when lowered.
 bool IsPure(ir::Op op) { return ir::IsElementwise(op) || IsMovement(op); }
 
@@ -186,7 +189,7 @@ class Fuser {
       w.full_counts.insert(Count(node.inputs[0]));
     } else if (ir::GetOpClass(node.op) == ir::OpClass::kContraction) {
       w.contraction = id;
-    } else if (node.op == ir::Op::kScatterAdd) {
+    } else if (node.op == ir::Op::kScatterAdd || IsSort(node.op)) {
       w.scatter = id;
     }
     w.domain_count = Count(id);
@@ -252,6 +255,17 @@ class Fuser {
       return std::nullopt;
     }
     if (w.scatter != ir::kInvalidNode) {
+      if (IsSort(graph_.node(w.scatter).op)) {
+        // The sort kernel reads each element of a fibre once per element of the fibre: a
+        // fused elementwise producer would be recomputed that often; index arithmetic is free.
+        if (!IsMovement(node.op)) {
+          return absl::StrCat("sort fuses only movement producers (", ir::OpName(node.op),
+                              " would be recomputed per comparison)");
+        }
+        if (is_output_[id]) return "a sort kernel stores only its result";
+        *why_fused = "movement becomes index arithmetic of the sort";
+        return std::nullopt;
+      }
       if (!IsPure(node.op)) {
         return absl::StrCat("scatter_add fuses only elementwise and movement producers (",
                             ir::OpName(node.op), " is not)");

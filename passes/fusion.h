@@ -15,7 +15,8 @@
 //    group is the contraction plus elementwise consumers reading its result at the same index.
 //    Their operands are never fused (the GEMM packs materialized buffers).
 //  - scatter_add is a kScatter group of its own (its result is complete only at the end) that
-//    may absorb elementwise/movement producers of its operands.
+//    may absorb elementwise/movement producers of its operands. sort/argsort are kScatter groups
+//    too (each element is stored at its rank); they absorb movement producers only.
 //  - Leaves without inputs (fill, iota, random_*, constants whose elements are all equal) are
 //    recomputed inside every group that uses them; parameters and other constants are buffers.
 //  - Groups with the same iteration space then merge: a producer group into its consumer group
@@ -42,7 +43,7 @@ enum class FusionKind : uint8_t {
   kReduction,
   /// matmul/conv with a fused elementwise epilogue.
   kContraction,
-  /// scatter_add with fused operand producers.
+  /// scatter_add, sort or argsort (stores at data-dependent positions) with fused producers.
   kScatter,
   /// Movement only (or a straight copy of a parameter/constant graph output).
   kCopy,
@@ -60,7 +61,8 @@ struct FusionGroup {
   /// The values the group's kernel writes, ascending: its nodes that are graph outputs or have
   /// users outside the group. A kCopy group with no nodes has its parameter/constant here.
   std::vector<ir::NodeId> outputs;
-  /// kContraction: the matmul/conv. kScatter: the scatter_add. Otherwise the group's last node.
+  /// kContraction: the matmul/conv. kScatter: the scatter_add/sort/argsort. Otherwise the
+  /// group's last node.
   ir::NodeId root = ir::kInvalidNode;
   /// kReduction: the shape every reduction keeps (input shape with reduced axes set to 1).
   ir::Shape outer_shape;

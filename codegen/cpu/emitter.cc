@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "codegen/legalize.h"
 #include "llvm/IR/Attributes.h"
 #include "llvm/IR/BasicBlock.h"
 #include "llvm/IR/Constants.h"
@@ -569,39 +570,6 @@ class Emitter {
     return builder_.CreateSelect(take_b, b, a);
   }
 
-  // Floored division of signed integers: a zero divisor gives 0, INT_MIN / -1 wraps. The
-  // divisor is made safe (1) before the sdiv, so no poison or trap can arise.
-  Value* FloorDiv(Value* a, Value* b) {
-    llvm::Type* type = a->getType();
-    Value* zero = llvm::ConstantInt::get(type, 0);
-    Value* one = llvm::ConstantInt::get(type, 1);
-    Value* is_zero = builder_.CreateICmpEQ(b, zero);
-    Value* is_minus_one = builder_.CreateICmpEQ(b, llvm::ConstantInt::getSigned(type, -1));
-    Value* safe = builder_.CreateSelect(builder_.CreateOr(is_zero, is_minus_one), one, b);
-    Value* q = builder_.CreateSDiv(a, safe);
-    Value* r = builder_.CreateSRem(a, safe);
-    Value* signs_differ = builder_.CreateICmpSLT(builder_.CreateXor(r, b), zero);
-    Value* adjust = builder_.CreateAnd(builder_.CreateICmpNE(r, zero), signs_differ);
-    q = builder_.CreateSub(q, builder_.CreateZExt(adjust, type));
-    q = builder_.CreateSelect(is_minus_one, builder_.CreateSub(zero, a), q);
-    return builder_.CreateSelect(is_zero, zero, q);
-  }
-
-  // Floored modulo (the divisor's sign) of signed integers; by 0 or -1 gives 0.
-  Value* FloorMod(Value* a, Value* b) {
-    llvm::Type* type = a->getType();
-    Value* zero = llvm::ConstantInt::get(type, 0);
-    Value* is_zero = builder_.CreateICmpEQ(b, zero);
-    Value* is_minus_one = builder_.CreateICmpEQ(b, llvm::ConstantInt::getSigned(type, -1));
-    Value* trivial = builder_.CreateOr(is_zero, is_minus_one);
-    Value* safe = builder_.CreateSelect(trivial, llvm::ConstantInt::get(type, 1), b);
-    Value* r = builder_.CreateSRem(a, safe);
-    Value* signs_differ = builder_.CreateICmpSLT(builder_.CreateXor(r, b), zero);
-    Value* adjust = builder_.CreateAnd(builder_.CreateICmpNE(r, zero), signs_differ);
-    r = builder_.CreateSelect(adjust, builder_.CreateAdd(r, b), r);
-    return builder_.CreateSelect(trivial, zero, r);
-  }
-
   // Unsigned division or remainder with a zero divisor giving 0.
   Value* UnsignedDivRem(Value* a, Value* b, bool remainder) {
     llvm::Type* type = a->getType();
@@ -641,63 +609,16 @@ class Emitter {
     return builder_.CreateSelect(in_range, builder_.CreateLShr(a, amount), zero);
   }
 
-  // The kernel IR's Cast (the IR's cast semantics) from `from` to `to`.
+  // A legal Cast (legalize.h): float -> float, or an integer (not bool) -> float; 64-bit
+  // integers reach f32 through f64 in the kernel already.
   Value* Cast(Value* x, ScalarType from, ScalarType to) {
     llvm::Type* target = TypeOf(to);
     if (from == to) return x;
-    if (to == ScalarType::kBool) {
-      return IsFloatType(from) ? builder_.CreateFCmpUNE(x, FloatConstant(x->getType(), 0.0))
-                               : builder_.CreateICmpNE(x, llvm::ConstantInt::get(x->getType(), 0));
-    }
-    if (IsFloatType(from) && IsFloatType(to)) {
+    if (IsFloatType(from)) {
       return to == ScalarType::kF32 ? builder_.CreateFPTrunc(x, target)
                                     : builder_.CreateFPExt(x, target);
     }
-    if (IsFloatType(from)) {  // Saturating, NaN -> 0.
-      // Spelled out with compares and selects rather than llvm.fpto[su]i.sat, which LLVM 16's
-      // x86 backend scalarises (16 vcvttss2si per vector); this form vectorises. The limits
-      // -2^(bits-1) / 2^(bits-1) (0 / 2^bits unsigned) are exact in every float type.
-      const unsigned bits = target->getIntegerBitWidth();
-      const bool is_signed = IsSigned(to);
-      const double lo = is_signed ? -std::ldexp(1.0, static_cast<int>(bits) - 1) : 0.0;
-      const double hi = std::ldexp(1.0, static_cast<int>(bits) - (is_signed ? 1 : 0));
-      Value* lo_value = FloatConstant(x->getType(), lo);
-      Value* hi_value = FloatConstant(x->getType(), hi);
-      Value* in_range = builder_.CreateAnd(builder_.CreateFCmpOGE(x, lo_value),
-                                           builder_.CreateFCmpOLT(x, hi_value));
-      Value* safe = builder_.CreateSelect(in_range, x, FloatConstant(x->getType(), 0.0));
-      Value* converted =
-          is_signed ? builder_.CreateFPToSI(safe, target) : builder_.CreateFPToUI(safe, target);
-      const llvm::APInt max_int =
-          is_signed ? llvm::APInt::getSignedMaxValue(bits) : llvm::APInt::getMaxValue(bits);
-      const llvm::APInt min_int =
-          is_signed ? llvm::APInt::getSignedMinValue(bits) : llvm::APInt::getMinValue(bits);
-      Value* saturated = builder_.CreateSelect(
-          builder_.CreateFCmpOGE(x, hi_value), llvm::ConstantInt::get(target, max_int),
-          builder_.CreateSelect(builder_.CreateFCmpOLT(x, lo_value),
-                                llvm::ConstantInt::get(target, min_int),
-                                llvm::ConstantInt::get(target, 0)));  // NaN
-      return builder_.CreateSelect(in_range, converted, saturated);
-    }
-    if (IsFloatType(to)) {  // Through f64, as the interpreter does.
-      Value* wide = IsSigned(from) ? builder_.CreateSIToFP(x, builder_.getDoubleTy())
-                                   : builder_.CreateUIToFP(x, builder_.getDoubleTy());
-      return to == ScalarType::kF32 ? builder_.CreateFPTrunc(wide, target) : wide;
-    }
-    // Integer to integer, saturating: clamp into the target's range, then resize.
-    const IntLimits source = LimitsOf(from), limits = LimitsOf(to);
-    llvm::Type* type = x->getType();
-    if (from != ScalarType::kBool) {
-      if (source.lo < limits.lo) {  // Only signed sources reach below 0.
-        x = builder_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, x, IntConstant(type, limits.lo));
-      }
-      if (source.hi > limits.hi) {
-        x = builder_.CreateBinaryIntrinsic(
-            IsSigned(from) ? llvm::Intrinsic::smin : llvm::Intrinsic::umin, x,
-            IntConstant(type, limits.hi));
-      }
-    }
-    return Resize(x, from, target);
+    return IsSigned(from) ? builder_.CreateSIToFP(x, target) : builder_.CreateUIToFP(x, target);
   }
 
   // Integer truncation or extension (sign extension from signed sources).
@@ -923,14 +844,12 @@ class Emitter {
       case ExprOp::kMul:
         return is_float ? Contract(builder_.CreateFMul(x[0], x[1]))
                         : builder_.CreateMul(x[0], x[1]);
-      case ExprOp::kDiv:
-        if (is_float) return builder_.CreateFDiv(x[0], x[1]);
-        if (IsSigned(e.type)) return FloorDiv(x[0], x[1]);
-        return UnsignedDivRem(x[0], x[1], /*remainder=*/false);
+      case ExprOp::kDiv:  // Integer div/mod arrive legalized as udiv/urem (legalize.h).
+        if (!is_float) return unsupported();
+        return builder_.CreateFDiv(x[0], x[1]);
       case ExprOp::kMod:
-        if (is_float) return FloatMod(x[0], x[1]);
-        if (IsSigned(e.type)) return FloorMod(x[0], x[1]);
-        return UnsignedDivRem(x[0], x[1], /*remainder=*/true);
+        if (!is_float) return unsupported();
+        return FloatMod(x[0], x[1]);
       case ExprOp::kPow:
         if (!is_float) return unsupported();
         return Transcendental(e.op, x[0], x[1]);
@@ -979,7 +898,12 @@ class Emitter {
       case ExprOp::kSelect:
         return builder_.CreateSelect(x[0], x[1], x[2]);
       case ExprOp::kCast:
+        if (!IsLegal(kernel_, e)) return unsupported();
         return Cast(x[0], operand_type, e.type);
+      case ExprOp::kConvert:
+        if (!float_operands || is_float || e.type == ScalarType::kBool) return unsupported();
+        return IsSigned(e.type) ? builder_.CreateFPToSI(x[0], type)
+                                : builder_.CreateFPToUI(x[0], type);
       case ExprOp::kWrap:
         if (is_float || float_operands) return unsupported();
         return Resize(x[0], operand_type, type);
@@ -1020,7 +944,9 @@ class Emitter {
 
 absl::StatusOr<llvm::Function*> EmitKernel(const Kernel& kernel, const std::string& symbol,
                                            llvm::Module& module, const EmitOptions& options) {
-  return Emitter(kernel, module, options).Run(symbol);
+  // Floored division and saturating casts are spelled out once, in kernel IR (legalize.h).
+  const Kernel legal = Legalize(kernel);
+  return Emitter(legal, module, options).Run(symbol);
 }
 
 }  // namespace kiln::codegen::cpu

@@ -88,6 +88,8 @@ constexpr MlirExportRule kRules[] = {
     {Op::kConv, "tensor.insert_slice (input dilation) + tensor.pad + linalg.generic"},
     {Op::kWindowSum, "tensor.pad + linalg.generic over a window-shaped tensor.empty"},
     {Op::kWindowMax, "tensor.pad + linalg.generic over a window-shaped tensor.empty"},
+    {Op::kSort, ""},
+    {Op::kArgsort, ""},
 };
 static_assert(std::size(kRules) == std::size(ir::kAllOps), "one MLIR row per IR op");
 
@@ -1007,6 +1009,13 @@ absl::StatusOr<std::string> Writer::Run(const MlirExportOptions& options) {
           "MLIR export: no MLIR equivalent for op ", ir::OpName(n.op), " (node %", id, ", ",
           ir::TypeToString(n.type), where.empty() ? "" : absl::StrCat(", ", where),
           "): kiln's Philox4x32-10 stream is not expressed in arith"));
+    }
+    if (ir::GetOpClass(n.op) == ir::OpClass::kSort) {
+      const std::string where = ir::LocationToString(n.loc);
+      return absl::UnimplementedError(absl::StrCat(
+          "MLIR export: no MLIR equivalent for op ", ir::OpName(n.op), " (node %", id, ", ",
+          ir::TypeToString(n.type), where.empty() ? "" : absl::StrCat(", ", where),
+          "): upstream linalg has no sort"));
     }
     Line(absl::StrCat("// %", id, " = ", ir::OpName(n.op)));
     absl::StatusOr<std::string> v = EmitNode(id);

@@ -110,6 +110,10 @@ constexpr ExportRule kRules[] = {
     {Op::kWindowMax, "Transpose/Reshape as window_sum + Pad (lowest value) + MaxPool",
      "bf16 in f32, i32 in f64; i64 unsupported; NaN handling is MaxPool's (ONNX Runtime skips "
      "NaN, the IR propagates it)"},
+    {Op::kSort, "TopK (k = axis size, largest = 0, sorted = 1): Values",
+     "TopK orders ties by index, as sort does; bool in u8, bf16 in f32; NaN placement is the "
+     "runtime's"},
+    {Op::kArgsort, "TopK (k = axis size, largest = 0, sorted = 1): Indices", "as sort"},
 };
 static_assert(std::size(kRules) == std::size(ir::kAllOps), "one export row per IR op");
 
@@ -840,6 +844,23 @@ absl::StatusOr<std::string> Exporter::EmitNode(NodeId id, const std::string& out
     case Op::kWindowSum:
     case Op::kWindowMax:
       return EmitWindow(n, out);
+    case Op::kSort:
+    case Op::kArgsort: {
+      const std::optional<DType> c = ComputeType(in_d, kNumeric);
+      if (!c) return absl::InternalError("no TopK dtype");
+      const int64_t axis = at.axes[0];
+      const std::string values =
+          Node("TopK", {RawCast(ins[0], in_d, *c), I64s({Type(n.inputs[0]).shape[axis]})}, "",
+               [&](pb::NodeProto& p) {
+                 IntAttr(p, "axis", axis);
+                 IntAttr(p, "largest", 0);
+                 IntAttr(p, "sorted", 1);
+               });
+      const std::string indices = Fresh(absl::StrCat(values, "_indices"));
+      out_->mutable_node(out_->node_size() - 1)->add_output(indices);
+      if (n.op == Op::kArgsort) return Node("Identity", {indices}, out);
+      return RawCast(values, *c, in_d, out);
+    }
   }
   return absl::InternalError("unknown op");
 }

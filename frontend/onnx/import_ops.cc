@@ -1008,6 +1008,37 @@ Lowering ArgReduce(Op op) {
   };
 }
 
+// TopK (opset 11+): the first k of kiln's stable sort along the axis, so ties keep the lower
+// index first, as ONNX specifies; largest sorts the flipped axis and flips back (ties still in
+// index order). NaN counts as the largest value (sort's order).
+absl::Status TopK(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(std::vector<int64_t> k, im.ConstInts(n, 1));
+  if (k.size() != 1) return Bad("K must hold one value");
+  TRY(int64_t axis, NormAxis(AttrInt(n, "axis", -1), im.rank(x)));
+  const int64_t size = im.shape(x)[static_cast<size_t>(axis)];
+  if (k[0] < 0 || k[0] > size) {
+    return Bad(absl::StrCat("K = ", k[0], " is outside [0, ", size, "] for axis ", axis));
+  }
+  const bool largest = AttrInt(n, "largest", 1) != 0;
+  ir::Attrs attrs;
+  attrs.axes = {axis};
+  const NodeId in = largest ? im.Fold(im.b().Flip(x, {axis})) : x;
+  NodeId values = im.Fold(im.b().Emit(Op::kSort, {in}, attrs));
+  NodeId indices = im.Fold(im.b().Emit(Op::kArgsort, {in}, attrs));
+  if (largest) {
+    values = im.Fold(im.b().Flip(values, {axis}));
+    indices = im.Fold(im.b().Flip(indices, {axis}));
+    indices = im.Binary(Op::kSub, im.Like(static_cast<double>(size - 1), indices), indices);
+  }
+  std::vector<int64_t> starts(static_cast<size_t>(im.rank(x)), 0);
+  Shape limits = im.shape(x);
+  limits[static_cast<size_t>(axis)] = k[0];
+  im.SetOutput(n, 0, im.Fold(im.b().Slice(values, starts, limits)));
+  if (Importer::HasOutput(n, 1)) im.SetOutput(n, 1, im.Fold(im.b().Slice(indices, starts, limits)));
+  return absl::OkStatus();
+}
+
 // softmax / log-softmax / hardmax along one axis (opset 13 semantics).
 enum class SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
 
@@ -1844,6 +1875,7 @@ const std::map<std::string, Lowering>& Lowerings() {
     m["ReduceLogSumExp"] = Reduction(Red::kLogSumExp);
     m["ArgMax"] = ArgReduce(Op::kArgMax);
     m["ArgMin"] = ArgReduce(Op::kArgMin);
+    m["TopK"] = TopK;
     m["Softmax"] = SoftmaxOp(SoftmaxKind::kSoftmax);
     m["LogSoftmax"] = SoftmaxOp(SoftmaxKind::kLogSoftmax);
     m["Hardmax"] = SoftmaxOp(SoftmaxKind::kHardmax);

@@ -275,6 +275,35 @@ TEST(FusionTest, RefusalsCarryReasons) {
   }
 }
 
+// sort/argsort are kScatter groups: movement producers (the frontend's descending flip) become
+// index arithmetic of the rank count; an elementwise producer keeps its own kernel (it would be
+// recomputed once per comparison), and a consumer never fuses into the sort.
+TEST(FusionTest, SortTakesMovementProducersOnly) {
+  ir::Builder b;
+  ir::Attrs along;
+  along.axes = {1};
+  const NodeId x = b.Parameter("x", {DType::kF32, {3, 6}});
+  const NodeId flipped = b.Flip(x, {1});
+  const NodeId sorted = b.Emit(Op::kSort, {flipped}, along);
+  b.Output(b.Flip(sorted, {1}), "descending");
+  b.Output(b.Emit(Op::kArgsort, {b.Unary(Op::kExp, x)}, along), "order");
+  const ir::Graph graph = Build(b);
+  const passes::FusionPlan plan = passes::Fuse(graph);
+  const std::string text = passes::PrintFusionPlan(graph, plan);
+  EXPECT_THAT(text, HasSubstr("%1 flip -> %2 sort fused: movement becomes index arithmetic of "
+                              "the sort"));
+  EXPECT_THAT(text, HasSubstr("%2 sort -> %3 flip refused: sort does not fuse into its consumers"));
+  EXPECT_THAT(text, HasSubstr("%4 exp -> %5 argsort refused: sort fuses only movement producers "
+                              "(exp would be recomputed per comparison)"));
+  for (const passes::FusionGroup& group : plan.groups) {
+    const ir::Op root = graph.node(group.root).op;
+    if (root == Op::kSort || root == Op::kArgsort) {
+      EXPECT_EQ(group.kind, passes::FusionKind::kScatter) << text;
+    }
+  }
+  ExpectMatchesInterpreter(graph, {0, 0});
+}
+
 TEST(FusionTest, SiblingsShareAKernel) {
   ir::Builder b;
   const NodeId x = b.Parameter("x", {DType::kF32, {5, 7}});

@@ -149,6 +149,26 @@ TEST(LowerTest, PermutedCopyOfAnOutputIsStoredNotRecomputed) {
   EXPECT_EQ(exps, 1u) << text;
 }
 
+TEST(LowerTest, SortIsARankCountThenOneStoreAtTheRank) {
+  // One gid per element: a Reduce sum over its fibre of 5 counts who sorts first (NaN found by
+  // x != x), then one store at that rank; no statement kind a backend would need to add.
+  ir::Builder b;
+  ir::Attrs along;
+  along.axes = {1};
+  b.Output(b.Emit(Op::kSort, {b.Parameter("x", {DType::kF32, {4, 5}})}, along));
+  absl::StatusOr<ir::Graph> graph = std::move(b).Build();
+  ASSERT_TRUE(graph.ok());
+  const std::string text = ExpectLoweredMatches(*graph, RandomArgs(*graph), {0, 0});
+  EXPECT_THAT(text, ::testing::HasSubstr("parallel_extent=20")) << text;
+  EXPECT_THAT(text, ::testing::HasSubstr("reduce sum.i64 r1 in [0, 5) init 0:i64")) << text;
+  EXPECT_THAT(text, ::testing::HasSubstr("ne.bool")) << text;
+  size_t stores = 0;
+  for (size_t at = text.find("store "); at != std::string::npos; at = text.find("store ", at + 1)) {
+    ++stores;
+  }
+  EXPECT_EQ(stores, 1u) << text;
+}
+
 TEST(LowerTest, EpilogueExposesCoordinatesAndTheContractionValue) {
   ir::Builder b;
   const NodeId a = b.Parameter("a", {DType::kF32, {2, 3}});

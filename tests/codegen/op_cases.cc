@@ -113,6 +113,81 @@ void SmallIntegers(std::vector<ir::TensorData>& args) {
   }
 }
 
+// ---- Sorting (sort, argsort) ----
+// Kept in one block (and one function) so that it moves as a unit when the backends' op suites
+// merge. Values are drawn from a few levels so fibres have ties (stability shows), and floats
+// get NaN, infinities and signed zeros among them.
+void AppendSortCases(std::vector<Case>& cases) {
+  const auto ties = [](std::vector<ir::TensorData>& args) {
+    std::mt19937_64 rng(23);
+    const double specials[] = {std::nan(""), std::numeric_limits<double>::infinity(),
+                               -std::numeric_limits<double>::infinity(), -0.0, 0.0};
+    for (ir::TensorData& arg : args) {
+      const bool is_float = ir::IsFloat(arg.dtype());
+      for (int64_t i = 0; i < arg.num_elements(); ++i) {
+        const int64_t level = std::uniform_int_distribution<int64_t>(0, 5)(rng);
+        if (is_float && std::uniform_int_distribution<int>(0, 6)(rng) == 0) {
+          arg.SetDouble(i, specials[level % 5]);
+        } else if (ir::IsBool(arg.dtype())) {
+          arg.SetInt64(i, level % 2);
+        } else {
+          arg.SetDouble(i, is_float ? (level - 2) * 1.5 : static_cast<double>(level * 7));
+        }
+      }
+    }
+  };
+  struct SortCase {
+    Shape shape;
+    int64_t axis;
+  };
+  for (const SortCase& c : std::vector<SortCase>{
+           {{4, 7}, 1}, {{5, 3, 4}, 1}, {{9}, 0}, {{3, 0}, 1}, {{2, 1}, 1}, {{6, 5}, 0}}) {
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kI32, DType::kU8, DType::kBool}) {
+      for (Op op : {Op::kSort, Op::kArgsort}) {
+        cases.push_back({Name(absl::StrCat(ir::OpName(op), "_axis", c.axis), dtype, c.shape),
+                         [c, dtype, op](ir::Builder& b) {
+                           ir::Attrs attrs;
+                           attrs.axes = {c.axis};
+                           b.Output(b.Emit(op, {b.Parameter("x", {dtype, c.shape})}, attrs));
+                         },
+                         ties});
+      }
+    }
+  }
+  // Movement producers fuse into the sort kernel as index arithmetic (the frontend's descending
+  // sort is flip -> sort -> flip); an elementwise producer (neg) stays a kernel of its own; f64 and
+  // i64 use the wide compares; sort and argsort of one value are two outputs.
+  cases.push_back({"sort_descending_f64",
+                   [](ir::Builder& b) {
+                     ir::Attrs attrs;
+                     attrs.axes = {1};
+                     const NodeId x = b.Parameter("x", {DType::kF64, {3, 8}});
+                     const NodeId s = b.Emit(Op::kSort, {b.Flip(x, {1})}, attrs);
+                     const NodeId i = b.Emit(Op::kArgsort, {b.Flip(x, {1})}, attrs);
+                     b.Output(b.Flip(s, {1}));
+                     b.Output(b.Flip(i, {1}));
+                   },
+                   ties});
+  cases.push_back({"argsort_of_permute_i64",
+                   [](ir::Builder& b) {
+                     ir::Attrs attrs;
+                     attrs.axes = {0};
+                     const NodeId x = b.Parameter("x", {DType::kI64, {4, 6}});
+                     b.Output(b.Emit(Op::kArgsort, {b.Permute(x, {1, 0})}, attrs));
+                   },
+                   ties});
+  cases.push_back({"sort_of_neg_broadcast",
+                   [](ir::Builder& b) {
+                     ir::Attrs attrs;
+                     attrs.axes = {1};
+                     const NodeId x = b.Parameter("x", {DType::kF32, {5, 1}});
+                     const NodeId e = b.Unary(Op::kNeg, b.Broadcast(x, {5, 4}));
+                     b.Output(b.Emit(Op::kSort, {e}, attrs));
+                     b.Output(b.Emit(Op::kArgsort, {e}, attrs));
+                   },
+                   ties});
+}
+
 }  // namespace
 
 std::vector<Case> Cases() {
@@ -573,6 +648,7 @@ std::vector<Case> Cases() {
                        nullptr, AccumulateTolerance(dtype)});
     }
   }
+  AppendSortCases(cases);
   return cases;
 }
 

@@ -1,5 +1,6 @@
 // Reductions: dims, keepdim, negative dims, every reduction against plain loops.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -198,6 +199,105 @@ TEST(ReduceTest, RandomMultiDimsMatchLoops) {
   EXPECT_EQ(x.argmax().item(), ArgMax(all[0]));
   EXPECT_EQ(x.argmin().item(), ArgMin(all[0]));
   EXPECT_EQ(x.sum_dims({0, 2}).rank(), 1);
+}
+
+// ---- Sorting (sort, argsort, topk) --------------------------------------------------------------
+
+TEST(SortTest, HandComputed) {
+  B::Device device;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto x = TF<1>::from_data({3.f, nan, 1.f, 3.f, -2.f, 1.f}, device);
+  auto [up, up_at] = x.sort();
+  const std::vector<float> up_values = up.to_vector();
+  EXPECT_THAT(std::vector<float>(up_values.begin(), up_values.end() - 1),
+              ElementsAre(-2, 1, 1, 3, 3));
+  EXPECT_TRUE(std::isnan(up_values.back()));
+  EXPECT_THAT(up_at.to_vector(), ElementsAre(4, 2, 5, 0, 3, 1));  // ties in index order
+  auto [down, down_at] = x.sort(0, true);
+  const std::vector<float> down_values = down.to_vector();
+  EXPECT_TRUE(std::isnan(down_values.front()));  // NaN is the largest: first when descending
+  EXPECT_THAT(std::vector<float>(down_values.begin() + 1, down_values.end()),
+              ElementsAre(3, 3, 1, 1, -2));
+  EXPECT_THAT(down_at.to_vector(), ElementsAre(1, 0, 3, 2, 5, 4));  // still stable
+  EXPECT_THAT(x.argsort(-1, true).to_vector(), ElementsAre(1, 0, 3, 2, 5, 4));
+  EXPECT_EQ(up_at.dtype(), ir::DType::kI64);
+
+  auto m = TI<2>::from_data({{5, 1, 4}, {0, 0, 7}}, device);
+  auto [cols, col_at] = m.sort(0);
+  EXPECT_THAT(cols.to_vector(), ElementsAre(0, 0, 4, 5, 1, 7));
+  EXPECT_THAT(col_at.to_vector(), ElementsAre(1, 1, 0, 0, 0, 1));
+  auto [top, top_at] = m.topk(2);
+  EXPECT_EQ(top.shape(), (std::array<int64_t, 2>{2, 2}));
+  EXPECT_THAT(top.to_vector(), ElementsAre(5, 4, 7, 0));
+  EXPECT_THAT(top_at.to_vector(), ElementsAre(0, 2, 2, 0));
+  auto [low, low_at] = m.topk(1, 1, /*largest=*/false);
+  EXPECT_THAT(low.to_vector(), ElementsAre(1, 0));
+  EXPECT_THAT(low_at.to_vector(), ElementsAre(1, 0));
+  EXPECT_THROW(m.topk(4, 1), Error);
+  EXPECT_THROW(m.sort(2), Error);
+}
+
+// Against std::stable_sort of each fibre, both directions, with ties; topk is a prefix.
+TEST(SortTest, RandomMatchesStableSort) {
+  B::Device device;
+  const Shape shape = {3, 5, 4};
+  std::vector<float> values = RandomFloats(60, 77);
+  for (float& v : values) v = std::round(v * 2) / 2;  // few levels: ties
+  auto x = TF<3>::from_vector(values, {3, 5, 4}, device);
+  for (int64_t dim = 0; dim < 3; ++dim) {
+    for (bool descending : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "dim " << dim << (descending ? " descending" : ""));
+      std::vector<float> want(values.size());
+      std::vector<int64_t> want_at(values.size());
+      const int64_t n = shape[static_cast<size_t>(dim)];
+      for (int64_t f = 0; f < Count(shape); ++f) {
+        std::vector<int64_t> at = Unravel(f, shape);
+        if (at[static_cast<size_t>(dim)] != 0) continue;  // one visit per fibre
+        std::vector<int64_t> order(static_cast<size_t>(n));
+        for (int64_t k = 0; k < n; ++k) order[static_cast<size_t>(k)] = k;
+        const auto value = [&](int64_t k) {
+          at[static_cast<size_t>(dim)] = k;
+          return values[static_cast<size_t>(Ravel(at, shape))];
+        };
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+          return descending ? value(a) > value(b) : value(a) < value(b);
+        });
+        for (int64_t k = 0; k < n; ++k) {
+          const float v = value(order[static_cast<size_t>(k)]);
+          at[static_cast<size_t>(dim)] = k;
+          want[static_cast<size_t>(Ravel(at, shape))] = v;
+          want_at[static_cast<size_t>(Ravel(at, shape))] = order[static_cast<size_t>(k)];
+        }
+      }
+      auto [sorted, sorted_at] = x.sort(dim, descending);
+      EXPECT_EQ(sorted.to_vector(), want);
+      EXPECT_EQ(sorted_at.to_vector(), want_at);
+      auto [top, top_at] = x.topk(2, dim, descending);
+      const std::vector<int64_t> top_at_values = top_at.to_vector();
+      const std::array<int64_t, 3> top_dims = top.shape();
+      const Shape top_shape(top_dims.begin(), top_dims.end());
+      for (int64_t i = 0; i < static_cast<int64_t>(top_at_values.size()); ++i) {
+        std::vector<int64_t> at = Unravel(i, top_shape);
+        EXPECT_EQ(top_at_values[static_cast<size_t>(i)],
+                  want_at[static_cast<size_t>(Ravel(at, shape))]);
+      }
+    }
+  }
+}
+
+// The values' gradient goes back to where each value came from: d/dx sum(w * sort(x)) is w
+// permuted by the sort's indices.
+TEST(SortTest, GradientScattersToTheIndices) {
+  B::Device device;
+  auto x = TF<2>::from_data({{0.5, -1.0, 2.0}, {3.0, 1.5, -0.5}}, device, ir::DType::kF64)
+               .require_grad();
+  auto w = TF<2>::from_data({{1.0, 10.0, 100.0}, {2.0, 20.0, 200.0}}, device, ir::DType::kF64);
+  auto [values, indices] = x.sort(1, true);
+  Gradients grads = (values * w).sum().backward();
+  auto g = x.grad(grads);
+  ASSERT_TRUE(g.has_value());
+  // Row 0 descending: 2.0 (at 2), 0.5 (at 0), -1.0 (at 1); row 1: 3.0, 1.5, -0.5 in place.
+  EXPECT_THAT(g->to_vector<double>(), ElementsAre(10, 100, 1, 2, 20, 200));
 }
 
 }  // namespace

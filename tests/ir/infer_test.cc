@@ -285,6 +285,11 @@ std::vector<Case> Cases() {
           "cannot reduce bool; cast first"),
       Err(Op::kWindowMax, {F32({4})}, {.window = {0}},
           "window sizes, strides and dilations must be >= 1"),
+      Ok(Op::kSort, {T(DType::kBF16, {2, 5})}, {.axes = {1}}, T(DType::kBF16, {2, 5})),
+      Ok(Op::kSort, {T(DType::kBool, {0, 3})}, {.axes = {0}}, T(DType::kBool, {0, 3})),
+      Err(Op::kSort, {F32({2, 5})}, {.axes = {0, 1}}, "expects exactly one axis, got [0,1]"),
+      Ok(Op::kArgsort, {T(DType::kU8, {4, 3})}, {.axes = {0}}, T(DType::kI64, {4, 3})),
+      Err(Op::kArgsort, {F32({4})}, {.axes = {1}}, "axis 1 out of range for rank 1"),
   };
   // The float-only unary ops share one rule.
   for (Op op : {Op::kExp, Op::kLog, Op::kSqrt, Op::kRsqrt, Op::kSin, Op::kCos, Op::kTanh, Op::kErf,

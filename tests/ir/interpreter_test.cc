@@ -20,6 +20,7 @@
 #include <random>
 #include <source_location>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -1548,6 +1549,79 @@ void RandomWindow(Op op) {
   }
 }
 
+// ---- Sort ---------------------------------------------------------------------------------------
+
+NodeId SortNode(Builder& b, Op op, NodeId x, int64_t axis) {
+  Attrs attrs;
+  attrs.axes = {axis};
+  return b.Emit(op, {x}, attrs);
+}
+
+void HandSort(Op op) {
+  const bool values = op == Op::kSort;
+  const auto run = [&](const TensorData& x, int64_t axis) {
+    return RunGraph({x}, [&](Builder& b, auto p) { return SortNode(b, op, p[0], axis); });
+  };
+  // Ascending; NaN after +inf; ties (0 and -0 included) keep their order.
+  const TensorData x = Data(kF32, {6}, {3, kNaN, -kInf, 0, kInf, -0.0});
+  if (values) {
+    ExpectValues(run(x, 0), kF32, {6}, {-kInf, 0, -0.0, 3, kInf, kNaN});
+    EXPECT_TRUE(std::signbit(run(x, 0).GetDouble(2)));
+  } else {
+    ExpectValues(run(x, 0), kI64, {6}, {2, 3, 5, 0, 4, 1});
+  }
+  // Along axis 0 of a matrix: each column on its own; equal values by position.
+  const TensorData m = Data(kI32, {3, 2}, {5, 1, 5, 0, 2, 1});
+  if (values) {
+    ExpectValues(run(m, 0), kI32, {3, 2}, {2, 0, 5, 1, 5, 1});
+  } else {
+    ExpectValues(run(m, 0), kI64, {3, 2}, {2, 1, 0, 0, 1, 2});
+  }
+  // bool: false before true; an empty fibre axis gives an empty result.
+  const TensorData flags = Data(kBool, {4}, {1, 0, 1, 0});
+  ExpectValues(run(flags, 0), values ? kBool : kI64, {4},
+               values ? std::vector<double>{0, 0, 1, 1} : std::vector<double>{1, 3, 0, 2});
+  ExpectValues(run(TensorData(kF32, {2, 0}), 1), values ? kF32 : kI64, {2, 0}, {});
+}
+
+// The independent reference: per fibre, std::sort (not stable) of (is NaN, value, position).
+void RandomSort(Op op) {
+  Rng rng(static_cast<uint64_t>(op) + 2000);
+  for (const auto& [shape, axis] : std::vector<std::pair<Shape, int64_t>>{
+           {{9}, 0}, {{4, 6}, 1}, {{5, 3, 4}, 1}, {{3, 4}, 0}, {{2, 1}, 1}, {{2, 0, 3}, 1}}) {
+    for (DType dtype : {kF32, kF64, kF16, kBF16, kI32, kI64, kU8, kBool}) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), ShapeToString(shape), " axis ", axis));
+      TensorData x = IsBool(dtype) ? RandomData(rng, dtype, shape) : TiedData(rng, dtype, shape);
+      if (IsFloat(dtype)) {
+        for (int64_t i = 0; i < x.num_elements(); i += 5) x.SetDouble(i, i % 2 ? kNaN : -kInf);
+      }
+      const TensorData got =
+          RunGraph({x}, [&](Builder& b, auto p) { return SortNode(b, op, p[0], axis); });
+      const int64_t size = shape[static_cast<size_t>(axis)];
+      Shape fibres = shape;
+      fibres[static_cast<size_t>(axis)] = 1;
+      std::vector<double> want(static_cast<size_t>(x.num_elements()));
+      for (int64_t f = 0; f < NumElements(fibres); ++f) {
+        Index at = Unflat(fibres, f);
+        std::vector<std::tuple<bool, double, int64_t>> keys;
+        for (int64_t k = 0; k < size; ++k) {
+          at[static_cast<size_t>(axis)] = k;
+          const double v = x.GetDouble(Flat(shape, at));
+          keys.emplace_back(std::isnan(v), std::isnan(v) ? 0.0 : v, k);
+        }
+        std::sort(keys.begin(), keys.end());
+        for (int64_t k = 0; k < size; ++k) {
+          at[static_cast<size_t>(axis)] = k;
+          const auto& [nan, v, from] = keys[static_cast<size_t>(k)];
+          want[static_cast<size_t>(Flat(shape, at))] =
+              op == Op::kArgsort ? static_cast<double>(from) : (nan ? kNaN : v);
+        }
+      }
+      ExpectValues(got, op == Op::kArgsort ? kI64 : dtype, shape, want);
+    }
+  }
+}
+
 // ---- Every op -----------------------------------------------------------------------------------
 
 class EveryOp : public testing::TestWithParam<Op> {};
@@ -1588,6 +1662,9 @@ TEST_P(EveryOp, HandComputedCases) {
     case OpClass::kWindow:
       HandWindow(op);
       break;
+    case OpClass::kSort:
+      HandSort(op);
+      break;
   }
 }
 
@@ -1626,6 +1703,9 @@ TEST_P(EveryOp, RandomCasesMatchIndependentReference) {
       break;
     case OpClass::kWindow:
       RandomWindow(op);
+      break;
+    case OpClass::kSort:
+      RandomSort(op);
       break;
   }
 }

@@ -174,6 +174,10 @@ std::vector<Sample> Samples() {
     Attrs plain;
     plain.window = {1, 2};
     b.Output(b.WindowReduce(Op::kWindowMax, b.Parameter("bytes", T(DType::kU8, {3, 4})), plain));
+    Attrs along;
+    along.axes = {1};
+    b.Output(b.Emit(Op::kSort, {x}, along));
+    b.Output(b.Emit(Op::kArgsort, {b.Parameter("ints", T(DType::kI32, {2, 3}))}, along));
     samples.push_back({"index_contraction_window", Finish(std::move(b))});
   }
   {

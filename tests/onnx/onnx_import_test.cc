@@ -247,11 +247,57 @@ absl::Status Import(const ::onnx::ModelProto& m) {
   return ImportBytes(m.SerializeAsString()).status();
 }
 
+// TopK on the interpreter and the CPU backend: largest and smallest, ties in index order (as
+// ONNX specifies), the Indices output as i64.
+TEST(OnnxImport, TopKTiesKeepTheLowerIndex) {
+  for (const bool largest : {true, false}) {
+    SCOPED_TRACE(largest ? "largest" : "smallest");
+    auto m = Model();
+    auto* k = m.mutable_graph()->add_initializer();
+    k->set_name("k");
+    k->set_data_type(::onnx::TensorProto::INT64);
+    k->add_dims(1);
+    k->add_int64_data(2);
+    auto* topk = AddNode(m, "TopK", "topk", {"x", "k"}, {"values", "indices"});
+    auto* attr = topk->add_attribute();
+    attr->set_name("largest");
+    attr->set_type(::onnx::AttributeProto::INT);
+    attr->set_i(largest ? 1 : 0);
+    AddOutput(m, "values");
+    AddOutput(m, "indices");
+    absl::StatusOr<ImportedModel> model = ImportBytes(m.SerializeAsString());
+    ASSERT_TRUE(model.ok()) << model.status();
+    const std::vector<double> x_values = {1, 5, 1, 4, 4, 7};
+    absl::StatusOr<ir::TensorData> x =
+        ir::TensorData::FromDoubles(ir::DType::kF32, {2, 3}, x_values);
+    ASSERT_TRUE(x.ok());
+    const std::vector<ir::TensorData> args = {*x};
+    absl::StatusOr<std::vector<ir::TensorData>> want = ir::Interpret(model->graph, args);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_EQ(want->size(), 2u);
+    EXPECT_EQ((*want)[0].shape(), (ir::Shape{2, 2}));
+    EXPECT_EQ((*want)[1].dtype(), ir::DType::kI64);
+    const std::vector<double> values =
+        largest ? std::vector<double>{5, 1, 7, 4} : std::vector<double>{1, 1, 4, 4};
+    const std::vector<double> indices =
+        largest ? std::vector<double>{1, 0, 2, 0} : std::vector<double>{0, 2, 0, 1};
+    EXPECT_EQ((*want)[0].ToDoubles(), values);
+    EXPECT_EQ((*want)[1].ToDoubles(), indices);
+    const std::vector<std::shared_ptr<const ir::TensorData>> shared = {
+        std::make_shared<const ir::TensorData>(*x)};
+    absl::StatusOr<std::vector<ir::TensorData>> cpu =
+        codegen::cpu::CompileAndRun(model->graph, shared);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    EXPECT_EQ((*cpu)[0].ToDoubles(), values);
+    EXPECT_EQ((*cpu)[1].ToDoubles(), indices);
+  }
+}
+
 TEST(OnnxErrors, EveryUnsupportedOperatorInOneMessage) {
   auto m = Model();
   AddNode(m, "Relu", "r", {"x"}, {"a"});
   AddNode(m, "NonMaxSuppression", "nms1", {"a"}, {"b"});
-  AddNode(m, "TopK", "topk", {"b"}, {"c"});
+  AddNode(m, "NonZero", "nz", {"b"}, {"c"});
   AddNode(m, "NonMaxSuppression", "nms2", {"c"}, {"d"});
   auto* custom = AddNode(m, "Thing", "t", {"d"}, {"e"});
   custom->set_domain("com.example");
@@ -259,7 +305,7 @@ TEST(OnnxErrors, EveryUnsupportedOperatorInOneMessage) {
   absl::Status s = Import(m);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(s.message(), HasSubstr("NonMaxSuppression (nodes nms1, nms2)"));
-  EXPECT_THAT(s.message(), HasSubstr("TopK (node topk)"));
+  EXPECT_THAT(s.message(), HasSubstr("NonZero (node nz)"));
   EXPECT_THAT(s.message(), HasSubstr("com.example::Thing (node t)"));
   EXPECT_THAT(s.message(), ::testing::Not(HasSubstr("Relu")));
 }

@@ -249,6 +249,19 @@ std::vector<GradCase> GradientCases() {
                      return b.ScatterAdd(x, IndexConstant(b, {3, 2}, {3, 3, 0, 2, 1, 0}), src, 1);
                    }});
 
+  // Distinct values: the order (hence the permutation) does not change within a step. The
+  // product with another input makes each output position's gradient differ.
+  for (int64_t axis : {0, 1}) {
+    cases.push_back({absl::StrCat("sort axis ", axis),
+                     [axis](ir::Builder& b) {
+                       ir::Attrs attrs;
+                       attrs.axes = {axis};
+                       const NodeId sorted = b.Emit(Op::kSort, {P(b, "x", {3, 4})}, attrs);
+                       return b.Binary(Op::kMul, sorted, P(b, "w", {3, 4}));
+                     },
+                     {Kind::kDistinct}});
+  }
+
   cases.push_back({"matmul", [](ir::Builder& b) {
                      const NodeId p0 = P(b, "a", {3, 4});
                      const NodeId p1 = P(b, "b", {4, 2});
@@ -494,7 +507,7 @@ TEST(Gradient, IsDifferentiableByClass) {
     const ir::OpClass c = ir::GetOpClass(op);
     const bool constant = c == ir::OpClass::kLeaf || c == ir::OpClass::kCompare ||
                           c == ir::OpClass::kLogical || c == ir::OpClass::kArgReduce ||
-                          op == Op::kNot;
+                          op == Op::kNot || op == Op::kArgsort;
     EXPECT_EQ(IsDifferentiable(op), !constant) << ir::OpName(op);
   }
 }
