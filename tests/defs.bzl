@@ -51,9 +51,12 @@ def kiln_cc_suite(
       env: environment of the test run (e.g. the device under test).
       local_defines: preprocessor definitions of the suite's files.
     """
-    helpers = native.glob(["*.cc", "*.h"], exclude = ["*_test.cc", "backend_under_test.cc"])
+    helpers = native.glob(["*.cc", "*.h"], exclude = ["*_test.cc"])
     if srcs == None:
-        srcs = native.glob(["*_test.cc"], exclude = ["*_cmake_only_test.cc"] + exclude)
+        srcs = native.glob(
+            ["*_test.cc"],
+            exclude = ["*_cmake_only_test.cc", "backend_under_test.cc"] + exclude,
+        )
     cc_test(
         name = name,
         srcs = srcs + helpers,
