@@ -11,7 +11,7 @@ namespace {
 
 class CpuDeviceBuffer final : public DeviceBuffer {
  public:
-  CpuDeviceBuffer(const Device& device, Buffer storage)
+  CpuDeviceBuffer(Device& device, Buffer storage)
       : DeviceBuffer(device, storage.size()), storage_(std::move(storage)) {}
 
   std::byte* host_data() const override { return storage_.data(); }
@@ -70,7 +70,10 @@ absl::Status CpuDevice::CopyToDevice(std::span<const std::byte> source, DeviceBu
   if (absl::Status status = CheckRange(destination, offset, bytes, "CopyToDevice"); !status.ok()) {
     return status;
   }
-  if (bytes > 0) std::memcpy(destination.host_data() + offset, source.data(), source.size());
+  if (bytes > 0) {
+    std::memcpy(destination.host_data() + offset, source.data(), source.size());
+    CountHostToDevice(bytes);
+  }
   return absl::OkStatus();
 }
 
@@ -80,7 +83,10 @@ absl::Status CpuDevice::CopyFromDevice(const DeviceBuffer& source, int64_t offse
   if (absl::Status status = CheckRange(source, offset, bytes, "CopyFromDevice"); !status.ok()) {
     return status;
   }
-  if (bytes > 0) std::memcpy(destination.data(), source.host_data() + offset, destination.size());
+  if (bytes > 0) {
+    std::memcpy(destination.data(), source.host_data() + offset, destination.size());
+    CountDeviceToHost(bytes);
+  }
   return absl::OkStatus();
 }
 

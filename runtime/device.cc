@@ -99,4 +99,23 @@ absl::StatusOr<DeviceId> DeviceFromEnvironment(DeviceId fallback) {
   return id;
 }
 
+TransferStats Device::transfer_stats() const {
+  TransferStats stats;
+  stats.host_to_device_bytes = host_to_device_bytes_.load(std::memory_order_relaxed);
+  stats.device_to_host_bytes = device_to_host_bytes_.load(std::memory_order_relaxed);
+  stats.host_to_device_copies = host_to_device_copies_.load(std::memory_order_relaxed);
+  stats.device_to_host_copies = device_to_host_copies_.load(std::memory_order_relaxed);
+  return stats;
+}
+
+void Device::CountHostToDevice(int64_t bytes) {
+  host_to_device_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  host_to_device_copies_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Device::CountDeviceToHost(int64_t bytes) {
+  device_to_host_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  device_to_host_copies_.fetch_add(1, std::memory_order_relaxed);
+}
+
 }  // namespace kiln::runtime

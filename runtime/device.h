@@ -6,6 +6,7 @@
 // both against this contract. The reference interpreter needs no driver.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -89,18 +90,30 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
-  const Device& device() const { return *device_; }
+  /// The device that owns the memory (and copies it: Device::CopyFromDevice).
+  Device& device() const { return *device_; }
   int64_t size() const { return size_; }
   /// The memory as host-addressable bytes (64-byte aligned), or nullptr when the device's memory
   /// is not mapped into the host; Device::CopyToDevice / CopyFromDevice work for every buffer.
   virtual std::byte* host_data() const = 0;
 
  protected:
-  DeviceBuffer(const Device& device, int64_t size) : device_(&device), size_(size) {}
+  DeviceBuffer(Device& device, int64_t size) : device_(&device), size_(size) {}
 
  private:
-  const Device* device_;
+  Device* device_;
   int64_t size_;
+};
+
+/// Bytes a driver moved between host memory and its device's memory: CopyToDevice /
+/// CopyFromDevice, and a host-pointer run's inputs and outputs (VulkanDevice::Run with host
+/// pointers). Tests assert with it that device-resident tensors stay on the device; the frontend
+/// prints it at exit under KILN_TIME_PASSES.
+struct TransferStats {
+  int64_t host_to_device_bytes = 0;
+  int64_t device_to_host_bytes = 0;
+  int64_t host_to_device_copies = 0;
+  int64_t device_to_host_copies = 0;
 };
 
 /// One device of a backend. Calls may come from several threads at once. Work may be queued:
@@ -138,8 +151,18 @@ class Device {
   /// Waits until all work queued on this device has finished.
   virtual absl::Status Synchronize() = 0;
 
+  /// What this device's copies have moved so far (see TransferStats).
+  TransferStats transfer_stats() const;
+
  protected:
   Device() = default;
+  /// Drivers count each copy between host memory and the device's memory here.
+  void CountHostToDevice(int64_t bytes);
+  void CountDeviceToHost(int64_t bytes);
+
+ private:
+  std::atomic<int64_t> host_to_device_bytes_{0}, device_to_host_bytes_{0};
+  std::atomic<int64_t> host_to_device_copies_{0}, device_to_host_copies_{0};
 };
 
 }  // namespace kiln::runtime

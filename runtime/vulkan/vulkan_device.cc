@@ -558,6 +558,10 @@ struct RunContext {
   VkCommandPool command_pool = VK_NULL_HANDLE;
   VkCommandBuffer command_buffer = VK_NULL_HANDLE;
   VkFence fence = VK_NULL_HANDLE;
+  // The caller's buffers the input and output slots are bound to (Device::Run on DeviceBuffers);
+  // both empty while they are bound to the run buffer's own input and output regions.
+  std::vector<VkBuffer> bound_inputs, bound_outputs;
+  bool external() const { return !bound_inputs.empty() || !bound_outputs.empty(); }
 };
 
 }  // namespace
@@ -582,6 +586,7 @@ struct VulkanExecutable::Impl {
   std::vector<VkDeviceSize> input_offset, scalar_offset, output_offset;
   std::vector<VkDeviceSize> flag_offset;  // per dispatch; only for those binding the flag
   std::vector<int> flag_dispatches;       // dispatches binding the error flag, in order
+  VkDeviceSize scalars_begin = 0;         // scalars: [scalars_begin, upload_end)
   VkDeviceSize upload_end = 0;            // inputs and scalars: [0, upload_end)
   VkDeviceSize flags_begin = 0, flags_end = 0;
   VkDeviceSize download_end = 0;  // flags and outputs: [flags_begin, download_end)
@@ -602,6 +607,11 @@ struct VulkanExecutable::Impl {
   // Where binding `binding` of dispatch `d` points: (buffer, offset, range).
   void Resolve(const RunContext& context, int d, int binding, VkDescriptorBufferInfo& info) const;
   absl::StatusOr<std::unique_ptr<RunContext>> CreateContext();
+  // Points the descriptor sets at `inputs` / `outputs` (the caller's buffers; both empty: the
+  // run buffer's own regions) and records the command buffer again, which writing a descriptor
+  // set it binds invalidates.
+  absl::Status Bind(RunContext& context, std::vector<VkBuffer> inputs,
+                    std::vector<VkBuffer> outputs);
   absl::Status RecordCommands(RunContext& context);
   void DestroyContext(RunContext& context);
 };
@@ -613,10 +623,20 @@ void VulkanExecutable::Impl::Resolve(const RunContext& context, int d, int bindi
   info.buffer = context.run.buffer;
   switch (slot.kind) {
     case SlotKind::kInput:
-      info.offset = input_offset[slot.index];
+      if (context.external()) {
+        info.buffer = context.bound_inputs[slot.index];
+        info.offset = 0;
+      } else {
+        info.offset = input_offset[slot.index];
+      }
       break;
     case SlotKind::kOutput:
-      info.offset = output_offset[slot.index];
+      if (context.external()) {
+        info.buffer = context.bound_outputs[slot.index];
+        info.offset = 0;
+      } else {
+        info.offset = output_offset[slot.index];
+      }
       break;
     case SlotKind::kScalar:
       info.offset = scalar_offset[slot.index];
@@ -671,9 +691,6 @@ absl::StatusOr<std::unique_ptr<RunContext>> VulkanExecutable::Impl::CreateContex
     VkResult result =
         api.vkCreateDescriptorPool(vk, &pool_info, nullptr, &context->descriptor_pool);
     if (result != VK_SUCCESS) return fail(CallError("vkCreateDescriptorPool", result));
-    std::vector<VkDescriptorBufferInfo> infos(descriptors);
-    std::vector<VkWriteDescriptorSet> writes;
-    size_t next_info = 0;
     for (size_t d = 0; d < dispatches.size(); ++d) {
       const Dispatch& dispatch = dispatches[d];
       if (dispatch.buffer_slots.empty()) continue;
@@ -684,24 +701,13 @@ absl::StatusOr<std::unique_ptr<RunContext>> VulkanExecutable::Impl::CreateContex
       allocate.pSetLayouts = &pipelines[dispatch.shader]->set_layout;
       result = api.vkAllocateDescriptorSets(vk, &allocate, &context->sets[d]);
       if (result != VK_SUCCESS) return fail(CallError("vkAllocateDescriptorSets", result));
-      for (size_t b = 0; b < dispatch.buffer_slots.size(); ++b) {
-        VkDescriptorBufferInfo& info = infos[next_info++];
-        Resolve(*context, static_cast<int>(d), static_cast<int>(b), info);
-        VkWriteDescriptorSet write{};
-        write.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
-        write.dstSet = context->sets[d];
-        write.dstBinding = static_cast<uint32_t>(b);
-        write.descriptorCount = 1;
-        write.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-        write.pBufferInfo = &info;
-        writes.push_back(write);
-      }
     }
-    api.vkUpdateDescriptorSets(vk, static_cast<uint32_t>(writes.size()), writes.data(), 0, nullptr);
   }
 
   VkCommandPoolCreateInfo pool_info{};
   pool_info.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
+  // Bind re-records the command buffer: vkBeginCommandBuffer then resets it.
+  pool_info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   pool_info.queueFamilyIndex = static_cast<uint32_t>(device->physical.queue_family);
   VkResult result = api.vkCreateCommandPool(vk, &pool_info, nullptr, &context->command_pool);
   if (result != VK_SUCCESS) return fail(CallError("vkCreateCommandPool", result));
@@ -716,8 +722,42 @@ absl::StatusOr<std::unique_ptr<RunContext>> VulkanExecutable::Impl::CreateContex
   fence_info.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
   result = api.vkCreateFence(vk, &fence_info, nullptr, &context->fence);
   if (result != VK_SUCCESS) return fail(CallError("vkCreateFence", result));
-  if (absl::Status status = RecordCommands(*context); !status.ok()) return fail(status);
+  if (absl::Status status = Bind(*context, {}, {}); !status.ok()) return fail(status);
   return context;
+}
+
+absl::Status VulkanExecutable::Impl::Bind(RunContext& context, std::vector<VkBuffer> inputs,
+                                          std::vector<VkBuffer> outputs) {
+  context.bound_inputs = std::move(inputs);
+  context.bound_outputs = std::move(outputs);
+  uint32_t descriptors = 0;
+  for (const Dispatch& dispatch : dispatches) {
+    descriptors += static_cast<uint32_t>(dispatch.buffer_slots.size());
+  }
+  std::vector<VkDescriptorBufferInfo> infos(descriptors);
+  std::vector<VkWriteDescriptorSet> writes;
+  writes.reserve(descriptors);
+  size_t next_info = 0;
+  for (size_t d = 0; d < dispatches.size(); ++d) {
+    const Dispatch& dispatch = dispatches[d];
+    for (size_t b = 0; b < dispatch.buffer_slots.size(); ++b) {
+      VkDescriptorBufferInfo& info = infos[next_info++];
+      Resolve(context, static_cast<int>(d), static_cast<int>(b), info);
+      VkWriteDescriptorSet write{};
+      write.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+      write.dstSet = context.sets[d];
+      write.dstBinding = static_cast<uint32_t>(b);
+      write.descriptorCount = 1;
+      write.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+      write.pBufferInfo = &info;
+      writes.push_back(write);
+    }
+  }
+  if (!writes.empty()) {
+    device->api.vkUpdateDescriptorSets(device->device, static_cast<uint32_t>(writes.size()),
+                                       writes.data(), 0, nullptr);
+  }
+  return RecordCommands(context);
 }
 
 absl::Status VulkanExecutable::Impl::RecordCommands(RunContext& context) {
@@ -737,10 +777,13 @@ absl::Status VulkanExecutable::Impl::RecordCommands(RunContext& context) {
   };
   constexpr VkAccessFlags kShaderAccess = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
 
+  // With the caller's buffers bound, only scalars go up and only the flags come back.
+  const VkDeviceSize upload_begin = context.external() ? scalars_begin : 0;
+  const VkDeviceSize download_end_now = context.external() ? flags_end : download_end;
   if (device->staging) {
     // Inputs and scalars up, error flags zeroed, before the first dispatch.
-    if (upload_end > 0) {
-      VkBufferCopy copy{0, 0, upload_end};
+    if (upload_end > upload_begin) {
+      VkBufferCopy copy{upload_begin, upload_begin, upload_end - upload_begin};
       api.vkCmdCopyBuffer(cmd, context.staging.buffer, context.run.buffer, 1, &copy);
     }
     if (flags_end > flags_begin) {
@@ -775,8 +818,8 @@ absl::Status VulkanExecutable::Impl::RecordCommands(RunContext& context) {
   if (device->staging) {
     barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
             VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
-    if (download_end > flags_begin) {
-      VkBufferCopy copy{flags_begin, flags_begin, download_end - flags_begin};
+    if (download_end_now > flags_begin) {
+      VkBufferCopy copy{flags_begin, flags_begin, download_end_now - flags_begin};
       api.vkCmdCopyBuffer(cmd, context.run.buffer, context.staging.buffer, 1, &copy);
     }
     barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
@@ -1150,6 +1193,7 @@ absl::StatusOr<std::shared_ptr<const VulkanExecutable>> VulkanDevice::Load(
     return offset;
   };
   for (int64_t bytes : e->input_bytes) e->input_offset.push_back(place(bytes));
+  e->scalars_begin = cursor;
   for (int64_t bytes : e->scalar_bytes) e->scalar_offset.push_back(place(bytes));
   e->upload_end = cursor;
   e->flags_begin = cursor;
@@ -1222,6 +1266,15 @@ absl::StatusOr<std::shared_ptr<const VulkanExecutable>> VulkanDevice::Load(
 // ---- Run
 // -----------------------------------------------------------------------------------------
 
+// Where a run's inputs and outputs are: host memory (copied through the run buffer) or the
+// caller's device buffers (bound in place).
+struct VulkanDevice::RunBinding {
+  std::span<const void* const> host_inputs;
+  std::span<void* const> host_outputs;
+  std::vector<VkBuffer> device_inputs, device_outputs;
+  bool on_device = false;
+};
+
 absl::Status VulkanDevice::Run(const VulkanExecutable& exe, std::span<const void* const> inputs,
                                std::span<void* const> outputs,
                                std::span<const void* const> scalars) {
@@ -1240,9 +1293,6 @@ absl::Status VulkanDevice::Run(const VulkanExecutable& exe, std::span<const void
   if (outputs.size() != e.output_bytes.size()) {
     return count_error("outputs", e.output_bytes.size(), outputs.size());
   }
-  if (scalars.size() != e.scalar_bytes.size()) {
-    return count_error("scalars", e.scalar_bytes.size(), scalars.size());
-  }
   auto null_error = [&](const char* what, size_t k) {
     return absl::InvalidArgumentError(
         absl::StrCat("vulkan executable \"", e.name, "\": ", what, " ", k, " is null"));
@@ -1253,8 +1303,25 @@ absl::Status VulkanDevice::Run(const VulkanExecutable& exe, std::span<const void
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (outputs[k] == nullptr && e.output_bytes[k] > 0) return null_error("output", k);
   }
+  RunBinding binding;
+  binding.host_inputs = inputs;
+  binding.host_outputs = outputs;
+  return Execute(exe, binding, scalars);
+}
+
+absl::Status VulkanDevice::Execute(const VulkanExecutable& exe, const RunBinding& binding,
+                                   std::span<const void* const> scalars) {
+  VulkanExecutable::Impl& e = *exe.impl_;
+  if (scalars.size() != e.scalar_bytes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("vulkan executable \"", e.name, "\" takes ",
+                                                   e.scalar_bytes.size(), " scalars, got ",
+                                                   scalars.size()));
+  }
   for (size_t k = 0; k < scalars.size(); ++k) {
-    if (scalars[k] == nullptr && e.scalar_bytes[k] > 0) return null_error("scalar", k);
+    if (scalars[k] == nullptr && e.scalar_bytes[k] > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("vulkan executable \"", e.name, "\": scalar ", k, " is null"));
+    }
   }
 
   std::unique_ptr<RunContext> context;
@@ -1270,14 +1337,34 @@ absl::Status VulkanDevice::Run(const VulkanExecutable& exe, std::span<const void
     if (!made.ok()) return made.status();
     context = *std::move(made);
   }
+  // Rebinding costs descriptor writes and a re-recorded command buffer; a loop that gets the
+  // same buffers back from the caching allocator skips it.
+  const bool rebind = binding.on_device ? (context->bound_inputs != binding.device_inputs ||
+                                           context->bound_outputs != binding.device_outputs)
+                                        : context->external();
+  if (rebind) {
+    absl::Status bound = binding.on_device
+                             ? e.Bind(*context, binding.device_inputs, binding.device_outputs)
+                             : e.Bind(*context, {}, {});
+    if (!bound.ok()) {
+      e.DestroyContext(*context);
+      return bound;
+    }
+  }
 
   std::byte* host = impl_->staging ? context->staging.mapped : context->run.mapped;
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    if (e.input_bytes[k] > 0) std::memcpy(host + e.input_offset[k], inputs[k], e.input_bytes[k]);
+  if (!binding.on_device) {
+    for (size_t k = 0; k < binding.host_inputs.size(); ++k) {
+      if (e.input_bytes[k] > 0) {
+        std::memcpy(host + e.input_offset[k], binding.host_inputs[k], e.input_bytes[k]);
+        CountHostToDevice(e.input_bytes[k]);
+      }
+    }
   }
   for (size_t k = 0; k < scalars.size(); ++k) {
     if (e.scalar_bytes[k] > 0) {
       std::memcpy(host + e.scalar_offset[k], scalars[k], e.scalar_bytes[k]);
+      CountHostToDevice(e.scalar_bytes[k]);
     }
   }
   if (!impl_->staging && e.flags_end > e.flags_begin) {
@@ -1305,10 +1392,11 @@ absl::Status VulkanDevice::Run(const VulkanExecutable& exe, std::span<const void
                      ")"));
     break;
   }
-  if (result.ok()) {
-    for (size_t k = 0; k < outputs.size(); ++k) {
+  if (result.ok() && !binding.on_device) {
+    for (size_t k = 0; k < binding.host_outputs.size(); ++k) {
       if (e.output_bytes[k] > 0) {
-        std::memcpy(outputs[k], host + e.output_offset[k], e.output_bytes[k]);
+        std::memcpy(binding.host_outputs[k], host + e.output_offset[k], e.output_bytes[k]);
+        CountDeviceToHost(e.output_bytes[k]);
       }
     }
   }
@@ -1325,7 +1413,7 @@ namespace {
 // A storage buffer of a VulkanDevice, handed out through runtime::Device::Allocate.
 class VulkanDeviceBuffer final : public DeviceBuffer {
  public:
-  VulkanDeviceBuffer(const Device& device, VulkanDevice::Impl* impl, Buffer buffer, int64_t size)
+  VulkanDeviceBuffer(Device& device, VulkanDevice::Impl* impl, Buffer buffer, int64_t size)
       : DeviceBuffer(device, size), impl_(impl), buffer_(buffer) {}
   ~VulkanDeviceBuffer() override { impl_->DestroyBuffer(buffer_); }
 
@@ -1379,6 +1467,7 @@ absl::Status VulkanDevice::CopyToDevice(std::span<const std::byte> source,
     return s;
   }
   if (bytes == 0) return absl::OkStatus();
+  CountHostToDevice(bytes);
   if (destination.host_data() != nullptr) {  // host-coherent (MemoryType): no flush needed
     std::memcpy(destination.host_data() + offset, source.data(), source.size());
     return absl::OkStatus();
@@ -1402,6 +1491,7 @@ absl::Status VulkanDevice::CopyFromDevice(const DeviceBuffer& source, int64_t of
     return s;
   }
   if (bytes == 0) return absl::OkStatus();
+  CountDeviceToHost(bytes);
   if (source.host_data() != nullptr) {
     std::memcpy(destination.data(), source.host_data() + offset, destination.size());
     return absl::OkStatus();
@@ -1444,41 +1534,31 @@ absl::Status VulkanDevice::Run(const DeviceExecutable& device_executable,
     }
     return CheckRange(*this, *buffer, 0, needed, name);
   };
-  // Mapped buffers are read and written in place by the host-pointer Run; the others go
-  // through host copies.
-  std::vector<std::vector<std::byte>> copies(inputs.size() + outputs.size());
-  std::vector<const void*> input_ptrs(inputs.size());
-  std::vector<void*> output_ptrs(outputs.size());
+  RunBinding binding;
+  binding.on_device = true;
   for (size_t k = 0; k < inputs.size(); ++k) {
-    const int64_t bytes = exe.input_bytes(static_cast<int>(k));
-    if (absl::Status s = check(inputs[k], "input", k, bytes); !s.ok()) return s;
-    if (inputs[k]->host_data() != nullptr) {
-      input_ptrs[k] = inputs[k]->host_data();
-      continue;
-    }
-    copies[k].resize(static_cast<size_t>(bytes));
-    if (absl::Status s = CopyFromDevice(*inputs[k], 0, copies[k]); !s.ok()) return s;
-    input_ptrs[k] = copies[k].data();
-  }
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    const int64_t bytes = exe.output_bytes(static_cast<int>(k));
-    if (absl::Status s = check(outputs[k], "output", k, bytes); !s.ok()) return s;
-    if (outputs[k]->host_data() != nullptr) {
-      output_ptrs[k] = outputs[k]->host_data();
-      continue;
-    }
-    std::vector<std::byte>& copy = copies[inputs.size() + k];
-    copy.resize(static_cast<size_t>(bytes));
-    output_ptrs[k] = copy.data();
-  }
-  if (absl::Status s = Run(exe, input_ptrs, output_ptrs, scalars); !s.ok()) return s;
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    if (outputs[k]->host_data() != nullptr) continue;
-    if (absl::Status s = CopyToDevice(copies[inputs.size() + k], *outputs[k], 0); !s.ok()) {
+    if (absl::Status s = check(inputs[k], "input", k, exe.input_bytes(static_cast<int>(k)));
+        !s.ok()) {
       return s;
     }
+    binding.device_inputs.push_back(static_cast<const VulkanDeviceBuffer*>(inputs[k])->handle());
   }
-  return absl::OkStatus();
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (absl::Status s = check(outputs[k], "output", k, exe.output_bytes(static_cast<int>(k)));
+        !s.ok()) {
+      return s;
+    }
+    const VkBuffer handle = static_cast<const VulkanDeviceBuffer*>(outputs[k])->handle();
+    // Dispatches read inputs after earlier ones wrote outputs: aliasing would be a race.
+    if (std::find(binding.device_inputs.begin(), binding.device_inputs.end(), handle) !=
+        binding.device_inputs.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(id().ToString(), ": executable \"", exe.name(),
+                                                     "\" output ", k,
+                                                     " is also one of its inputs"));
+    }
+    binding.device_outputs.push_back(handle);
+  }
+  return Execute(exe, binding, scalars);
 }
 
 }  // namespace kiln::runtime::vulkan

@@ -179,7 +179,8 @@ class VulkanDevice final : public runtime::Device,
   /// pipelines (through the device's pipeline cache) and uploads the constants.
   absl::StatusOr<std::shared_ptr<const VulkanExecutable>> Load(VulkanExecutableSpec spec);
 
-  /// Runs every dispatch once: copies inputs and scalars in, submits one command buffer, waits
+  /// Runs every dispatch once: copies inputs and scalars in (counted in transfer_stats()),
+  /// submits one command buffer, waits
   /// on its fence, checks the error flags, copies outputs out. inputs/outputs/scalars must have
   /// exactly the executable's counts of entries, each addressing at least input_bytes(k) /
   /// output_bytes(k) / scalar_bytes(k) bytes (any alignment). A kernel error is OutOfRange
@@ -198,9 +199,12 @@ class VulkanDevice final : public runtime::Device,
                             int64_t offset) override;
   absl::Status CopyFromDevice(const runtime::DeviceBuffer& source, int64_t offset,
                               std::span<std::byte> destination) override;
-  /// `executable` must be a VulkanExecutable loaded on this device. The buffers' bytes go
-  /// through the run's own buffers (host memcpy of mapped buffers, else one download and one
-  /// upload each): executables bind run buffers recorded at Load, not caller buffers.
+  /// `executable` must be a VulkanExecutable loaded on this device. The shaders read and write
+  /// the given buffers in place (no copy: tensors stay in device memory); only scalars go up and
+  /// the error flags come back. A run context whose descriptor sets point at other buffers is
+  /// rebound first (descriptor writes and a re-recorded command buffer), so a loop that gets
+  /// the same buffers back (a caching allocator) rebinds nothing. An output buffer may not also
+  /// be an input (InvalidArgument).
   absl::Status Run(const runtime::DeviceExecutable& executable,
                    std::span<const runtime::DeviceBuffer* const> inputs,
                    std::span<runtime::DeviceBuffer* const> outputs,
@@ -212,6 +216,10 @@ class VulkanDevice final : public runtime::Device,
   struct Impl;
 
  private:
+  struct RunBinding;
+  // Both Runs: acquires a run context, binds, submits, waits, checks the error flags.
+  absl::Status Execute(const VulkanExecutable& exe, const RunBinding& binding,
+                       std::span<const void* const> scalars);
   explicit VulkanDevice(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

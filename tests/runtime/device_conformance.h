@@ -1,7 +1,8 @@
 // The runtime::Device contract (runtime/device.h), written once and run on every driver: buffers
 // (allocation, copies in and out at offsets, range and ownership checks), running an executable
 // on device buffers (results, argument checks, executables of another driver refused),
-// synchronisation, and concurrent use from several threads. A driver's test binary includes this
+// synchronisation, concurrent use from several threads, the transfer counters, and the caching
+// allocator on the driver's buffers. A driver's test binary includes this
 // header once (it defines the tests) and instantiates the suite with its DeviceUnderTest:
 //   INSTANTIATE_TEST_SUITE_P(Cpu, DeviceConformance, ::testing::Values(CpuUnderTest()), Name);
 // tests/runtime/device_conformance_test.cc (cpu) and tests/runtime/vulkan/
@@ -23,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/caching_allocator.h"
 #include "runtime/device.h"
 
 namespace kiln::runtime::conformance {
@@ -258,6 +260,74 @@ TEST_P(DeviceConformance, RunsFromSeveralThreadsAtOnce) {
   for (std::thread& thread : threads) thread.join();
   EXPECT_EQ(wrong, std::vector<int>(kThreads, 0));
   EXPECT_TRUE(device().Synchronize().ok());
+}
+
+TEST_P(DeviceConformance, CountsCopiesAndNothingForRuns) {
+  constexpr int64_t n = 256;
+  std::shared_ptr<const DeviceExecutable> add = Add(n);
+  ASSERT_NE(add, nullptr);
+  std::unique_ptr<DeviceBuffer> a = Allocate(n * 4), b = Allocate(n * 4), out = Allocate(n * 4);
+  const TransferStats start = device().transfer_stats();
+  Upload(Ramp(n, 1.0f, 1.0f), *a);
+  Upload(Ramp(n, 2.0f, 0.0f), *b);
+  const TransferStats uploaded = device().transfer_stats();
+  EXPECT_EQ(uploaded.host_to_device_bytes - start.host_to_device_bytes, 2 * n * 4);
+  EXPECT_EQ(uploaded.host_to_device_copies - start.host_to_device_copies, 2);
+  // A run on device buffers reads and writes them where they are.
+  const DeviceBuffer* inputs[] = {a.get(), b.get()};
+  DeviceBuffer* outputs[] = {out.get()};
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(device().Run(*add, inputs, outputs, {}).ok());
+  const TransferStats ran = device().transfer_stats();
+  EXPECT_EQ(ran.host_to_device_bytes, uploaded.host_to_device_bytes);
+  EXPECT_EQ(ran.device_to_host_bytes, uploaded.device_to_host_bytes);
+  EXPECT_EQ(Download(*out, n)[3], 6.0f);
+  const TransferStats read = device().transfer_stats();
+  EXPECT_EQ(read.device_to_host_bytes - ran.device_to_host_bytes, n * 4);
+  EXPECT_EQ(read.device_to_host_copies - ran.device_to_host_copies, 1);
+}
+
+TEST_P(DeviceConformance, CachingAllocatorReusesFreedBuffers) {
+  // Not owned: the device lives for the whole process.
+  std::shared_ptr<Device> device_ref(&device(), [](Device*) {});
+  std::shared_ptr<CachingAllocator> allocator = CachingAllocator::Create(device_ref);
+  EXPECT_EQ(&allocator->device(), &device());
+  const DeviceBuffer* first = nullptr;
+  {
+    absl::StatusOr<std::shared_ptr<DeviceBuffer>> buffer = allocator->Allocate(1000);
+    ASSERT_TRUE(buffer.ok()) << buffer.status();
+    EXPECT_GE((*buffer)->size(), 1000);
+    EXPECT_EQ(&(*buffer)->device(), &device());
+    first = buffer->get();
+    EXPECT_EQ(allocator->stats().bytes_in_use, (*buffer)->size());
+  }
+  AllocatorStats stats = allocator->stats();
+  EXPECT_EQ(stats.bytes_in_use, 0);
+  EXPECT_EQ(stats.bytes_cached, BufferPool::SizeClassBytes(1000));
+  // The same size class comes back from the cache; another class reaches the driver.
+  absl::StatusOr<std::shared_ptr<DeviceBuffer>> again = allocator->Allocate(990);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->get(), first);
+  absl::StatusOr<std::shared_ptr<DeviceBuffer>> other = allocator->Allocate(100000);
+  ASSERT_TRUE(other.ok()) << other.status();
+  stats = allocator->stats();
+  EXPECT_EQ(stats.allocations, 3);
+  EXPECT_EQ(stats.reused, 1);
+  EXPECT_EQ(stats.system_allocations, 2);
+  EXPECT_EQ(stats.buffers_in_use, 2);
+  EXPECT_EQ(stats.peak_bytes_in_use, stats.bytes_in_use);
+  // A cached buffer is a working buffer of the device.
+  const std::vector<float> values = Ramp(200, 1.0f, 0.25f);
+  Upload(values, **again);
+  EXPECT_EQ(Download(**again, 200), values);
+  other->reset();
+  allocator->EmptyCache();
+  stats = allocator->stats();
+  EXPECT_EQ(stats.bytes_cached, 0);
+  EXPECT_EQ(stats.system_frees, 1);
+  // A buffer may outlive its allocator: it then goes straight back to the driver.
+  allocator.reset();
+  Upload(values, **again);
+  again->reset();
 }
 
 }  // namespace kiln::runtime::conformance
