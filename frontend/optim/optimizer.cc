@@ -115,17 +115,25 @@ TensorRef Optimizer::update(const std::string& param, const TensorRef& value, co
 TensorRef Optimizer::scalar(const char* role, double value, const TensorRef& like) {
   const ir::DType dtype = kd::TypeOf(like).dtype;
   const Device device = kd::DeviceOf(like);
-  for (const CachedScalar& s : scalars_) {
+  for (CachedScalar& s : scalars_) {
     if (std::strcmp(s.role, role) == 0 && s.value == value && s.dtype == dtype &&
         s.device == device) {
+      s.last_step = step_count_;
       return s.ref;
     }
   }
   ir::TensorData data(dtype, {});
   data.SetDouble(0, value);
   TensorRef ref = kd::FromTensorData(std::move(data), device);
-  scalars_.push_back(CachedScalar{role, value, dtype, device, ref});
+  scalars_.push_back(CachedScalar{role, value, dtype, device, ref, step_count_});
   return ref;
+}
+
+void Optimizer::begin_step() {
+  ++step_count_;
+  // What the last step used stays (a constant learning rate is the same tensor every step);
+  // values that changed since are dropped, so the cache stays as small as one step's scalars.
+  std::erase_if(scalars_, [&](const CachedScalar& s) { return s.last_step < step_count_ - 1; });
 }
 
 TensorRef Optimizer::find(const std::string& param, const char* buffer, const TensorRef& like) {

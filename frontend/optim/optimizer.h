@@ -120,9 +120,10 @@ class Optimizer {
                                           const Loc& loc) = 0;
 
   /// A realized rank-0 tensor of `like`'s dtype and device holding `value`: per-step numbers
-  /// enter the graph as parameters. Shared within a step by the parameters that need the same
-  /// `role` ("lr") with the same value; never across roles, so two numbers that happen to be
-  /// equal do not change the graph's structure.
+  /// enter the graph as parameters. Shared by the parameters that need the same `role` ("lr")
+  /// with the same value, and kept for the next step (a device-memory backend then uploads a
+  /// constant learning rate once, not every step); never shared across roles, so two numbers
+  /// that happen to be equal do not change the graph's structure.
   kiln::detail::TensorRef scalar(const char* role, double value,
                                  const kiln::detail::TensorRef& like);
   /// The buffer `buffer` of `param`, or null when it does not exist yet (loaded state counts).
@@ -134,7 +135,8 @@ class Optimizer {
   void set(const std::string& param, const char* buffer, kiln::detail::TensorRef value);
 
  private:
-  void begin_step() { scalars_.clear(); }
+  /// Forgets the scalars the step before last used (scalar()).
+  void begin_step();
   /// Throws unless `grad` fits `value` and any loaded state of `param` fits too.
   void check(const std::string& param, const kiln::detail::TensorRef& value,
              const kiln::detail::TensorRef& grad, const Loc& loc) const;
@@ -157,8 +159,11 @@ class Optimizer {
     ir::DType dtype;
     Device device;
     kiln::detail::TensorRef ref;
+    int64_t last_step;  // the step_count_ that last used it
   };
   std::vector<CachedScalar> scalars_;
+  /// begin_step() calls so far.
+  int64_t step_count_ = 0;
 };
 
 /// What one training step leaves to realize: every parameter and buffer (BatchNorm's running
