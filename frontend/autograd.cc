@@ -70,7 +70,7 @@ bool TracksGrad(const TensorRef& x) { return x->tracks_grad; }
 bool RequiresGrad(const TensorRef& x) { return x->requires_grad; }
 
 TensorRef Detach(const TensorRef& x, const Loc& loc) {
-  if (x->realized()) return FromSharedData(x->data, x->device);
+  if (x->realized()) return ShareValue(x);
   NoGradGuard no_grad;
   // An identity reshape: a new node with the same value and no tape (simplify removes it).
   ir::Attrs attrs;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "frontend/engine.h"
 #include "frontend/error.h"
 
 namespace kiln {
@@ -11,6 +12,22 @@ Device Device::Parse(std::string_view name, std::source_location loc) {
   absl::StatusOr<runtime::DeviceId> id = runtime::ParseDeviceId(name);
   if (!id.ok()) detail::ThrowStatus(id.status(), loc);
   return Device(*id);
+}
+
+runtime::TransferStats Device::transfer_stats(std::source_location loc) const {
+  std::shared_ptr<runtime::CachingAllocator> allocator = detail::AllocatorOf(id_, loc);
+  return allocator != nullptr ? allocator->device().transfer_stats() : runtime::TransferStats{};
+}
+
+runtime::AllocatorStats Device::memory_stats(std::source_location loc) const {
+  std::shared_ptr<runtime::CachingAllocator> allocator = detail::AllocatorOf(id_, loc);
+  return allocator != nullptr ? allocator->stats() : runtime::AllocatorStats{};
+}
+
+void Device::empty_cache(std::source_location loc) const {
+  if (std::shared_ptr<runtime::CachingAllocator> allocator = detail::AllocatorOf(id_, loc)) {
+    allocator->EmptyCache();
+  }
 }
 
 Any::Device::Device(std::source_location loc) : ::kiln::Device(runtime::DeviceId{}) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "runtime/caching_allocator.h"
 #include "runtime/device.h"
 
 namespace kiln {
@@ -36,6 +37,19 @@ class Device {
   std::string ToString() const { return id_.ToString(); }
 
   bool operator==(const Device&) const = default;
+
+  /// Bytes copied between host memory and this device's memory since the process started: for a
+  /// device-memory backend (Vulkan), the uploads of host values and the read-backs (into_data,
+  /// item, printing, checkpoints). Zero for reference and cpu, whose tensors are host memory.
+  runtime::TransferStats transfer_stats(
+      std::source_location loc = std::source_location::current()) const;
+  /// This device's caching allocator (torch.cuda.memory_stats): bytes held by live tensors, their
+  /// peak, bytes cached for reuse, and how many allocations reached the driver. Zero for
+  /// reference and cpu.
+  runtime::AllocatorStats memory_stats(
+      std::source_location loc = std::source_location::current()) const;
+  /// Gives this device's cached, unused memory back to the driver (torch.cuda.empty_cache).
+  void empty_cache(std::source_location loc = std::source_location::current()) const;
 
  private:
   runtime::DeviceId id_;

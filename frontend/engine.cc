@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -17,6 +19,8 @@
 #include "ir/infer.h"
 #include "ir/interpreter.h"
 #include "ir/verifier.h"
+#include "passes/pass_manager.h"
+#include "runtime/caching_allocator.h"
 
 namespace kiln::detail {
 namespace {
@@ -33,6 +37,13 @@ struct ExecutorRegistry {
     bool takes_donation = false;  // false: a plain Executor, which never sees the flags
   };
   std::map<runtime::DeviceKind, Entry> executors;
+  struct ResidentEntry {
+    ResidentExecutor run;
+    AllocatorLookup allocators;
+  };
+  std::map<runtime::DeviceKind, ResidentEntry> resident;
+  // Devices that ran a resident graph: their traffic is reported at exit (KILN_TIME_PASSES).
+  std::vector<runtime::DeviceId> used_devices;
 
   // The reference interpreter is built in; every other backend registers itself from its own
   // library (kiln_backend_cpu, kiln_backend_vulkan), so this library names none of them.
@@ -100,6 +111,74 @@ std::vector<LazyNode*> TopologicalOrder(std::span<LazyNode* const> roots,
 }
 
 namespace {
+
+// Counts a finished graph run and makes its outputs realized values. Operand lists are dropped
+// only now: they keep every node of the DAG alive until here. A tracked interior node keeps
+// them: they are the tape backward() walks. A leaf that requires a gradient (an updated
+// parameter) does not: backward() stops there, and keeping them would chain every training
+// step's tape to the next.
+void FinishRealization(const ir::Graph& graph, std::span<LazyNode* const> outputs) {
+  g_graphs_executed.fetch_add(1, std::memory_order_relaxed);
+  g_nodes_executed.fetch_add(graph.num_nodes(), std::memory_order_relaxed);
+  for (LazyNode* node : outputs) {
+    node->pending_depth = 0;
+    node->pending_estimate = 0;
+  }
+  for (LazyNode* node : outputs) {
+    if (!node->tracks_grad || node->requires_grad) ReleaseIteratively(node->inputs);
+  }
+}
+
+// A graph on a device-memory backend: arguments go up only where they have no device buffer yet
+// (and keep the one the executor made), outputs stay in device memory.
+void RunResident(const ResidentExecutor& executor, const ir::Graph& graph,
+                 std::span<LazyNode* const> argument_nodes, std::span<LazyNode* const> outputs,
+                 runtime::DeviceId device, const Loc& loc) {
+  std::vector<ResidentValue> values;
+  values.reserve(argument_nodes.size());
+  for (LazyNode* node : argument_nodes) values.push_back({node->data, node->buffer});
+  absl::StatusOr<std::vector<std::shared_ptr<const runtime::DeviceBuffer>>> results =
+      executor(graph, std::span<ResidentValue>(values), device);
+  // Uploads that happened are kept even when the run failed afterwards.
+  for (size_t j = 0; j < argument_nodes.size(); ++j) {
+    if (argument_nodes[j]->buffer == nullptr) argument_nodes[j]->buffer = values[j].buffer;
+  }
+  if (!results.ok()) ThrowStatus(results.status(), loc);
+  if (results->size() != outputs.size()) {
+    ThrowStatus(absl::InternalError(absl::StrCat("realize: the executor for ", device.ToString(),
+                                                 " returned ", results->size(), " values for ",
+                                                 outputs.size(), " outputs")),
+                loc);
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) outputs[i]->buffer = std::move((*results)[i]);
+  FinishRealization(graph, outputs);
+}
+
+// At exit under KILN_TIME_PASSES: what each device-memory device moved and held.
+void ReportTransfers() {
+  ExecutorRegistry& registry = Registry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  for (const runtime::DeviceId& device : registry.used_devices) {
+    auto it = registry.resident.find(device.kind);
+    if (it == registry.resident.end()) continue;
+    absl::StatusOr<std::shared_ptr<runtime::CachingAllocator>> allocator =
+        it->second.allocators(device.index);
+    if (!allocator.ok()) continue;
+    const runtime::TransferStats t = (*allocator)->device().transfer_stats();
+    const runtime::AllocatorStats m = (*allocator)->stats();
+    std::fprintf(
+        stderr,
+        "kiln: %s: host->device %lld bytes in %lld copies, device->host %lld bytes in "
+        "%lld copies; memory: %lld bytes in use, peak %lld, %lld cached, %lld of %lld "
+        "allocations from the driver\n",
+        device.ToString().c_str(), static_cast<long long>(t.host_to_device_bytes),
+        static_cast<long long>(t.host_to_device_copies),
+        static_cast<long long>(t.device_to_host_bytes),
+        static_cast<long long>(t.device_to_host_copies), static_cast<long long>(m.bytes_in_use),
+        static_cast<long long>(m.peak_bytes_in_use), static_cast<long long>(m.bytes_cached),
+        static_cast<long long>(m.system_allocations), static_cast<long long>(m.allocations));
+  }
+}
 
 // Realizes the pending nodes behind `roots`, all on `device`.
 void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device, const Loc& loc) {
@@ -226,15 +305,28 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
 #endif
 
   DonatingExecutor executor;
+  ResidentExecutor resident;
   bool takes_donation = false;
   {
     ExecutorRegistry& registry = Registry();
     std::lock_guard<std::mutex> lock(registry.mutex);
-    auto it = registry.executors.find(device.kind);
-    if (it != registry.executors.end()) {
+    if (auto it = registry.resident.find(device.kind); it != registry.resident.end()) {
+      resident = it->second.run;
+      if (std::find(registry.used_devices.begin(), registry.used_devices.end(), device) ==
+          registry.used_devices.end()) {
+        if (registry.used_devices.empty() && passes::TimePassesFromEnv()) {
+          std::atexit(ReportTransfers);
+        }
+        registry.used_devices.push_back(device);
+      }
+    } else if (auto it = registry.executors.find(device.kind); it != registry.executors.end()) {
       executor = it->second.run;
       takes_donation = it->second.takes_donation;
     }
+  }
+  if (resident) {
+    RunResident(resident, graph, argument_nodes, outputs, device, loc);
+    return;
   }
   if (!takes_donation) {
     std::fill(donated.get(), donated.get() + arguments.size(), false);
@@ -264,26 +356,14 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
                                                  outputs.size(), " outputs")),
                 loc);
   }
-  g_graphs_executed.fetch_add(1, std::memory_order_relaxed);
-  g_nodes_executed.fetch_add(graph.num_nodes(), std::memory_order_relaxed);
   g_arguments_donated.fetch_add(std::count(donated.get(), donated.get() + arguments.size(), true),
                                 std::memory_order_relaxed);
-
   for (size_t i = 0; i < outputs.size(); ++i) {
-    LazyNode* node = outputs[i];
     // A mutable object behind the const view: a later realization may donate it (move its
     // buffer out), which must not modify an object created const.
-    node->data = std::make_shared<ir::TensorData>(std::move((*results)[i]));
-    node->pending_depth = 0;
-    node->pending_estimate = 0;
+    outputs[i]->data = std::make_shared<ir::TensorData>(std::move((*results)[i]));
   }
-  // Drop operand lists only now: they keep every node of `order` alive until here. A tracked
-  // interior node keeps them: they are the tape backward() walks. A leaf that requires a
-  // gradient (an updated parameter) does not: backward() stops there, and keeping them would
-  // chain every training step's tape to the next.
-  for (LazyNode* node : outputs) {
-    if (!node->tracks_grad || node->requires_grad) ReleaseIteratively(node->inputs);
-  }
+  FinishRealization(graph, outputs);
 }
 
 // Gives `node` its operands and the counters that follow from them: the pending chain's depth
@@ -379,6 +459,15 @@ TensorRef FromSharedData(std::shared_ptr<const ir::TensorData> data, runtime::De
   return node;
 }
 
+TensorRef ShareValue(const TensorRef& x) {
+  auto node = std::make_shared<LazyNode>();
+  node->type = x->type;
+  node->device = x->device;
+  node->data = x->data;
+  node->buffer = x->buffer;
+  return node;
+}
+
 TensorRef Import(const ir::Graph& graph, ir::NodeId id, std::vector<TensorRef> inputs,
                  runtime::DeviceId device, int64_t pending_bound) {
   const ir::Node& source = graph.node(id);
@@ -415,9 +504,26 @@ void Realize(std::span<const TensorRef> refs, const Loc& loc) {
   }
 }
 
+std::shared_ptr<const ir::TensorData> HostValue(LazyNode& node, const Loc& loc) {
+  if (node.data == nullptr && node.buffer != nullptr) {
+    auto value = std::make_shared<ir::TensorData>(
+        ir::TensorData::Uninitialized(node.type.dtype, node.type.shape));
+    const std::span<std::byte> bytes(reinterpret_cast<std::byte*>(value->data()),
+                                     static_cast<size_t>(value->size_bytes()));
+    if (absl::Status s = node.buffer->device().CopyFromDevice(*node.buffer, 0, bytes); !s.ok()) {
+      ThrowStatus(absl::Status(s.code(), absl::StrCat("reading a ", ir::TypeToString(node.type),
+                                                      " value back from ", node.device.ToString(),
+                                                      ": ", s.message())),
+                  loc);
+    }
+    node.data = std::move(value);
+  }
+  return node.data;
+}
+
 const ir::TensorData& Data(const TensorRef& ref, const Loc& loc) {
   if (!ref->realized()) Realize(std::span<const TensorRef>(&ref, 1), loc);
-  return *ref->data;
+  return *HostValue(*ref, loc);
 }
 
 absl::StatusOr<std::vector<ir::TensorData>> InterpretOnHost(
@@ -433,6 +539,7 @@ void RegisterExecutor(runtime::DeviceKind kind, Executor executor) {
   ExecutorRegistry& registry = Registry();
   {
     std::lock_guard<std::mutex> lock(registry.mutex);
+    registry.resident.erase(kind);
     registry.executors[kind] = {ExecutorRegistry::Ignoring(std::move(executor)), false};
   }
   runtime::MarkBackendAvailable(kind);
@@ -442,9 +549,35 @@ void RegisterDonatingExecutor(runtime::DeviceKind kind, DonatingExecutor executo
   ExecutorRegistry& registry = Registry();
   {
     std::lock_guard<std::mutex> lock(registry.mutex);
+    registry.resident.erase(kind);
     registry.executors[kind] = {std::move(executor), true};
   }
   runtime::MarkBackendAvailable(kind);
+}
+
+void RegisterResidentExecutor(runtime::DeviceKind kind, ResidentExecutor executor,
+                              AllocatorLookup allocators) {
+  ExecutorRegistry& registry = Registry();
+  {
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    registry.executors.erase(kind);
+    registry.resident[kind] = {std::move(executor), std::move(allocators)};
+  }
+  runtime::MarkBackendAvailable(kind);
+}
+
+std::shared_ptr<runtime::CachingAllocator> AllocatorOf(runtime::DeviceId device, const Loc& loc) {
+  AllocatorLookup lookup;
+  {
+    ExecutorRegistry& registry = Registry();
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    auto it = registry.resident.find(device.kind);
+    if (it == registry.resident.end()) return nullptr;
+    lookup = it->second.allocators;
+  }
+  absl::StatusOr<std::shared_ptr<runtime::CachingAllocator>> allocator = lookup(device.index);
+  if (!allocator.ok()) ThrowStatus(allocator.status(), loc);
+  return *std::move(allocator);
 }
 
 EngineStats GetEngineStats() {

@@ -18,6 +18,13 @@
 // data is not shared) is handed over to the device's executor (DonatingExecutor), which may write
 // an output into its buffer: a training step updates parameters in place (docs/architecture.md).
 //
+// Tensors live on their device: a backend whose memory is not host memory (Vulkan) registers a
+// ResidentExecutor, and its realized values are device buffers (LazyNode::buffer) from a caching
+// allocator per device. Only reading a value (Data: into_data, item, printing, checkpoints,
+// tracing) copies it to the host; host values used on such a device (a batch made with
+// from_data) are uploaded once, when a graph first reads them. A training step on Vulkan thus
+// moves the batch in and the loss out, nothing else (kiln::Device::transfer_stats()).
+//
 // Not thread-safe: one thread at a time may record on and realize a given DAG.
 #pragma once
 
@@ -33,6 +40,10 @@
 #include "ir/graph.h"
 #include "ir/tensor_data.h"
 
+namespace kiln::runtime {
+class CachingAllocator;
+}  // namespace kiln::runtime
+
 namespace kiln::detail {
 
 using Loc = std::source_location;
@@ -47,7 +58,7 @@ struct LazyNode {
   LazyNode(const LazyNode&) = delete;
   LazyNode& operator=(const LazyNode&) = delete;
 
-  bool realized() const { return data != nullptr; }
+  bool realized() const { return data != nullptr || buffer != nullptr; }
 
   ir::Op op = ir::Op::kParameter;
   ir::Attrs attrs;
@@ -55,8 +66,13 @@ struct LazyNode {
   std::vector<TensorRef> inputs;
   std::source_location loc;
   runtime::DeviceId device;
-  /// The value, once realized; operands are dropped then.
+  /// The value on the host, once realized (operands are dropped then). On a device-memory
+  /// backend it is null until the value is read back (Data), or it holds the host bytes the
+  /// node was made from (FromTensorData), uploaded when first used.
   std::shared_ptr<const ir::TensorData> data;
+  /// The value in its device's memory (device-memory backends: Vulkan), exactly its bytes at
+  /// offset 0 of a buffer that may be larger (a size class of the caching allocator).
+  std::shared_ptr<const runtime::DeviceBuffer> buffer;
   /// Longest chain of pending nodes ending here (0 when realized).
   int32_t pending_depth = 0;
   /// Upper estimate of the pending nodes behind this one (shared nodes counted per path,
@@ -88,6 +104,8 @@ TensorRef FromTensorData(ir::TensorData data, const Device& device);
 /// realization may donate it (overwrite its buffer and move it out), so it must not be an object
 /// created const (share another node's data, or make_shared<ir::TensorData>).
 TensorRef FromSharedData(std::shared_ptr<const ir::TensorData> data, runtime::DeviceId device);
+/// A realized node sharing `x`'s value (host bytes and device buffer; no copy) on its device.
+TensorRef ShareValue(const TensorRef& x);
 /// A pending node computing graph node `id` of `graph` from `inputs` (the nodes for its operands),
 /// with the graph's type and attributes: how nodes a pass appended become lazy nodes again.
 /// `pending_bound` caps the pending-node estimate (the exact size of the graph it came from), and
@@ -106,8 +124,11 @@ std::vector<LazyNode*> TopologicalOrder(std::span<LazyNode* const> roots,
 
 /// Realizes every pending node in `refs` in one graph run. Throws kiln::Error on failure.
 void Realize(std::span<const TensorRef> refs, const Loc& loc);
-/// Realizes `ref` and returns its value.
+/// Realizes `ref` and returns its value, reading it back from its device's memory (once: the
+/// host copy is kept with the node) when it lives there.
 const ir::TensorData& Data(const TensorRef& ref, const Loc& loc);
+/// As Data, for a realized node, sharing the host value.
+std::shared_ptr<const ir::TensorData> HostValue(LazyNode& node, const Loc& loc);
 
 /// Runs a graph: `arguments` are the values of graph.Parameters() in order (shared, not copied:
 /// a realized value may be large); returns one value per output. Each device kind with a backend
@@ -132,6 +153,29 @@ absl::StatusOr<std::vector<ir::TensorData>> InterpretOnHost(
 /// A plain Executor never sees donation flags.
 void RegisterExecutor(runtime::DeviceKind kind, Executor executor);
 void RegisterDonatingExecutor(runtime::DeviceKind kind, DonatingExecutor executor);
+
+/// A realized value as a ResidentExecutor takes it: in its device's memory (`buffer`), on the
+/// host (`host`), or both.
+struct ResidentValue {
+  std::shared_ptr<const ir::TensorData> host;
+  std::shared_ptr<const runtime::DeviceBuffer> buffer;
+};
+/// Runs a graph on a backend whose tensors live in device memory: `arguments` are the values of
+/// graph.Parameters() in order. The executor uploads each argument that has no `buffer` and
+/// stores the buffer it made there (the engine keeps it in the node: a tensor goes up once).
+/// Returns one buffer per output holding its bytes at offset 0; nothing is read back.
+using ResidentExecutor =
+    std::function<absl::StatusOr<std::vector<std::shared_ptr<const runtime::DeviceBuffer>>>(
+        const ir::Graph& graph, std::span<ResidentValue> arguments, runtime::DeviceId device)>;
+/// Device `index`'s caching allocator (opening the device on first use).
+using AllocatorLookup =
+    std::function<absl::StatusOr<std::shared_ptr<runtime::CachingAllocator>>(int index)>;
+/// Installs a device-memory backend for `kind`: its executor, and its devices' allocators (for
+/// kiln::Device::memory_stats, transfer_stats and empty_cache).
+void RegisterResidentExecutor(runtime::DeviceKind kind, ResidentExecutor executor,
+                              AllocatorLookup allocators);
+/// The allocator of `device`, or null for a backend whose tensors are host memory.
+std::shared_ptr<runtime::CachingAllocator> AllocatorOf(runtime::DeviceId device, const Loc& loc);
 
 /// Counters for tests and debugging.
 struct EngineStats {

@@ -17,8 +17,8 @@ std::vector<std::string> SplitFieldNames(const char* names) {
 TensorRef CloneTensor(const TensorRef& x, const Loc& loc) {
   // A new node sharing the (immutable) value: the clone's parameters are independent leaves,
   // and an update rebinds a field to a new node, so the copies never affect each other.
-  Data(x, loc);
-  TensorRef copy = FromSharedData(x->data, x->device);
+  Realize(std::span<const TensorRef>(&x, 1), loc);
+  TensorRef copy = ShareValue(x);
   if (RequiresGrad(x)) SetRequireGrad(copy, true, loc);
   return copy;
 }

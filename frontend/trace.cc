@@ -74,7 +74,7 @@ TracedGraph BuildTrace(std::span<const TensorRef> placeholders, std::span<const 
     if (!node->realized() || ids.contains(node)) continue;
     auto it = name_of.find(node);
     std::string name = it != name_of.end() ? it->second : absl::StrCat("weight", unnamed++);
-    traced.weights.emplace_back(name, node->data);
+    traced.weights.emplace_back(name, HostValue(*node, loc));
     add_parameter(node, std::move(name));
   }
   for (LazyNode* node : order) {

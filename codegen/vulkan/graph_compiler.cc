@@ -388,15 +388,21 @@ absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
 
 GraphCacheStats GetGraphCacheStats() { return Cache().Stats(); }
 
-absl::StatusOr<std::vector<ir::TensorData>> CompileAndRun(
-    const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
-    int device_index) {
+absl::StatusOr<std::shared_ptr<const CompiledGraph>> FindOrCompile(const ir::Graph& graph,
+                                                                   int device_index) {
   absl::StatusOr<std::shared_ptr<rv::VulkanDevice>> device = DeviceForIndex(device_index);
   if (!device.ok()) return device.status();
-  absl::StatusOr<std::shared_ptr<const CompiledGraph>> compiled = Cache().FindOrCompile(
+  return Cache().FindOrCompile(
       graph, ir::SignatureHash(graph),
       [&](const CompiledGraph& entry) { return entry.device == *device; },
       [&] { return CompileGraph(graph, *device); });
+}
+
+absl::StatusOr<std::vector<ir::TensorData>> CompileAndRun(
+    const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
+    int device_index) {
+  absl::StatusOr<std::shared_ptr<const CompiledGraph>> compiled =
+      FindOrCompile(graph, device_index);
   if (!compiled.ok()) return compiled.status();
   return RunCompiledGraph(**compiled, arguments);
 }

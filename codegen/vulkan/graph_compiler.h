@@ -98,8 +98,14 @@ absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
 using codegen::GraphCacheStats;
 GraphCacheStats GetGraphCacheStats();
 
-/// Compiles (or finds in the cache) and runs `graph` on DeviceForIndex(device_index): the
-/// `kiln::Vulkan` backend's executor.
+/// Finds `graph` compiled for DeviceForIndex(device_index) in the process-wide cache, or
+/// compiles it.
+absl::StatusOr<std::shared_ptr<const CompiledGraph>> FindOrCompile(const ir::Graph& graph,
+                                                                   int device_index = 0);
+
+/// Compiles (or finds in the cache) and runs `graph` on DeviceForIndex(device_index), with host
+/// values in and out (tests; the `kiln::Vulkan` backend keeps tensors in device memory instead:
+/// backends/vulkan.cc).
 absl::StatusOr<std::vector<ir::TensorData>> CompileAndRun(
     const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
     int device_index = 0);

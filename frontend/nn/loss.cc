@@ -61,8 +61,9 @@ void CheckClassification(const TensorRef& scores, const TensorRef& targets, cons
                      " vs ", kd::DeviceOf(targets).ToString(), ")"),
         {ts, tt}, loc);
   }
-  // A pending target cannot be checked without running it; realized ones (a loaded batch) can.
-  if (targets->realized()) {
+  // A pending target cannot be checked without running it, nor one in device memory without
+  // reading it back; host ones (a loaded batch) can.
+  if (targets->data != nullptr) {
     const int64_t classes = ts.shape[1];
     for (int64_t i = 0; i < targets->data->num_elements(); ++i) {
       const int64_t c = targets->data->GetInt64(i);

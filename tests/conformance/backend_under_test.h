@@ -137,6 +137,9 @@ struct BackendUnderTest {
   double mlp_min_accuracy = 0.84;
   /// Examples of the test set the accuracy is measured on (the first ones; 10000: all).
   int64_t mlp_test_examples = 10000;
+  /// Whether the backend's tensors live in device memory (Vulkan; CPU tensors are host memory):
+  /// the residency tests then count exact transfers and allocator bytes.
+  bool tensors_in_device_memory = false;
   BlobTarget blob;
 };
 

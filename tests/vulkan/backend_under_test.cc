@@ -128,6 +128,7 @@ const BackendUnderTest& Backend() {
     b->mlp_train_examples = 40 * 128;
     b->mlp_test_examples = 2000;
     b->mlp_min_accuracy = 0.75;  // measured: 0.789 (seed 0)
+    b->tensors_in_device_memory = true;
     // Blobs compile for PortableDeviceInfo() (no subgroup operations), unlike the JIT for the
     // device: equal to the interpreter's answers, not bit for bit to the JIT's.
     b->blob.configure = [](aot::CompileOptions& options) { options.vulkan = true; };
