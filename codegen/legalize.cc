@@ -2,10 +2,10 @@
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <vector>
 
 #include "codegen/kernel_rewriter.h"
+#include "codegen/scalar_limits.h"
 
 namespace kiln::codegen {
 namespace {
@@ -15,28 +15,6 @@ constexpr ScalarType kBool = ScalarType::kBool;
 // The unsigned type of a signed type's width.
 ScalarType UnsignedOf(ScalarType type) {
   return type == ScalarType::kI32 ? ScalarType::kU32 : ScalarType::kU64;
-}
-
-// The smallest and largest value of an integer type, as the bit patterns Expr::int_value holds
-// (the u64 maximum is -1).
-struct Limits {
-  int64_t lo_bits, hi_bits;
-};
-Limits LimitsOf(ScalarType type) {
-  switch (type) {
-    case ScalarType::kU8:
-      return {0, 255};
-    case ScalarType::kI32:
-      return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
-    case ScalarType::kU32:
-      return {0, std::numeric_limits<uint32_t>::max()};
-    case ScalarType::kI64:
-      return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
-    case ScalarType::kU64:
-      return {0, -1};
-    default:  // bool
-      return {0, 1};
-  }
 }
 
 // Whether integer type `from` has values below / above the range of integer type `to`.
@@ -135,7 +113,7 @@ class Legalizer : public KernelRewriter {
     }
     if (IsFloatType(from)) return FloatToInt(x, to);
     // Integer to integer, saturating: clamp in the source type, then truncate or extend.
-    const Limits limits = LimitsOf(to);
+    const IntLimits limits = LimitsOf(to);
     ValueId v = x;
     if (ReachesBelow(from, to)) v = Bin(ExprOp::kMax, v, IntConst(from, limits.lo_bits));
     if (ReachesAbove(from, to)) v = Bin(ExprOp::kMin, v, IntConst(from, limits.hi_bits));
@@ -152,7 +130,7 @@ class Legalizer : public KernelRewriter {
     const ValueId hi = FloatConst(from, std::ldexp(1.0, bits - (is_signed ? 1 : 0)));
     const ValueId in_range = Bin(ExprOp::kAnd, Cmp(ExprOp::kGe, x, lo), Cmp(ExprOp::kLt, x, hi));
     const ValueId converted = Op(ExprOp::kConvert, to, {Sel(in_range, x, Zero(from))});
-    const Limits limits = LimitsOf(to);
+    const IntLimits limits = LimitsOf(to);
     const ValueId saturated =
         Sel(Cmp(ExprOp::kGe, x, hi), IntConst(to, limits.hi_bits),
             Sel(Cmp(ExprOp::kLt, x, lo), IntConst(to, limits.lo_bits), Zero(to)));  // NaN: 0
