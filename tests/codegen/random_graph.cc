@@ -664,6 +664,11 @@ ir::TensorData RandomTensor(const ir::TensorType& type, std::mt19937_64& rng) {
   return data;
 }
 
+ir::TensorData RandomTensor(const ir::TensorType& type, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return RandomTensor(type, rng);
+}
+
 absl::StatusOr<ReferenceRun> RunReference(const ir::Graph& graph, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<ir::TensorData> args;

@@ -75,6 +75,8 @@ std::vector<uint64_t> FuzzSeeds(std::vector<uint64_t> fixed);
 /// Random values of `type`: floats in about [-2, 2] (normal), integers in [-10, 10] ([0, 20] for
 /// u8), bools 50/50.
 ir::TensorData RandomTensor(const ir::TensorType& type, std::mt19937_64& rng);
+/// The same from a generator of its own, seeded with `seed`.
+ir::TensorData RandomTensor(const ir::TensorType& type, uint64_t seed);
 
 /// Random arguments of a graph and the reference interpreter's outputs on them: what a test
 /// compares a backend's run of the graph with.
