@@ -2,13 +2,10 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <limits>
-#include <tuple>
-#include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "codegen/kernel_rewriter.h"
+#include "codegen/scalar_limits.h"
 
 namespace kiln::codegen {
 namespace {
@@ -18,28 +15,6 @@ constexpr ScalarType kBool = ScalarType::kBool;
 // The unsigned type of a signed type's width.
 ScalarType UnsignedOf(ScalarType type) {
   return type == ScalarType::kI32 ? ScalarType::kU32 : ScalarType::kU64;
-}
-
-// The smallest and largest value of an integer type, as the bit patterns Expr::int_value holds
-// (the u64 maximum is -1).
-struct Limits {
-  int64_t lo_bits, hi_bits;
-};
-Limits LimitsOf(ScalarType type) {
-  switch (type) {
-    case ScalarType::kU8:
-      return {0, 255};
-    case ScalarType::kI32:
-      return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
-    case ScalarType::kU32:
-      return {0, std::numeric_limits<uint32_t>::max()};
-    case ScalarType::kI64:
-      return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
-    case ScalarType::kU64:
-      return {0, -1};
-    default:  // bool
-      return {0, 1};
-  }
 }
 
 // Whether integer type `from` has values below / above the range of integer type `to`.
@@ -68,109 +43,32 @@ bool IsCompoundCast(ScalarType from, ScalarType to, const LegalizeOptions& optio
   return to == ScalarType::kF32 && BitWidth(from) == 64 && options.float64;
 }
 
-// Rebuilds the expression DAG in demand order (as ExpandMath does): a value is emitted after its
-// operands when a statement or a later value first needs it; the compound forms are emitted as
-// their expansions, so values only they used disappear.
-class Legalizer {
+// Rebuilds the expression DAG in demand order (see kernel_rewriter.h), emitting the compound
+// forms as their expansions.
+class Legalizer : public KernelRewriter {
  public:
   Legalizer(const Kernel& kernel, const LegalizeOptions& options)
-      : in_(kernel), options_(options), remap_(kernel.exprs.size(), kNoValue) {}
-
-  Kernel Run() && {
-    Kernel out = in_;
-    out.exprs.clear();
-    out.body = RemapBlock(in_.body);
-    out.exprs = std::move(exprs_);
-    return out;
-  }
+      : KernelRewriter(kernel), options_(options) {}
 
  private:
-  std::vector<Stmt> RemapBlock(const std::vector<Stmt>& block) {
-    std::vector<Stmt> result;
-    result.reserve(block.size());
-    for (const Stmt& stmt : block) result.push_back(RemapStmt(stmt));
-    return result;
-  }
-
-  Stmt RemapStmt(const Stmt& stmt) {
-    Stmt out = stmt;
-    // Operand order follows execution order: init before the loop, the body, then the value.
-    if (stmt.init != kNoValue) out.init = Get(stmt.init);
-    out.body = RemapBlock(stmt.body);
-    if (stmt.index != kNoValue) out.index = Get(stmt.index);
-    if (stmt.value != kNoValue) out.value = Get(stmt.value);
-    if (stmt.predicate != kNoValue) out.predicate = Get(stmt.predicate);
-    if (stmt.result != kNoValue) out.result = Get(stmt.result);
-    return out;
-  }
-
-  ValueId Get(ValueId id) {
-    ValueId& slot = remap_[static_cast<size_t>(id)];
-    if (slot != kNoValue) return slot;
-    const Expr& e = in_.expr(id);
-    ValueId result;
+  ValueId Rewrite(const Expr& e) override {
     if (IsIntegerDivMod(e)) {
       const ValueId a = Get(e.operands[0]), b = Get(e.operands[1]);
-      result = e.op == ExprOp::kDiv ? Div(a, b) : Mod(a, b);
-    } else if (e.op == ExprOp::kCast &&
-               IsCompoundCast(in_.expr(e.operands[0]).type, e.type, options_)) {
-      result = Cast(Get(e.operands[0]), e.type);
-    } else {
-      Expr copy = e;
-      for (ValueId& operand : copy.operands) operand = Get(operand);
-      result = Append(std::move(copy));
+      return e.op == ExprOp::kDiv ? Div(a, b) : Mod(a, b);
     }
-    remap_[static_cast<size_t>(id)] = result;
-    return result;
-  }
-
-  // ---- Building new expressions ---------------------------------------------------------------
-
-  ValueId Append(Expr e) {
-    if (e.op == ExprOp::kConst) {
-      uint64_t bits;
-      std::memcpy(&bits, &e.float_value, sizeof(bits));
-      const auto key = std::make_tuple(e.type, e.int_value, bits);
-      if (auto it = constants_.find(key); it != constants_.end()) return it->second;
-      const auto id = static_cast<ValueId>(exprs_.size());
-      constants_.emplace(key, id);
-      exprs_.push_back(std::move(e));
-      return id;
+    if (e.op == ExprOp::kCast &&
+        IsCompoundCast(input().expr(e.operands[0]).type, e.type, options_)) {
+      return Cast(Get(e.operands[0]), e.type);
     }
-    exprs_.push_back(std::move(e));
-    return static_cast<ValueId>(exprs_.size() - 1);
+    return Copy(e);
   }
 
-  ValueId Int(ScalarType type, int64_t bits) {
-    Expr e;
-    e.op = ExprOp::kConst;
-    e.type = type;
-    e.int_value = bits;
-    return Append(std::move(e));
+  ValueId Zero(ScalarType type) {
+    return IsFloatType(type) ? FloatConst(type, 0.0) : IntConst(type, 0);
   }
-  ValueId Float(ScalarType type, double value) {
-    Expr e;
-    e.op = ExprOp::kConst;
-    e.type = type;
-    e.float_value =
-        type == ScalarType::kF32 ? static_cast<double>(static_cast<float>(value)) : value;
-    return Append(std::move(e));
+  ValueId One(ScalarType type) {
+    return IsFloatType(type) ? FloatConst(type, 1.0) : IntConst(type, 1);
   }
-  ValueId Zero(ScalarType type) { return IsFloatType(type) ? Float(type, 0.0) : Int(type, 0); }
-  ValueId One(ScalarType type) { return IsFloatType(type) ? Float(type, 1.0) : Int(type, 1); }
-
-  ValueId Op(ExprOp op, ScalarType type, std::vector<ValueId> operands) {
-    Expr e;
-    e.op = op;
-    e.type = type;
-    e.operands = std::move(operands);
-    return Append(std::move(e));
-  }
-  ScalarType TypeOf(ValueId id) const { return exprs_[static_cast<size_t>(id)].type; }
-  ValueId Un(ExprOp op, ValueId a) { return Op(op, TypeOf(a), {a}); }
-  ValueId Bin(ExprOp op, ValueId a, ValueId b) { return Op(op, TypeOf(a), {a, b}); }
-  ValueId Cmp(ExprOp op, ValueId a, ValueId b) { return Op(op, kBool, {a, b}); }
-  ValueId Sel(ValueId c, ValueId t, ValueId f) { return Op(ExprOp::kSelect, TypeOf(t), {c, t, f}); }
 
   // ---- Division ---------------------------------------------------------------------------------
 
@@ -215,10 +113,10 @@ class Legalizer {
     }
     if (IsFloatType(from)) return FloatToInt(x, to);
     // Integer to integer, saturating: clamp in the source type, then truncate or extend.
-    const Limits limits = LimitsOf(to);
+    const IntLimits limits = LimitsOf(to);
     ValueId v = x;
-    if (ReachesBelow(from, to)) v = Bin(ExprOp::kMax, v, Int(from, limits.lo_bits));
-    if (ReachesAbove(from, to)) v = Bin(ExprOp::kMin, v, Int(from, limits.hi_bits));
+    if (ReachesBelow(from, to)) v = Bin(ExprOp::kMax, v, IntConst(from, limits.lo_bits));
+    if (ReachesAbove(from, to)) v = Bin(ExprOp::kMin, v, IntConst(from, limits.hi_bits));
     return Op(ExprOp::kWrap, to, {v});
   }
 
@@ -228,22 +126,18 @@ class Legalizer {
     const ScalarType from = TypeOf(x);
     const int bits = BitWidth(to);
     const bool is_signed = IsSignedType(to);
-    const ValueId lo = Float(from, is_signed ? -std::ldexp(1.0, bits - 1) : 0.0);
-    const ValueId hi = Float(from, std::ldexp(1.0, bits - (is_signed ? 1 : 0)));
+    const ValueId lo = FloatConst(from, is_signed ? -std::ldexp(1.0, bits - 1) : 0.0);
+    const ValueId hi = FloatConst(from, std::ldexp(1.0, bits - (is_signed ? 1 : 0)));
     const ValueId in_range = Bin(ExprOp::kAnd, Cmp(ExprOp::kGe, x, lo), Cmp(ExprOp::kLt, x, hi));
     const ValueId converted = Op(ExprOp::kConvert, to, {Sel(in_range, x, Zero(from))});
-    const Limits limits = LimitsOf(to);
+    const IntLimits limits = LimitsOf(to);
     const ValueId saturated =
-        Sel(Cmp(ExprOp::kGe, x, hi), Int(to, limits.hi_bits),
-            Sel(Cmp(ExprOp::kLt, x, lo), Int(to, limits.lo_bits), Zero(to)));  // NaN: 0
+        Sel(Cmp(ExprOp::kGe, x, hi), IntConst(to, limits.hi_bits),
+            Sel(Cmp(ExprOp::kLt, x, lo), IntConst(to, limits.lo_bits), Zero(to)));  // NaN: 0
     return Sel(in_range, converted, saturated);
   }
 
-  const Kernel& in_;
   const LegalizeOptions options_;
-  std::vector<ValueId> remap_;
-  std::vector<Expr> exprs_;
-  absl::flat_hash_map<std::tuple<ScalarType, int64_t, uint64_t>, ValueId> constants_;
 };
 
 }  // namespace

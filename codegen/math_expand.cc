@@ -1,19 +1,16 @@
 #include "codegen/math_expand.h"
 
 #include <cstdint>
-#include <cstring>
 #include <limits>
-#include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "codegen/kernel_rewriter.h"
 
 namespace kiln::codegen {
 namespace {
 
 constexpr ScalarType kF32 = ScalarType::kF32;
 constexpr ScalarType kI32 = ScalarType::kI32;
-constexpr ScalarType kBool = ScalarType::kBool;
 
 bool IsExpandable(const Expr& e) {
   if (e.type != kF32) return false;
@@ -28,73 +25,27 @@ bool IsExpandable(const Expr& e) {
   }
 }
 
-// Rebuilds the expression DAG of a kernel in demand order: a value is emitted (after its
-// operands) when a statement or a later value first needs it, and the f32 transcendental
-// functions are emitted as their expansions. Operands therefore always precede users, and values
-// that only the replaced expressions used disappear.
-class Expander {
+// Rebuilds the expression DAG in demand order (see kernel_rewriter.h), emitting the f32
+// transcendental functions as their expansions.
+class Expander : public KernelRewriter {
  public:
-  explicit Expander(const Kernel& kernel) : in_(kernel), remap_(kernel.exprs.size(), kNoValue) {}
-
-  Kernel Run() && {
-    Kernel out = in_;
-    out.exprs.clear();
-    out.body = RemapBlock(in_.body);
-    out.exprs = std::move(exprs_);
-    return out;
-  }
+  using KernelRewriter::KernelRewriter;
 
  private:
-  std::vector<Stmt> RemapBlock(const std::vector<Stmt>& block) {
-    std::vector<Stmt> result;
-    result.reserve(block.size());
-    for (const Stmt& stmt : block) result.push_back(RemapStmt(stmt));
-    return result;
-  }
-
-  Stmt RemapStmt(const Stmt& stmt) {
-    Stmt out = stmt;
-    // Operand order follows execution order: init before the loop, the body, then the value.
-    if (stmt.init != kNoValue) out.init = Get(stmt.init);
-    out.body = RemapBlock(stmt.body);
-    if (stmt.index != kNoValue) out.index = Get(stmt.index);
-    if (stmt.value != kNoValue) out.value = Get(stmt.value);
-    if (stmt.predicate != kNoValue) out.predicate = Get(stmt.predicate);
-    if (stmt.result != kNoValue) out.result = Get(stmt.result);
-    return out;
-  }
-
-  // The new id of old expression `id`, emitting it (and its operands) on first use.
-  ValueId Get(ValueId id) {
-    ValueId& slot = remap_[static_cast<size_t>(id)];
-    if (slot != kNoValue) return slot;
-    const Expr& e = in_.expr(id);
-    ValueId result;
-    if (auto x = MatchSigmoid(e)) {
-      result = Sigmoid(Get(*x));
-    } else if (IsExpandable(e)) {
-      const ValueId x = Get(e.operands[0]);
-      switch (e.op) {
-        case ExprOp::kExp:
-          result = Exp(x);
-          break;
-        case ExprOp::kLog:
-          result = Log(x);
-          break;
-        case ExprOp::kTanh:
-          result = Tanh(x);
-          break;
-        default:
-          result = Erf(x);
-          break;
-      }
-    } else {
-      Expr copy = e;
-      for (ValueId& operand : copy.operands) operand = Get(operand);
-      result = Append(std::move(copy));
+  ValueId Rewrite(const Expr& e) override {
+    if (auto x = MatchSigmoid(e)) return Sigmoid(Get(*x));
+    if (!IsExpandable(e)) return Copy(e);
+    const ValueId x = Get(e.operands[0]);
+    switch (e.op) {
+      case ExprOp::kExp:
+        return Exp(x);
+      case ExprOp::kLog:
+        return Log(x);
+      case ExprOp::kTanh:
+        return Tanh(x);
+      default:
+        return Erf(x);
     }
-    remap_[static_cast<size_t>(id)] = result;
-    return result;
   }
 
   // reciprocal(add(exp(neg x), 1)) or div(1, add(...)) with either add order, all f32: returns x.
@@ -108,7 +59,7 @@ class Expander {
     } else {
       return std::nullopt;
     }
-    const Expr& add = in_.expr(sum);
+    const Expr& add = input().expr(sum);
     if (add.op != ExprOp::kAdd) return std::nullopt;
     ValueId exp_id;
     if (IsConstant(add.operands[1], 1.0)) {
@@ -118,64 +69,22 @@ class Expander {
     } else {
       return std::nullopt;
     }
-    const Expr& exp = in_.expr(exp_id);
+    const Expr& exp = input().expr(exp_id);
     if (exp.op != ExprOp::kExp) return std::nullopt;
-    const Expr& neg = in_.expr(exp.operands[0]);
+    const Expr& neg = input().expr(exp.operands[0]);
     if (neg.op != ExprOp::kNeg) return std::nullopt;
     return neg.operands[0];
   }
 
   bool IsConstant(ValueId id, double value) const {
-    const Expr& e = in_.expr(id);
+    const Expr& e = input().expr(id);
     return e.op == ExprOp::kConst && e.type == kF32 && e.float_value == value;
   }
 
   // ---- Building new expressions ---------------------------------------------------------------
 
-  ValueId Append(Expr e) {
-    if (e.op == ExprOp::kConst) {
-      uint64_t bits;
-      std::memcpy(&bits, &e.float_value, sizeof(bits));
-      const auto key = std::make_tuple(e.type, e.int_value, bits);
-      if (auto it = constants_.find(key); it != constants_.end()) return it->second;
-      const auto id = static_cast<ValueId>(exprs_.size());
-      constants_.emplace(key, id);
-      exprs_.push_back(std::move(e));
-      return id;
-    }
-    exprs_.push_back(std::move(e));
-    return static_cast<ValueId>(exprs_.size() - 1);
-  }
-
-  ValueId F(double value) {
-    Expr e;
-    e.op = ExprOp::kConst;
-    e.type = kF32;
-    e.float_value = static_cast<double>(static_cast<float>(value));
-    return Append(std::move(e));
-  }
-
-  ValueId I(int64_t value) {
-    Expr e;
-    e.op = ExprOp::kConst;
-    e.type = kI32;
-    e.int_value = static_cast<int32_t>(value);
-    return Append(std::move(e));
-  }
-
-  ValueId Op(ExprOp op, ScalarType type, std::vector<ValueId> operands) {
-    Expr e;
-    e.op = op;
-    e.type = type;
-    e.operands = std::move(operands);
-    return Append(std::move(e));
-  }
-
-  ScalarType TypeOf(ValueId id) const { return exprs_[static_cast<size_t>(id)].type; }
-  ValueId Un(ExprOp op, ValueId a) { return Op(op, TypeOf(a), {a}); }
-  ValueId Bin(ExprOp op, ValueId a, ValueId b) { return Op(op, TypeOf(a), {a, b}); }
-  ValueId Cmp(ExprOp op, ValueId a, ValueId b) { return Op(op, kBool, {a, b}); }
-  ValueId Sel(ValueId c, ValueId t, ValueId f) { return Op(ExprOp::kSelect, TypeOf(t), {c, t, f}); }
+  ValueId F(double value) { return FloatConst(kF32, value); }
+  ValueId I(int64_t value) { return IntConst(kI32, static_cast<int32_t>(value)); }
   ValueId Fma(ValueId a, ValueId b, ValueId c) { return Op(ExprOp::kFma, TypeOf(a), {a, b, c}); }
   ValueId Bits(ValueId f) { return Op(ExprOp::kBitcast, kI32, {f}); }
   ValueId Float(ValueId i) { return Op(ExprOp::kBitcast, kF32, {i}); }
@@ -285,11 +194,6 @@ class Expander {
     const ValueId numerator = Sel(Cmp(ExprOp::kGe, x, F(0.0)), F(1.0), e);
     return Bin(ExprOp::kDiv, numerator, Bin(ExprOp::kAdd, F(1.0), e));
   }
-
-  const Kernel& in_;
-  std::vector<ValueId> remap_;
-  std::vector<Expr> exprs_;
-  absl::flat_hash_map<std::tuple<ScalarType, int64_t, uint64_t>, ValueId> constants_;
 };
 
 }  // namespace

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <limits>
 #include <utility>
 #include <vector>
 
@@ -11,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/legalize.h"
+#include "codegen/scalar_limits.h"
 #include "llvm/IR/Attributes.h"
 #include "llvm/IR/BasicBlock.h"
 #include "llvm/IR/Constants.h"
@@ -26,31 +26,6 @@ namespace {
 using llvm::Value;
 
 bool IsSigned(ScalarType type) { return IsSignedType(type); }
-
-// The value range of an integer ScalarType, as 128-bit integers so that u64 fits.
-struct IntLimits {
-  __int128 lo;
-  __int128 hi;
-};
-
-IntLimits LimitsOf(ScalarType type) {
-  switch (type) {
-    case ScalarType::kBool:
-      return {0, 1};
-    case ScalarType::kU8:
-      return {0, 255};
-    case ScalarType::kI32:
-      return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
-    case ScalarType::kU32:
-      return {0, std::numeric_limits<uint32_t>::max()};
-    case ScalarType::kI64:
-      return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
-    case ScalarType::kU64:
-      return {0, std::numeric_limits<uint64_t>::max()};
-    default:
-      return {0, 0};
-  }
-}
 
 // Collects the args some Store writes: Loads of them must not be reused across a Store.
 void CollectStoredArgs(const std::vector<Stmt>& block, std::vector<bool>& stored) {
@@ -333,8 +308,8 @@ class Emitter {
         start = llvm::ConstantFP::getInfinity(llvm_type, /*Negative=*/is_max);
       } else {
         const IntLimits limits = LimitsOf(type);
-        start = llvm::ConstantInt::get(llvm_type,
-                                       static_cast<uint64_t>(is_max ? limits.lo : limits.hi));
+        start = llvm::ConstantInt::get(
+            llvm_type, static_cast<uint64_t>(is_max ? limits.lo_bits : limits.hi_bits));
       }
       init = {start, builder_.getInt64(0)};
     } else {

@@ -93,26 +93,17 @@ constexpr MlirExportRule kRules[] = {
 };
 static_assert(std::size(kRules) == std::size(ir::kAllOps), "one MLIR row per IR op");
 
+// MLIR's integer types are signless: u8 is i8 (its ops pick the unsigned forms) and bool is
+// i1. Every other dtype's name (base/dtype.h) is already its MLIR spelling.
 const char* ElemType(DType d) {
   switch (d) {
-    case DType::kF32:
-      return "f32";
-    case DType::kF64:
-      return "f64";
-    case DType::kF16:
-      return "f16";
-    case DType::kBF16:
-      return "bf16";
-    case DType::kI32:
-      return "i32";
-    case DType::kI64:
-      return "i64";
     case DType::kU8:
       return "i8";
     case DType::kBool:
       return "i1";
+    default:
+      return ir::DTypeName(d);
   }
-  return "?";
 }
 
 int Bits(DType d) { return static_cast<int>(ir::DTypeSize(d)) * 8; }

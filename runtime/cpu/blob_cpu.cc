@@ -195,6 +195,15 @@ absl::StatusOr<CpuBlobPlan::Parsed> ParsePlan(const json& j, const Signature& si
     step.name = step_name;
     step.error_context = context;
     auto slot_of = [&](int arg) -> const PlanSlot& { return plan.slots[step.args[arg]]; };
+    // Every bound slot must hold at least the bytes its argument addresses.
+    auto need_bytes = [&](int arg, __int128 bytes, const std::string& what) -> absl::Status {
+      if (bytes > slot_of(arg).size) {
+        return r.Error(path,
+                       absl::StrCat(what, " needs ", static_cast<int64_t>(bytes), " bytes, slot ",
+                                    step.args[arg], " has ", slot_of(arg).size));
+      }
+      return absl::OkStatus();
+    };
     if (kind != "kernel" && kind != "copy" && kind != "gemm" && kind != "conv") {
       return r.Error(path + ".kind", "unknown step kind \"" + kind + "\"");
     }
@@ -208,17 +217,16 @@ absl::StatusOr<CpuBlobPlan::Parsed> ParsePlan(const json& j, const Signature& si
       KILN_ASSIGN(symbol, r.String(s, path, "symbol"));
       if (!ValidSymbol(symbol)) return r.Error(path + ".symbol", "is not a kernel symbol");
       step.symbol = symbol;
-      // The bytes each argument of the generated kernel addresses: every bound slot must have
-      // at least that many.
+      // The bytes each argument of the generated kernel addresses.
       KILN_ASSIGN(arg_bytes, r.Ints(s, path, "arg_bytes", 4096, 0, int64_t{1} << 50));
       if (arg_bytes.size() != step.args.size()) {
         return r.Error(path + ".arg_bytes", "does not have one entry per argument");
       }
       for (size_t a = 0; a < arg_bytes.size(); ++a) {
-        if (slot_of(static_cast<int>(a)).size < arg_bytes[a]) {
-          return r.Error(path,
-                         absl::StrCat("argument ", a, " needs ", arg_bytes[a], " bytes, slot ",
-                                      step.args[a], " has ", slot_of(static_cast<int>(a)).size));
+        const int arg = static_cast<int>(a);
+        if (absl::Status st = need_bytes(arg, arg_bytes[a], absl::StrCat("argument ", a));
+            !st.ok()) {
+          return st;
         }
       }
     } else if (kind == "copy") {
@@ -259,14 +267,8 @@ absl::StatusOr<CpuBlobPlan::Parsed> ParsePlan(const json& j, const Signature& si
       }
       ContractionStep& c = step.contraction;
       c.has_bias = has_bias;
-      auto need = [&](int arg, int64_t elements, const char* what) -> absl::Status {
-        const __int128 bytes = static_cast<__int128>(elements) * esize;
-        if (bytes > slot_of(arg).size) {
-          return r.Error(path,
-                         absl::StrCat(what, " needs ", static_cast<int64_t>(bytes), " bytes, slot ",
-                                      step.args[arg], " has ", slot_of(arg).size));
-        }
-        return absl::OkStatus();
+      auto need = [&](int arg, int64_t elements, const char* what) {
+        return need_bytes(arg, static_cast<__int128>(elements) * esize, what);
       };
       if (step.kind == PlanStep::kGemm) {
         GemmParams& p = c.gemm;

@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -25,6 +24,7 @@
 #include "runtime/cpu/cpu_features.h"
 #include "runtime/include/kiln_runtime.h"
 #include "tests/codegen/child_process.h"
+#include "tests/codegen/mlp_graphs.h"
 #include "tests/codegen/random_graph.h"
 
 namespace kiln {
@@ -57,33 +57,16 @@ std::vector<ir::TensorData> RunJit(const ir::Graph& graph,
 }
 
 ir::TensorData Random(const ir::TensorType& type, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  return test::RandomTensor(type, rng);
+  return test::RandomTensor(type, seed);
 }
 
 ir::TensorType F32(ir::Shape shape) { return ir::TensorType{ir::DType::kF32, std::move(shape)}; }
 
-// x[batch, 784] -> relu(x W1 + b1) -> relu(. W2 + b2) -> . W3 + b3 -> softmax
+// test::ConstantMlp (the conformance suite's blob test runs it too); its input goes to `args`.
 ir::Graph Mlp(int64_t batch, std::vector<ir::TensorData>* args) {
-  ir::Builder b;
-  ir::NodeId x = b.Parameter("x", F32({batch, 784}));
-  args->push_back(Random(F32({batch, 784}), 1));
-  const int64_t sizes[] = {784, 128, 64, 10};
-  for (int l = 0; l < 3; ++l) {
-    ir::NodeId w = b.Constant(Random(F32({sizes[l], sizes[l + 1]}), 10 + l));
-    ir::NodeId bias = b.Constant(Random(F32({sizes[l + 1]}), 20 + l));
-    x = b.Binary(ir::Op::kAdd, b.MatMul(x, w),
-                 b.Broadcast(b.Reshape(bias, {1, sizes[l + 1]}), {batch, sizes[l + 1]}));
-    if (l < 2) x = b.Binary(ir::Op::kMax, x, b.Fill(0.0, F32({batch, sizes[l + 1]})));
-  }
-  ir::NodeId m = b.Reduce(ir::Op::kReduceMax, x, {1});
-  ir::NodeId e = b.Unary(
-      ir::Op::kExp, b.Binary(ir::Op::kSub, x, b.Broadcast(b.Reshape(m, {batch, 1}), {batch, 10})));
-  ir::NodeId s = b.Reduce(ir::Op::kReduceSum, e, {1});
-  b.Output(b.Binary(ir::Op::kDiv, e, b.Broadcast(b.Reshape(s, {batch, 1}), {batch, 10})), "probs");
-  absl::StatusOr<ir::Graph> g = std::move(b).Build();
-  EXPECT_TRUE(g.ok()) << g.status();
-  return *std::move(g);
+  test::MlpCase c = test::ConstantMlp(batch);
+  for (ir::TensorData& input : c.inputs) args->push_back(std::move(input));
+  return std::move(c.graph);
 }
 
 // The blob also goes through the C API and kiln::trace of a module with named weights.

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -20,6 +19,7 @@
 #include "runtime/blob.h"
 #include "runtime/include/kiln_runtime.h"
 #include "runtime/vulkan/blob_vulkan.h"
+#include "tests/codegen/mlp_graphs.h"
 #include "tests/codegen/random_graph.h"
 
 namespace kiln {
@@ -29,16 +29,12 @@ using testing::HasSubstr;
 
 ir::TensorType F32(ir::Shape shape) { return ir::TensorType{ir::DType::kF32, std::move(shape)}; }
 
-ir::TensorData Random(const ir::TensorType& type, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  return test::RandomTensor(type, rng);
-}
-
 std::span<const std::byte> Bytes(const std::string& s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
 }
 
-// x[batch, 64] -> relu(x W1 + b1) -> . W2 + b2 -> softmax; weights bound at compile time.
+// test::WeightBoundMlp (the conformance suite's blob test runs it too), the weights bound at
+// compile time, with a Vulkan section.
 struct Case {
   ir::Graph graph;
   std::vector<ir::TensorData> args;
@@ -46,51 +42,18 @@ struct Case {
 };
 
 Case Mlp(int64_t batch) {
-  ir::Builder b;
-  ir::NodeId x = b.Parameter("x", F32({batch, 64}));
-  ir::NodeId w1 = b.Parameter("w1", F32({64, 96}));
-  ir::NodeId b1 = b.Parameter("b1", F32({96}));
-  ir::NodeId w2 = b.Parameter("w2", F32({96, 10}));
-  ir::NodeId h =
-      b.Binary(ir::Op::kAdd, b.MatMul(x, w1), b.Broadcast(b.Reshape(b1, {1, 96}), {batch, 96}));
-  h = b.Binary(ir::Op::kMax, h, b.Fill(0.0, F32({batch, 96})));
-  ir::NodeId logits = b.MatMul(h, w2);
-  ir::NodeId m = b.Reduce(ir::Op::kReduceMax, logits, {1});
-  ir::NodeId e =
-      b.Unary(ir::Op::kExp,
-              b.Binary(ir::Op::kSub, logits, b.Broadcast(b.Reshape(m, {batch, 1}), {batch, 10})));
-  ir::NodeId s = b.Reduce(ir::Op::kReduceSum, e, {1});
-  b.Output(b.Binary(ir::Op::kDiv, e, b.Broadcast(b.Reshape(s, {batch, 1}), {batch, 10})), "probs");
-  b.Output(logits, "logits");
-  absl::StatusOr<ir::Graph> g = std::move(b).Build();
-  EXPECT_TRUE(g.ok()) << g.status();
-  Case c{*std::move(g), {Random(F32({batch, 64}), 1)}, {}};
+  test::MlpCase m = test::WeightBoundMlp(batch);
+  Case c{std::move(m.graph), std::move(m.inputs), {}};
   c.options.name = "mlp";
   c.options.vulkan = true;
-  uint64_t seed = 2;
-  for (const char* name : {"w1", "b1", "w2"}) {
-    const ir::TensorType& type = c.graph.node(c.graph.FindParameter(name)).type;
-    c.options.weights.emplace_back(name, std::make_shared<ir::TensorData>(Random(type, seed++)));
-  }
+  c.options.weights = std::move(m.weights);
   return c;
 }
 
 // The graph with the weights as arguments, run by the reference interpreter.
 std::vector<ir::TensorData> Reference(const Case& c) {
-  std::vector<ir::TensorData> args;
-  size_t next_input = 0;
-  for (ir::NodeId p : c.graph.Parameters()) {
-    const std::string& name = c.graph.node(p).attrs.name;
-    bool bound = false;
-    for (const auto& [weight, value] : c.options.weights) {
-      if (weight == name) {
-        args.push_back(*value);
-        bound = true;
-      }
-    }
-    if (!bound) args.push_back(c.args[next_input++]);
-  }
-  absl::StatusOr<std::vector<ir::TensorData>> out = ir::Interpret(c.graph, args);
+  absl::StatusOr<std::vector<ir::TensorData>> out =
+      ir::Interpret(c.graph, test::AllArguments(c.graph, c.args, c.options.weights));
   EXPECT_TRUE(out.ok()) << out.status();
   return out.ok() ? *std::move(out) : std::vector<ir::TensorData>{};
 }

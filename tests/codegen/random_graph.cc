@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "ir/builder.h"
 #include "ir/infer.h"
+#include "ir/interpreter.h"
 #include "ir/printer.h"
 
 namespace kiln::test {
@@ -660,6 +662,25 @@ ir::TensorData RandomTensor(const ir::TensorType& type, std::mt19937_64& rng) {
     }
   }
   return data;
+}
+
+ir::TensorData RandomTensor(const ir::TensorType& type, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return RandomTensor(type, rng);
+}
+
+absl::StatusOr<ReferenceRun> RunReference(const ir::Graph& graph, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<ir::TensorData> args;
+  ReferenceRun run;
+  for (ir::NodeId p : graph.Parameters()) {
+    args.push_back(RandomTensor(graph.node(p).type, rng));
+    run.arguments.push_back(std::make_shared<const ir::TensorData>(args.back()));
+  }
+  absl::StatusOr<std::vector<ir::TensorData>> expected = ir::Interpret(graph, args);
+  if (!expected.ok()) return expected.status();
+  run.expected = *std::move(expected);
+  return run;
 }
 
 ::testing::AssertionResult TensorsClose(const ir::TensorData& expected,

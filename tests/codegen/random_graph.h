@@ -18,10 +18,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "gtest/gtest.h"
 #include "ir/graph.h"
 #include "ir/tensor_data.h"
@@ -73,6 +75,21 @@ std::vector<uint64_t> FuzzSeeds(std::vector<uint64_t> fixed);
 /// Random values of `type`: floats in about [-2, 2] (normal), integers in [-10, 10] ([0, 20] for
 /// u8), bools 50/50.
 ir::TensorData RandomTensor(const ir::TensorType& type, std::mt19937_64& rng);
+/// The same from a generator of its own, seeded with `seed`.
+ir::TensorData RandomTensor(const ir::TensorType& type, uint64_t seed);
+
+/// Random arguments of a graph and the reference interpreter's outputs on them: what a test
+/// compares a backend's run of the graph with.
+struct ReferenceRun {
+  /// One RandomTensor per graph.Parameters(), in order, shared as the graph compilers take them.
+  std::vector<std::shared_ptr<const ir::TensorData>> arguments;
+  /// ir::Interpret's outputs.
+  std::vector<ir::TensorData> expected;
+};
+
+/// Draws the arguments of `graph` from one generator seeded with `seed` and interprets the graph
+/// on them; an error is the interpreter's.
+absl::StatusOr<ReferenceRun> RunReference(const ir::Graph& graph, uint64_t seed);
 
 /// Compares two tensors of one type (see Tolerance), naming the first mismatching element.
 ::testing::AssertionResult TensorsClose(const ir::TensorData& expected,

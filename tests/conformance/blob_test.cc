@@ -8,7 +8,6 @@
 
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -19,6 +18,7 @@
 #include "ir/printer.h"
 #include "ir/tensor_data.h"
 #include "runtime/include/kiln_runtime.h"
+#include "tests/codegen/mlp_graphs.h"
 #include "tests/codegen/random_graph.h"
 #include "tests/conformance/backend_under_test.h"
 
@@ -28,8 +28,7 @@ namespace {
 ir::TensorType F32(ir::Shape shape) { return ir::TensorType{ir::DType::kF32, std::move(shape)}; }
 
 ir::TensorData Random(const ir::TensorType& type, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  return test::RandomTensor(type, rng);
+  return test::RandomTensor(type, seed);
 }
 
 // A graph, the blob's inputs (the parameters not bound as weights, in graph order), the weights
@@ -37,27 +36,9 @@ ir::TensorData Random(const ir::TensorType& type, uint64_t seed) {
 struct BlobCase {
   ir::Graph graph;
   std::vector<ir::TensorData> inputs;
-  std::vector<std::pair<std::string, std::shared_ptr<const ir::TensorData>>> weights;
+  test::NamedWeights weights;
   test::Tolerance tolerance = {1e-4, 1e-4};  // f32 sums in other orders (GEMMs, reductions)
 };
-
-// Every parameter's value, for the interpreter and the JIT: inputs and weights merged.
-std::vector<ir::TensorData> AllArguments(const BlobCase& c) {
-  std::vector<ir::TensorData> args;
-  size_t next_input = 0;
-  for (ir::NodeId p : c.graph.Parameters()) {
-    const std::string& name = c.graph.node(p).attrs.name;
-    bool bound = false;
-    for (const auto& [weight, value] : c.weights) {
-      if (weight == name) {
-        args.push_back(*value);
-        bound = true;
-      }
-    }
-    if (!bound) args.push_back(c.inputs.at(next_input++));
-  }
-  return args;
-}
 
 // Loads `blob` through the C API on the backend's device and runs it once; the outputs have the
 // interpreter's types (`expected`).
@@ -112,7 +93,7 @@ void ExpectBlobMatches(const BlobCase& c) {
   if (backend.blob.configure) backend.blob.configure(options);
   absl::StatusOr<std::string> blob = aot::Compile(c.graph, options);
   ASSERT_TRUE(blob.ok()) << blob.status();
-  const std::vector<ir::TensorData> args = AllArguments(c);
+  const std::vector<ir::TensorData> args = test::AllArguments(c.graph, c.inputs, c.weights);
   absl::StatusOr<std::vector<ir::TensorData>> expected = ir::Interpret(c.graph, args);
   ASSERT_TRUE(expected.ok()) << expected.status();
   absl::StatusOr<std::vector<ir::TensorData>> actual = RunBlob(*blob, c.inputs, *expected);
@@ -134,64 +115,18 @@ void ExpectBlobMatches(const BlobCase& c) {
   }
 }
 
-// x[batch, 784] -> relu(x W1 + b1) -> relu(. W2 + b2) -> . W3 + b3 -> softmax, the weights
-// constants of the graph.
-BlobCase ConstantMlp(int64_t batch) {
-  ir::Builder b;
-  ir::NodeId x = b.Parameter("x", F32({batch, 784}));
-  const int64_t sizes[] = {784, 128, 64, 10};
-  for (int l = 0; l < 3; ++l) {
-    ir::NodeId w = b.Constant(Random(F32({sizes[l], sizes[l + 1]}), 10 + l));
-    ir::NodeId bias = b.Constant(Random(F32({sizes[l + 1]}), 20 + l));
-    x = b.Binary(ir::Op::kAdd, b.MatMul(x, w),
-                 b.Broadcast(b.Reshape(bias, {1, sizes[l + 1]}), {batch, sizes[l + 1]}));
-    if (l < 2) x = b.Binary(ir::Op::kMax, x, b.Fill(0.0, F32({batch, sizes[l + 1]})));
-  }
-  ir::NodeId m = b.Reduce(ir::Op::kReduceMax, x, {1});
-  ir::NodeId e = b.Unary(
-      ir::Op::kExp, b.Binary(ir::Op::kSub, x, b.Broadcast(b.Reshape(m, {batch, 1}), {batch, 10})));
-  ir::NodeId s = b.Reduce(ir::Op::kReduceSum, e, {1});
-  b.Output(b.Binary(ir::Op::kDiv, e, b.Broadcast(b.Reshape(s, {batch, 1}), {batch, 10})), "probs");
-  absl::StatusOr<ir::Graph> g = std::move(b).Build();
-  EXPECT_TRUE(g.ok()) << g.status();
-  return BlobCase{*std::move(g), {Random(F32({batch, 784}), 1)}, {}};
+// The MLPs the tests in tests/aot run too (tests/codegen/mlp_graphs.h).
+BlobCase FromMlp(test::MlpCase c) {
+  return BlobCase{std::move(c.graph), std::move(c.inputs), std::move(c.weights)};
 }
 
-// x[batch, 64] -> relu(x W1 + b1) -> . W2 -> softmax and the logits; W1, b1 and W2 are
-// parameters bound as weights at compile time.
-BlobCase WeightBoundMlp(int64_t batch) {
-  ir::Builder b;
-  ir::NodeId x = b.Parameter("x", F32({batch, 64}));
-  ir::NodeId w1 = b.Parameter("w1", F32({64, 96}));
-  ir::NodeId b1 = b.Parameter("b1", F32({96}));
-  ir::NodeId w2 = b.Parameter("w2", F32({96, 10}));
-  ir::NodeId h =
-      b.Binary(ir::Op::kAdd, b.MatMul(x, w1), b.Broadcast(b.Reshape(b1, {1, 96}), {batch, 96}));
-  h = b.Binary(ir::Op::kMax, h, b.Fill(0.0, F32({batch, 96})));
-  ir::NodeId logits = b.MatMul(h, w2);
-  ir::NodeId m = b.Reduce(ir::Op::kReduceMax, logits, {1});
-  ir::NodeId e =
-      b.Unary(ir::Op::kExp,
-              b.Binary(ir::Op::kSub, logits, b.Broadcast(b.Reshape(m, {batch, 1}), {batch, 10})));
-  ir::NodeId s = b.Reduce(ir::Op::kReduceSum, e, {1});
-  b.Output(b.Binary(ir::Op::kDiv, e, b.Broadcast(b.Reshape(s, {batch, 1}), {batch, 10})), "probs");
-  b.Output(logits, "logits");
-  absl::StatusOr<ir::Graph> g = std::move(b).Build();
-  EXPECT_TRUE(g.ok()) << g.status();
-  BlobCase c{*std::move(g), {Random(F32({batch, 64}), 1)}, {}};
-  uint64_t seed = 2;
-  for (const char* name : {"w1", "b1", "w2"}) {
-    const ir::TensorType& type = c.graph.node(c.graph.FindParameter(name)).type;
-    c.weights.emplace_back(name, std::make_shared<ir::TensorData>(Random(type, seed++)));
-  }
-  return c;
+TEST(ConformanceBlobTest, MlpBatch1) { ExpectBlobMatches(FromMlp(test::ConstantMlp(1))); }
+
+TEST(ConformanceBlobTest, MlpBatch32) { ExpectBlobMatches(FromMlp(test::ConstantMlp(32))); }
+
+TEST(ConformanceBlobTest, MlpWithBoundWeights) {
+  ExpectBlobMatches(FromMlp(test::WeightBoundMlp(5)));
 }
-
-TEST(ConformanceBlobTest, MlpBatch1) { ExpectBlobMatches(ConstantMlp(1)); }
-
-TEST(ConformanceBlobTest, MlpBatch32) { ExpectBlobMatches(ConstantMlp(32)); }
-
-TEST(ConformanceBlobTest, MlpWithBoundWeights) { ExpectBlobMatches(WeightBoundMlp(5)); }
 
 TEST(ConformanceBlobTest, ConvNet) {
   ir::Builder b;

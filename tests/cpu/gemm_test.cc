@@ -2,13 +2,11 @@
 // (leaves) still get buffers of their own for the GEMM engine. (Every op case against the
 // interpreter is the conformance suite's, tests/conformance/op_test.cc.)
 #include <memory>
-#include <random>
 #include <vector>
 
 #include "codegen/cpu/graph_compiler.h"
 #include "gtest/gtest.h"
 #include "ir/builder.h"
-#include "ir/interpreter.h"
 #include "tests/codegen/random_graph.h"
 
 namespace kiln {
@@ -30,27 +28,21 @@ TEST(CpuGemmTest, LeafOperandsAreMaterialized) {
                   b.Fill(0.5, {DType::kF64, {3, 2, 2}}), conv_attrs));
   absl::StatusOr<ir::Graph> graph = std::move(b).Build();
   ASSERT_TRUE(graph.ok()) << graph.status();
-  std::mt19937_64 rng(3);
-  std::vector<ir::TensorData> args;
-  std::vector<std::shared_ptr<const ir::TensorData>> shared;
-  for (ir::NodeId p : graph->Parameters()) {
-    args.push_back(test::RandomTensor(graph->node(p).type, rng));
-    shared.push_back(std::make_shared<const ir::TensorData>(args.back()));
-  }
-  absl::StatusOr<std::vector<ir::TensorData>> expected = ir::Interpret(*graph, args);
-  ASSERT_TRUE(expected.ok()) << expected.status();
+  absl::StatusOr<test::ReferenceRun> reference = test::RunReference(*graph, /*seed=*/3);
+  ASSERT_TRUE(reference.ok()) << reference.status();
   absl::StatusOr<std::shared_ptr<const codegen::cpu::CompiledGraph>> compiled =
       codegen::cpu::CompileGraph(*graph);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   EXPECT_EQ((*compiled)->num_gemm_steps, 3);
   absl::StatusOr<std::vector<ir::TensorData>> actual =
-      codegen::cpu::RunCompiledGraph(**compiled, shared);
+      codegen::cpu::RunCompiledGraph(**compiled, reference->arguments);
   ASSERT_TRUE(actual.ok()) << actual.status();
   ASSERT_EQ(actual->size(), 3u);
   // Sums of three and of four products, accumulated in f32 (f64 for the conv).
   const test::Tolerance tolerances[] = {{1e-6, 1e-6}, {1e-6, 1e-6}, {1e-14, 1e-14}};
   for (size_t i = 0; i < 3; ++i) {
-    EXPECT_TRUE(test::TensorsClose((*expected)[i], (*actual)[i], tolerances[i])) << "output " << i;
+    EXPECT_TRUE(test::TensorsClose(reference->expected[i], (*actual)[i], tolerances[i]))
+        << "output " << i;
   }
 }
 

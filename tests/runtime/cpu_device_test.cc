@@ -91,7 +91,7 @@ ExecutableSpec ScaleSpec(int64_t n) {
   spec.num_outputs = 1;
   spec.num_scalars = 1;
   spec.slots = {Slot::Input(0, n * 4), Slot::Output(0, n * 4), Slot::Scalar(0, 4)};
-  spec.steps = {Step{testing::ScaleKernel, {0, 1, 2}, n, 16, "scale"}};
+  spec.steps = {Step{testing::ScaleKernel, {0, 1, 2}, n, 16, "scale", ""}};
   return spec;
 }
 

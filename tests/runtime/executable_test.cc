@@ -55,10 +55,10 @@ ExecutableSpec AffineSpec(int64_t grain) {
                 Slot::Arena(0, kBytes), Slot::Output(1, kBytes), Slot::Arena(0, kBytes),
                 Slot::Output(0, kBytes)};
   spec.steps = {
-      Step{ScaleKernel, {0, 3, 2}, kN, grain, "scale_x"},
-      Step{AddKernel, {3, 1, 4}, kN, grain, "add_y"},
-      Step{ScaleKernel, {4, 5, 2}, kN, grain, "scale_mid"},
-      Step{AddKernel, {5, 0, 6}, kN, grain, "add_x"},
+      Step{ScaleKernel, {0, 3, 2}, kN, grain, "scale_x", ""},
+      Step{AddKernel, {3, 1, 4}, kN, grain, "add_y", ""},
+      Step{ScaleKernel, {4, 5, 2}, kN, grain, "scale_mid", ""},
+      Step{AddKernel, {5, 0, 6}, kN, grain, "add_x", ""},
   };
   return spec;
 }
@@ -173,7 +173,7 @@ TEST(ExecutableTest, ConstantSlotsHoldTheirBytes) {
   spec.num_inputs = 1;
   spec.num_outputs = 1;
   spec.slots = {Slot::Input(0, n * 4), Slot::Constant(table), Slot::Output(0, n * 4)};
-  spec.steps = {Step{AddKernel, {0, 1, 2}, n, 8, "add_table"}};
+  spec.steps = {Step{AddKernel, {0, 1, 2}, n, 8, "add_table", ""}};
   absl::StatusOr<Executable> exe = Executable::Create(std::move(spec));
   ASSERT_TRUE(exe.ok()) << exe.status();
 
@@ -200,8 +200,8 @@ ExecutableSpec GatherSpec() {
                 Slot::Constant(size_bytes),    Slot::ErrorFlag(),      Slot::Output(0, kBytes),
                 Slot::Scalar(0, sizeof(float))};
   spec.num_scalars = 1;
-  spec.steps = {Step{GatherKernel, {0, 1, 2, 3, 4}, kN, 32, "gather_7"},
-                Step{ScaleKernel, {2, 5, 6}, kN, 32, "scale"}};
+  spec.steps = {Step{GatherKernel, {0, 1, 2, 3, 4}, kN, 32, "gather_7", ""},
+                Step{ScaleKernel, {2, 5, 6}, kN, 32, "scale", ""}};
   return spec;
 }
 
@@ -254,7 +254,7 @@ void ThrowingKernel(void* const*, int64_t begin, int64_t) {
 TEST(ExecutableTest, AThrowingKernelBecomesAnError) {
   ExecutableSpec spec;
   spec.name = "throws";
-  spec.steps = {Step{ThrowingKernel, {}, 100, 1, "boom"}};
+  spec.steps = {Step{ThrowingKernel, {}, 100, 1, "boom", ""}};
   absl::StatusOr<Executable> exe = Executable::Create(std::move(spec));
   ASSERT_TRUE(exe.ok()) << exe.status();
   ThreadPool pool(2);
@@ -274,8 +274,9 @@ void RecordingKernel(void* const*, int64_t begin, int64_t end) {
 TEST(ExecutableTest, StepsWithinTheirGrainRunAsOneCallAndEmptyStepsNotAtAll) {
   ExecutableSpec spec;
   spec.name = "ranges";
-  spec.steps = {Step{RecordingKernel, {}, 0, 1, "empty"}, Step{RecordingKernel, {}, 1, 1, "one"},
-                Step{RecordingKernel, {}, 50, 64, "small"}};
+  spec.steps = {Step{RecordingKernel, {}, 0, 1, "empty", ""},
+                Step{RecordingKernel, {}, 1, 1, "one", ""},
+                Step{RecordingKernel, {}, 50, 64, "small", ""}};
   absl::StatusOr<Executable> exe = Executable::Create(std::move(spec));
   ASSERT_TRUE(exe.ok()) << exe.status();
   recorded_ranges.clear();

@@ -151,15 +151,8 @@ TEST(VulkanMatmulTest, TransposedOperandsAreReadInPlace) {
   b.Output(b.MatMul(b.Permute(a, {0, 2, 1}), b.Permute(w, {0, 2, 1})));
   absl::StatusOr<ir::Graph> graph = std::move(b).Build();
   ASSERT_TRUE(graph.ok()) << graph.status();
-  std::mt19937_64 rng(5);
-  std::vector<ir::TensorData> args;
-  std::vector<std::shared_ptr<const ir::TensorData>> shared;
-  for (ir::NodeId p : graph->Parameters()) {
-    args.push_back(test::RandomTensor(graph->node(p).type, rng));
-    shared.push_back(std::make_shared<const ir::TensorData>(args.back()));
-  }
-  absl::StatusOr<std::vector<ir::TensorData>> expected = ir::Interpret(*graph, args);
-  ASSERT_TRUE(expected.ok()) << expected.status();
+  absl::StatusOr<test::ReferenceRun> reference = test::RunReference(*graph, /*seed=*/5);
+  ASSERT_TRUE(reference.ok()) << reference.status();
   absl::StatusOr<std::shared_ptr<runtime::vulkan::VulkanDevice>> device =
       codegen::vulkan::DeviceForIndex(0);
   ASSERT_TRUE(device.ok()) << device.status();
@@ -169,10 +162,10 @@ TEST(VulkanMatmulTest, TransposedOperandsAreReadInPlace) {
   EXPECT_EQ((*compiled)->spec.dispatches.size(), 1u);
   EXPECT_EQ((*compiled)->num_matmuls, 1);
   absl::StatusOr<std::vector<ir::TensorData>> actual =
-      codegen::vulkan::RunCompiledGraph(**compiled, shared);
+      codegen::vulkan::RunCompiledGraph(**compiled, reference->arguments);
   ASSERT_TRUE(actual.ok()) << actual.status();
   // f32 sums of 70 products in another order than the interpreter's exact sum.
-  EXPECT_TRUE(test::TensorsClose((*expected)[0], (*actual)[0], {1e-5, 1e-5}));
+  EXPECT_TRUE(test::TensorsClose(reference->expected[0], (*actual)[0], {1e-5, 1e-5}));
 }
 
 }  // namespace
