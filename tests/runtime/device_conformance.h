@@ -5,8 +5,9 @@
 // allocator on the driver's buffers. A driver's test binary includes this
 // header once (it defines the tests) and instantiates the suite with its DeviceUnderTest:
 //   INSTANTIATE_TEST_SUITE_P(Cpu, DeviceConformance, ::testing::Values(CpuUnderTest()), Name);
-// tests/runtime/device_conformance_test.cc (cpu) and tests/runtime/vulkan/
-// device_conformance_vulkan_test.cc (vulkan, unified and staging memory) do.
+// tests/runtime/device_conformance_test.cc (cpu), tests/runtime/vulkan/
+// device_conformance_vulkan_test.cc (vulkan, unified and staging memory) and
+// tests/runtime/cuda/device_conformance_cuda_test.cc (cuda; skips without a GPU) do.
 #pragma once
 
 #include <gmock/gmock.h>
@@ -40,6 +41,9 @@ struct DeviceUnderTest {
   /// An executable for `device`: out = a + b over n floats (inputs 0 and 1, output 0).
   std::function<absl::StatusOr<std::shared_ptr<const DeviceExecutable>>(Device&, int64_t n)>
       make_add;
+  /// Whether the driver can run here; empty: always. When it returns an error, every case skips
+  /// with its message (the CUDA driver's instantiation on a machine without a GPU).
+  std::function<absl::Status()> available;
 };
 
 /// Prints a DeviceUnderTest as its name (gtest and ctest show it in test names).
@@ -52,6 +56,13 @@ inline std::string Name(const ::testing::TestParamInfo<DeviceUnderTest>& info) {
 
 class DeviceConformance : public ::testing::TestWithParam<DeviceUnderTest> {
  protected:
+  void SetUp() override {
+    if (!GetParam().available) return;
+    if (absl::Status status = GetParam().available(); !status.ok()) {
+      GTEST_SKIP() << status.message();
+    }
+  }
+
   Device& device() { return *GetParam().device(); }
 
   std::unique_ptr<DeviceBuffer> Allocate(int64_t bytes) {
