@@ -59,13 +59,11 @@ absl::StatusOr<std::unique_ptr<CudaApi>> Load(const std::string& library) {
     api->cuEventElapsedTime_v2 =
         reinterpret_cast<decltype(api->cuEventElapsedTime_v2)>(dlsym(handle, "cuEventElapsedTime"));
   }
-#define KILN_CUDA_CHECK(name, exported)                                                        \
-  if (api->exported == nullptr) {                                                              \
-    return absl::FailedPreconditionError(                                                      \
-        absl::StrCat("kiln::Cuda: the CUDA driver ", library,                                  \
-                     " has no " #exported                                                      \
-                     " (a driver older than CUDA 12? kiln needs a CUDA 12 or newer driver). ", \
-                     kUseCpu));                                                                \
+#define KILN_CUDA_CHECK(name, exported)                                                          \
+  if (api->exported == nullptr) {                                                                \
+    return absl::FailedPreconditionError(absl::StrCat(                                           \
+        "kiln::Cuda: the CUDA driver ", library,                                                 \
+        " has no " #exported " (a driver older than CUDA 11.0, which kiln needs?). ", kUseCpu)); \
   }
   KILN_CUDA_FUNCTIONS(KILN_CUDA_CHECK)
 #undef KILN_CUDA_CHECK
