@@ -209,7 +209,7 @@ class Renderer {
         return d_.Load(k_, e.arg, x[0]);
       case ExprOp::kNeg:
         if (is_float) return absl::StrCat("(-", x[0], ")");
-        if (is_signed) return absl::StrCat("(", Zero(in), " - ", x[0], ")");
+        if (is_signed) return d_.SignedArith("-", in, Zero(in), x[0]);
         return WrapU8(in, absl::StrCat(Zero(in), " - ", x[0]));
       case ExprOp::kAbs:
         if (is_float) return absl::StrCat("abs(", x[0], ")");
@@ -263,12 +263,15 @@ class Renderer {
       case ExprOp::kAdd:
         // bool arithmetic normalises to 0/1 like kernel_eval: + is or, * is and, - is xor.
         if (in == ScalarType::kBool) return absl::StrCat("(", x[0], " || ", x[1], ")");
+        if (is_signed) return d_.SignedArith("+", in, x[0], x[1]);
         return WrapU8(in, absl::StrCat("(", x[0], " + ", x[1], ")"));
       case ExprOp::kSub:
         if (in == ScalarType::kBool) return absl::StrCat("(", x[0], " != ", x[1], ")");
+        if (is_signed) return d_.SignedArith("-", in, x[0], x[1]);
         return WrapU8(in, absl::StrCat("(", x[0], " - ", x[1], ")"));
       case ExprOp::kMul:
         if (in == ScalarType::kBool) return absl::StrCat("(", x[0], " && ", x[1], ")");
+        if (is_signed) return d_.SignedArith("*", in, x[0], x[1]);
         return WrapU8(in, absl::StrCat("(", x[0], " * ", x[1], ")"));
       case ExprOp::kDiv:  // Integer div/mod arrive legalized as udiv/urem (legalize.h).
         if (!is_float) return Unsupported(e, in);
@@ -688,19 +691,23 @@ class Renderer {
     CloseScope();
     Line(indent, "}");
     if (SubgroupCombine(stmt, type, indent)) return absl::OkStatus();
-    const std::string lid_slot = absl::StrCat(sval, "[uint(lid)]");
+    // Workgroup-array subscripts in the dialect's u32 (GLSL's uint(lid), CUDA's uint32_t(lid)).
+    const std::string lid = d_.Convert(ScalarType::kU32, "lid");
+    const auto lid_plus = [&](int half) {
+      return d_.Convert(ScalarType::kU32,
+                        absl::StrCat("lid + ", Literal(ScalarType::kI64, half, 0)));
+    };
+    const std::string lid_slot = absl::StrCat(sval, "[", lid, "]");
     Line(indent, absl::StrCat(lid_slot, " = ", arg_kind ? best : acc, ";"));
-    if (arg_kind) Line(indent, absl::StrCat(sidx, "[uint(lid)] = ", acc, ";"));
+    if (arg_kind) Line(indent, absl::StrCat(sidx, "[", lid, "] = ", acc, ";"));
     Line(indent, d_.Barrier());
     for (int half = wg / 2; half >= 1; half /= 2) {
       Line(indent, absl::StrCat("if (lid < ", Literal(ScalarType::kI64, half, 0), ") {"));
-      const std::string a = absl::StrCat(sval, "[uint(lid)]");
-      const std::string b =
-          absl::StrCat(sval, "[uint(lid + ", Literal(ScalarType::kI64, half, 0), ")]");
+      const std::string a = absl::StrCat(sval, "[", lid, "]");
+      const std::string b = absl::StrCat(sval, "[", lid_plus(half), "]");
       if (arg_kind) {
-        const std::string ai = absl::StrCat(sidx, "[uint(lid)]");
-        const std::string bi =
-            absl::StrCat(sidx, "[uint(lid + ", Literal(ScalarType::kI64, half, 0), ")]");
+        const std::string ai = absl::StrCat(sidx, "[", lid, "]");
+        const std::string bi = absl::StrCat(sidx, "[", lid_plus(half), "]");
         // b wins when a has nothing, or b is better, or equal-ranked with a smaller index.
         const std::string b_better = ArgBetter(stmt.reduce_kind, type, b, a);
         const std::string a_better = ArgBetter(stmt.reduce_kind, type, a, b);

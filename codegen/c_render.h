@@ -70,6 +70,14 @@ class CDialect {
   virtual std::string SignExtend32(ScalarType to, const std::string& x) const {
     return Convert(to, x);
   }
+  /// `a op b` for op "+", "-" or "*" on the signed integer `type` (i32, i64), wrapping on
+  /// overflow (two's complement) as kernel_eval does. GLSL's signed arithmetic wraps; C++ leaves
+  /// overflow undefined, so CUDA computes in the unsigned type of the same width.
+  virtual std::string SignedArith(const std::string& op, ScalarType type, const std::string& a,
+                                  const std::string& b) const {
+    (void)type;
+    return "(" + a + " " + op + " " + b + ")";
+  }
   /// The call of a one-argument math function ("sqrt", "floor", "roundEven", ...) on `x` of
   /// float `type`; empty when the language has no such function for `type` (the renderer then
   /// fails with an error naming the op and the type).

@@ -266,6 +266,17 @@ void GraphCompiler::RecordPlanStep(std::string name, const std::vector<int>& rea
   plan_steps_.push_back(std::move(plan_step));
 }
 
+void GraphCompiler::RecordEmptyKernel(const Kernel& kernel, const SlotOverride& override) {
+  std::vector<int> reads, writes;
+  for (const KernelArg& arg : kernel.args) {
+    if (arg.role == ArgRole::kErrorFlag) continue;
+    auto it = override.find(arg.node);
+    const int slot = it != override.end() ? it->second : SlotFor(arg.node);
+    (arg.role == ArgRole::kInput ? reads : writes).push_back(slot);
+  }
+  RecordPlanStep(kernel.name + " (empty)", reads, writes);
+}
+
 KernelBinding GraphCompiler::BindKernelArgs(const Kernel& kernel, const SlotOverride& override) {
   KernelBinding binding;
   for (const KernelArg& arg : kernel.args) {

@@ -158,6 +158,10 @@ class GraphCompiler {
 
   /// The slot of each of `kernel`'s args: the error flag, an override, or SlotFor(arg.node).
   KernelBinding BindKernelArgs(const Kernel& kernel, const SlotOverride& override = {});
+  /// Records the step of a kernel with nothing to compute (a zero-sized output) without
+  /// appending one: later steps may bind its buffers, so the memory plan still sees it read and
+  /// write them (its error flag aside).
+  void RecordEmptyKernel(const Kernel& kernel, const SlotOverride& override);
 
   /// `operand` itself, or the source of an elided permute that the contraction routine reads
   /// with swapped strides (see ReadsTransposedOperands).

@@ -156,14 +156,7 @@ class Compiler : public GraphCompiler {
     if (kernel.parallel_extent == 0) {
       // Nothing to compute (a zero-sized output), but later steps may bind its buffers: the
       // memory plan still sees the step write them.
-      std::vector<int> reads, writes;
-      for (const KernelArg& arg : kernel.args) {
-        if (arg.role == ArgRole::kErrorFlag) continue;
-        auto it = override.find(arg.node);
-        const int slot = it != override.end() ? it->second : SlotFor(arg.node);
-        (arg.role == ArgRole::kInput ? reads : writes).push_back(slot);
-      }
-      RecordPlanStep(kernel.name + " (empty)", reads, writes);
+      RecordEmptyKernel(kernel, override);
       return absl::OkStatus();
     }
     Dump(absl::StrCat("kernel_", num_kernels_, ".kir"), PrintKernel(kernel));
