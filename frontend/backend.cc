@@ -19,6 +19,23 @@ runtime::TransferStats Device::transfer_stats(std::source_location loc) const {
   return allocator != nullptr ? allocator->device().transfer_stats() : runtime::TransferStats{};
 }
 
+bool Device::is_available(std::string* reason) const {
+  if (!runtime::IsBackendAvailable(kind())) {
+    if (reason != nullptr) {
+      *reason =
+          std::string("the ") + runtime::DeviceKindName(kind()) + " backend is not in this build";
+    }
+    return false;
+  }
+  try {
+    detail::AllocatorOf(id_, std::source_location::current());  // opens the device
+  } catch (const Error& e) {
+    if (reason != nullptr) *reason = e.what();
+    return false;
+  }
+  return true;
+}
+
 runtime::AllocatorStats Device::memory_stats(std::source_location loc) const {
   std::shared_ptr<runtime::CachingAllocator> allocator = detail::AllocatorOf(id_, loc);
   return allocator != nullptr ? allocator->stats() : runtime::AllocatorStats{};

@@ -38,6 +38,11 @@ class Device {
 
   bool operator==(const Device&) const = default;
 
+  /// Whether tensors can live on this device now (torch.cuda.is_available): its backend is linked
+  /// into the program and, for a device-memory backend, the device opens (a driver and a GPU are
+  /// present). When not, `reason` (if given) gets the error realizing a tensor would throw.
+  bool is_available(std::string* reason = nullptr) const;
+
   /// Bytes copied between host memory and this device's memory since the process started: for a
   /// device-memory backend (Vulkan), the uploads of host values and the read-backs (into_data,
   /// item, printing, checkpoints). Zero for reference and cpu, whose tensors are host memory.
@@ -97,6 +102,14 @@ KILN_DEFINE_BACKEND(Cpu, runtime::DeviceKind::kCpu);
 /// Without a Vulkan device, realizing a tensor throws a kiln::Error that says so and suggests
 /// the Cpu backend. Present when kiln is built with KILN_ENABLE_VULKAN.
 KILN_DEFINE_BACKEND(Vulkan, runtime::DeviceKind::kVulkan);
+
+/// The CUDA backend: graphs are fused and compiled to CUDA C, then PTX with NVRTC (codegen/cuda),
+/// and run through the CUDA driver (runtime/cuda) on NVIDIA GPUs; tensors stay in device memory.
+/// `Cuda::Device(i)` is CUDA device ordinal i. Nothing of CUDA is linked: NVRTC (libnvrtc.so.13
+/// or .12) and the driver (libcuda.so.1) are loaded when first used, so without a driver or GPU
+/// realizing a tensor throws a kiln::Error that says so and suggests the Cpu backend.
+/// Present when the program links kiln_backend_cuda (kiln::kiln does); docs/cuda.md.
+KILN_DEFINE_BACKEND(Cuda, runtime::DeviceKind::kCuda);
 
 /// A backend chosen at run time. `Any::Device{}` reads the KILN_DEVICE environment variable
 /// ("reference", "cpu:0", "vulkan:0", "cuda:1", ...; unset means reference:0) and throws
