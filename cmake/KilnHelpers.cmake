@@ -36,6 +36,7 @@
 #
 #   kiln_add_conformance(<backend> SOURCES backend_under_test.cc ... DEPS <backend libs> ...
 #                        [ENVIRONMENT VAR=v ...] [WHOLE_OP_CASES] [LEVELS]
+#                        [SKIP_WITHOUT_DEVICE] [NO_BLOB]
 #                        [LEVEL_ENVIRONMENT_v3 VAR=v ...] [LEVEL_ENVIRONMENT_v2 VAR=v ...])
 #     Instantiates the conformance suite (tests/conformance) for one backend, from its test
 #     folder: the executable <backend>_conformance_test (the suite's objects plus SOURCES, which
@@ -45,7 +46,11 @@
 #     `<backend>.conformance_op_test` (for backends whose per-process start, a device, costs more
 #     than a case); with LEVELS, the op, random-graph and blob suites again at each x86-64 level
 #     of kiln_test_cpu_levels as `<backend>_<level>.conformance_test` (KILN_CPU=x86-64-<level>
-#     plus LEVEL_ENVIRONMENT_<level>). ENVIRONMENT applies to every run (a driver file).
+#     plus LEVEL_ENVIRONMENT_<level>). ENVIRONMENT applies to every run (a driver file). With
+#     SKIP_WITHOUT_DEVICE, every run skips (with the reason) where the backend's device is not
+#     available (tests/frontend/skip_without_device.cc: CUDA without a GPU). NO_BLOB leaves out
+#     the AOT blob suite (it links the compiler, LLVM included), so the executable links only
+#     what the backend needs at run time.
 
 include_guard(GLOBAL)
 include(GNUInstallDirs)
@@ -231,14 +236,22 @@ function(kiln_test_cpu_levels out)
 endfunction()
 
 function(kiln_add_conformance backend)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "WHOLE_OP_CASES;LEVELS" ""
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "WHOLE_OP_CASES;LEVELS;SKIP_WITHOUT_DEVICE;NO_BLOB" ""
     "SOURCES;DEPS;ENVIRONMENT;LEVEL_ENVIRONMENT_v3;LEVEL_ENVIRONMENT_v2")
   if(ARG_UNPARSED_ARGUMENTS OR NOT ARG_SOURCES)
     message(FATAL_ERROR "kiln_add_conformance(${backend}): needs SOURCES; unknown arguments "
                         "'${ARG_UNPARSED_ARGUMENTS}'")
   endif()
+  if(ARG_SKIP_WITHOUT_DEVICE)
+    list(APPEND ARG_ENVIRONMENT KILN_TEST_SKIP_WITHOUT_DEVICE=${backend})
+  endif()
   set(exe ${backend}_conformance_test)
-  kiln_add_test(${exe} SOURCES ${ARG_SOURCES} DEPS kiln_conformance ${ARG_DEPS} NO_RUN)
+  # An object library's objects reach only the targets that link it directly: both are named.
+  set(suite kiln_conformance kiln_conformance_blob)
+  if(ARG_NO_BLOB)
+    set(suite kiln_conformance)
+  endif()
+  kiln_add_test(${exe} SOURCES ${ARG_SOURCES} DEPS ${suite} ${ARG_DEPS} NO_RUN)
 
   # The frontend's conformance suite on this backend's device (kiln::Any reads KILN_DEVICE).
   kiln_add_test_run(frontend_backend_test PREFIX "${backend}."

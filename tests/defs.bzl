@@ -74,7 +74,9 @@ def kiln_conformance_suite(
         srcs = ["backend_under_test.cc"],
         size = "large",
         shard_count = 2,
-        env = {}):
+        env = {},
+        skip_without_device = False,
+        blob = True):
     """Instantiates the conformance suites for one backend, from its test package.
 
     Declares `<backend>_conformance_test` (//tests/conformance:suite with `srcs`, which define
@@ -88,7 +90,14 @@ def kiln_conformance_suite(
       size: Bazel test size of both tests.
       shard_count: gtest shards of both tests.
       env: environment of both runs (a driver file).
+      blob: whether the AOT blob suite is part of it (//tests/conformance:suite, else
+        :suite_core).
+      skip_without_device: skip every case, with the reason, where the backend's device is not
+        available (tests/frontend/skip_without_device.cc: CUDA without a GPU).
     """
+    env = dict(env)
+    if skip_without_device:
+        env["KILN_TEST_SKIP_WITHOUT_DEVICE"] = backend
     cc_test(
         name = backend + "_conformance_test",
         srcs = srcs,
@@ -97,7 +106,7 @@ def kiln_conformance_suite(
         shard_count = shard_count,
         env = env,
         deps = deps + [
-            "//tests/conformance:suite",
+            "//tests/conformance:suite" if blob else "//tests/conformance:suite_core",
             "@absl",
             "@gtest//:gtest_main",
         ],
