@@ -33,6 +33,10 @@
 #include "codegen/vulkan/graph_compiler.h"
 #include "runtime/vulkan/spirv_check.h"
 #endif
+#if KILN_AOT_HAVE_CUDA
+#include "codegen/cuda/graph_compiler.h"
+#include "codegen/cuda/nvrtc.h"
+#endif
 
 namespace kiln::aot {
 namespace {
@@ -208,8 +212,6 @@ class WeightsWriter {
   std::multimap<uint64_t, std::pair<uint64_t, size_t>> known_;
 };
 
-#if KILN_AOT_HAVE_VULKAN
-// The Vulkan sections: the plan (JSON) and the SPIR-V of its shaders.
 // A launch-plan slot as the blob's JSON: kind, size, index/offset and label. A constant slot gets
 // only its size and label: where its bytes lie is the caller's (the weights section, a GEMM
 // descriptor). `plan` names the plan in the error for scalar slots, which blobs cannot bind.
@@ -241,6 +243,8 @@ absl::StatusOr<json> SlotJson(const runtime::Slot& slot, const char* plan) {
   return s;
 }
 
+#if KILN_AOT_HAVE_VULKAN
+// The Vulkan sections: the plan (JSON) and the SPIR-V of its shaders.
 absl::Status CompileVulkan(const ir::Graph& bound, const std::string& name, WeightsWriter& weights,
                            std::string* plan_text, std::string* spirv) {
   const runtime::vulkan::DeviceInfo portable = codegen::vulkan::PortableDeviceInfo();
@@ -299,6 +303,66 @@ absl::Status CompileVulkan(const ir::Graph& bound, const std::string& name, Weig
                                       {"groups", {d.groups[0], d.groups[1], d.groups[2]}},
                                       {"name", d.name},
                                       {"error_context", d.error_context}});
+  }
+  *plan_text = plan.dump();
+  return absl::OkStatus();
+}
+#endif
+
+#if KILN_AOT_HAVE_CUDA
+// The CUDA sections (runtime/cuda/blob_cuda.h): the plan (JSON) and the PTX of its modules,
+// concatenated.
+absl::Status CompileCuda(const ir::Graph& bound, const std::string& name, const std::string& arch,
+                         WeightsWriter& weights, std::string* plan_text, std::string* ptx) {
+  // Only compiling needs NVRTC; say so before the graph compiler fails on its first kernel.
+  if (absl::Status s = codegen::cuda::NvrtcAvailable(); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "aot: the CUDA section needs NVRTC (the CUDA toolkit's runtime compiler) to compile; "
+        "running the blob needs only the NVIDIA driver: ",
+        s.message()));
+  }
+  absl::StatusOr<std::shared_ptr<const codegen::cuda::CompiledGraph>> compiled =
+      codegen::cuda::CompileSpec(bound, arch);
+  if (!compiled.ok()) {
+    return absl::Status(compiled.status().code(), absl::StrCat("aot: cuda graph compile (", arch,
+                                                               "): ", compiled.status().message()));
+  }
+  const runtime::cuda::CudaExecutableSpec& spec = (*compiled)->spec;
+  json plan;
+  plan["name"] = name;
+  plan["arch"] = arch;
+  plan["slots"] = json::array();
+  for (const runtime::Slot& slot : spec.slots) {
+    absl::StatusOr<json> s = SlotJson(slot, " (cuda)");
+    if (!s.ok()) return s.status();
+    if (slot.kind == runtime::SlotKind::kConstant) {
+      const void* data = slot.external != nullptr ? slot.external : slot.constant.data();
+      (*s)["kind"] = "constant";
+      (*s)["weights_offset"] = weights.Add(data, static_cast<size_t>(slot.size_bytes));
+    }
+    plan["slots"].push_back(*std::move(s));
+  }
+  plan["modules"] = json::array();
+  for (const std::string& module : spec.modules) {
+    plan["modules"].push_back(json{{"offset", ptx->size()}, {"bytes", module.size()}});
+    ptx->append(module);
+  }
+  plan["kernels"] = json::array();
+  for (const runtime::cuda::KernelSpec& k : spec.kernels) {
+    plan["kernels"].push_back(json{{"name", k.name},
+                                   {"module", k.module},
+                                   {"num_buffers", k.num_buffers},
+                                   {"max_dynamic_shared_bytes", k.max_dynamic_shared_bytes}});
+  }
+  plan["launches"] = json::array();
+  for (const runtime::cuda::Launch& l : spec.launches) {
+    plan["launches"].push_back(json{{"kernel", l.kernel},
+                                    {"buffers", l.buffer_slots},
+                                    {"grid", {l.grid[0], l.grid[1], l.grid[2]}},
+                                    {"block", {l.block[0], l.block[1], l.block[2]}},
+                                    {"shared_bytes", l.shared_bytes},
+                                    {"name", l.name},
+                                    {"error_context", l.error_context}});
   }
   *plan_text = plan.dump();
   return absl::OkStatus();
@@ -574,6 +638,18 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
     return absl::UnimplementedError("aot: this build of kiln has no Vulkan backend");
 #endif
   }
+  std::string cuda_plan, ptx;
+  if (options.cuda) {
+#if KILN_AOT_HAVE_CUDA
+    if (absl::Status s = CompileCuda(*bound, signature["name"].get<std::string>(),
+                                     options.cuda_arch, weights_writer, &cuda_plan, &ptx);
+        !s.ok()) {
+      return s;
+    }
+#else
+    return absl::UnimplementedError("aot: this build of kiln has no CUDA backend");
+#endif
+  }
   std::vector<Section> all;
   all.push_back(Section{runtime::blob::SectionKind::kSignature, "", signature.dump()});
   all.push_back(Section{runtime::blob::SectionKind::kPlan, "cpu", plan.dump()});
@@ -582,6 +658,10 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
   if (options.vulkan) {
     all.push_back(Section{runtime::blob::SectionKind::kPlan, "vulkan", std::move(vulkan_plan)});
     all.push_back(Section{runtime::blob::SectionKind::kPayload, "vulkan:spirv", std::move(spirv)});
+  }
+  if (options.cuda) {
+    all.push_back(Section{runtime::blob::SectionKind::kPlan, "cuda", std::move(cuda_plan)});
+    all.push_back(Section{runtime::blob::SectionKind::kPayload, "cuda:ptx", std::move(ptx)});
   }
   if (options.include_ir_text) {
     all.push_back(Section{runtime::blob::SectionKind::kIrText, "", ir::PrintGraph(graph)});

@@ -13,7 +13,8 @@
 // pins, as the JIT compiles; a generic CPU of the triple for the others) and linked into a shared
 // object per triple (host: `cc -shared`; other triples: `ld.lld`), stored as the blob's code
 // sections. With CompileOptions::vulkan the blob also carries the Vulkan graph compiler's plan and
-// SPIR-V (docs/deploy.md, docs/vulkan.md).
+// SPIR-V (docs/deploy.md, docs/vulkan.md), with CompileOptions::cuda the CUDA graph compiler's
+// plan and PTX (docs/deploy.md).
 #pragma once
 
 #include <memory>
@@ -48,6 +49,17 @@ struct CompileOptions {
   /// features the SPIR-V declares) and a "spirv" section. Constants are shared with the CPU plan's
   /// weights section where their bytes are equal. Unimplemented in a build without Vulkan.
   bool vulkan = false;
+  /// Also compile for CUDA: the graph goes through the CUDA graph compiler (codegen/cuda,
+  /// CompileSpec for `cuda_arch`: no GPU needed, but NVRTC is, see codegen::cuda::NvrtcAvailable)
+  /// and the blob gains a "cuda" plan section (slots, modules, kernels, launches, the
+  /// architecture) and a "cuda:ptx" payload of the kernels' PTX. Constants are shared with the
+  /// other plans' weights where their bytes are equal. Running the blob needs only the NVIDIA
+  /// driver (runtime/cuda/blob_cuda.h). Unimplemented in a build without CUDA.
+  bool cuda = false;
+  /// The architecture the CUDA section's PTX is written for. The driver JIT-compiles PTX forward
+  /// to every newer GPU, never back: the default, sm_80, runs on A100, H100, H200 and later
+  /// GPUs; "sm_90" uses Hopper's instructions and runs on Hopper and later only.
+  std::string cuda_arch = "sm_80";
 };
 
 /// Compiles `graph` (which must verify; parameters are the blob's inputs in order, named by

@@ -38,6 +38,9 @@
 #if KILN_TOOL_HAVE_VULKAN
 #include "runtime/vulkan/blob_vulkan.h"
 #endif
+#if KILN_TOOL_HAVE_CUDA
+#include "runtime/cuda/blob_cuda.h"
+#endif
 
 extern char** environ;
 
@@ -305,9 +308,10 @@ absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const OnnxArgs& o
 }
 
 int Compile(const CompileArgs& args) {
-  if (args.target != "cpu" && args.target != "vulkan") {
-    return Fail("compile", absl::StrCat("target '", args.target,
-                                        "' is not available in this build (targets: cpu, vulkan)"));
+  if (args.target != "cpu" && args.target != "vulkan" && args.target != "cuda") {
+    return Fail("compile",
+                absl::StrCat("target '", args.target,
+                             "' is not available in this build (targets: cpu, vulkan, cuda)"));
   }
   absl::StatusOr<LoadedModel> model = LoadModel(args.input, args.onnx);
   if (!model.ok()) return Fail("compile", model.status());
@@ -317,6 +321,11 @@ int Compile(const CompileArgs& args) {
   options.name = args.name.empty() ? fs::path(args.input).stem().string() : args.name;
   options.weights = std::move(model->weights);
   options.vulkan = args.target == "vulkan";  // a Vulkan section beside the CPU code
+  options.cuda = args.target == "cuda";      // a CUDA section (PTX) beside the CPU code
+  if (!args.cuda_arch.empty()) {
+    if (!options.cuda) return Fail("compile", "--cuda-arch needs --target cuda");
+    options.cuda_arch = args.cuda_arch;
+  }
   if (absl::Status s = aot::CompileToFile(model->graph, options, args.output); !s.ok()) {
     return Fail("compile", absl::StrCat(args.input, ": ", s.message()));
   }
@@ -328,6 +337,9 @@ int Compile(const CompileArgs& args) {
 int Run(const RunArgs& args) {
 #if KILN_TOOL_HAVE_VULKAN
   runtime::vulkan::EnableVulkanBlobs();
+#endif
+#if KILN_TOOL_HAVE_CUDA
+  runtime::cuda::EnableCudaBlobs();
 #endif
   absl::StatusOr<std::unique_ptr<Model>> model =
       Model::LoadFile(args.blob, runtime::blob::LoadOptions{args.device});
@@ -370,6 +382,9 @@ int Run(const RunArgs& args) {
 int Inspect(const InspectArgs& args) {
 #if KILN_TOOL_HAVE_VULKAN
   runtime::vulkan::EnableVulkanBlobs();  // the Vulkan plan parsed, checked and described too
+#endif
+#if KILN_TOOL_HAVE_CUDA
+  runtime::cuda::EnableCudaBlobs();  // and the CUDA plan
 #endif
   absl::StatusOr<std::string> bytes = ReadFile(args.blob);
   if (!bytes.ok()) return Fail("inspect", bytes.status());

@@ -49,9 +49,10 @@ absl::StatusOr<LoadedModel> ImportOnnx(const std::string& path, const OnnxArgs& 
 absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const OnnxArgs& onnx = {});
 
 struct CompileArgs {
-  std::string input;   // graph.kir or model.onnx
-  std::string output;  // m.kiln
-  std::string target = "cpu";
+  std::string input;           // graph.kir or model.onnx
+  std::string output;          // m.kiln
+  std::string target = "cpu";  // cpu, vulkan or cuda (each adds its section to the CPU code)
+  std::string cuda_arch;       // --target cuda: aot::CompileOptions::cuda_arch ("" -> sm_80)
   std::vector<std::string> triples;
   bool no_ir_text = false;
   std::string name;  // the model's name in the signature ("" -> the input's file stem)
@@ -63,7 +64,7 @@ struct RunArgs {
   std::string blob;
   std::vector<std::string> inputs;  // "name=file.npy", or "file.npy" for the next unnamed input
   std::string output_dir;           // "" -> print a summary of each output
-  std::string device;               // runtime::blob::LoadOptions::device: cpu, vulkan[:sel]
+  std::string device;  // runtime::blob::LoadOptions::device: cpu, vulkan[:sel], cuda[:ordinal]
 };
 int Run(const RunArgs& args);
 

@@ -40,9 +40,13 @@ int main(int argc, char** argv) {
       ->required();
   c->add_option("-o,--output", compile.output, "the blob to write (m.kiln)")->required();
   c->add_option("--target", compile.target,
-                "cpu, or vulkan: also a Vulkan section (SPIR-V) beside the CPU code")
+                "cpu, or vulkan: also a Vulkan section (SPIR-V) beside the CPU code, or cuda: "
+                "also a CUDA section (PTX; compiling needs NVRTC, running only the NVIDIA driver)")
       ->default_val("cpu")
-      ->check(CLI::IsMember({"cpu", "vulkan"}));
+      ->check(CLI::IsMember({"cpu", "vulkan", "cuda"}));
+  c->add_option("--cuda-arch", compile.cuda_arch,
+                "with --target cuda: the GPU architecture of the PTX (default sm_80: runs on "
+                "A100, H100, H200 and newer; e.g. sm_90 for Hopper and newer only)");
   c->add_option("--triple", compile.triples,
                 "also compile machine code for this LLVM target triple (repeatable), e.g. "
                 "aarch64-linux-gnu; the host's triple is always included");
@@ -60,7 +64,7 @@ int main(int argc, char** argv) {
                 "write each output to <dir>/<output name>.npy (default: print a summary)");
   r->add_option("--device", run.device,
                 "cpu (default), vulkan or vulkan:<index|name> (needs a blob compiled with "
-                "--target vulkan)");
+                "--target vulkan), cuda or cuda:<ordinal> (needs --target cuda)");
   r->callback([&] { result = Run(run); });
 
   InspectArgs inspect;
