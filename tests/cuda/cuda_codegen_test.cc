@@ -303,7 +303,8 @@ TEST(CudaGraphCompilerTest, DumpsCudaAndPtxAndReadsTransposedOperandsInPlace) {
   const ir::NodeId w = b.Parameter("w", ir::TensorType{ir::DType::kF32, {70, 80}});
   const ir::NodeId bias = b.Parameter("bias", ir::TensorType{ir::DType::kF32, {70}});
   const ir::NodeId wt = b.Permute(w, {1, 0});
-  const ir::NodeId y = b.Binary(ir::Op::kAdd, b.MatMul(x, wt), b.Broadcast(b.Reshape(bias, {1, 70}), {96, 70}));
+  const ir::NodeId y =
+      b.Binary(ir::Op::kAdd, b.MatMul(x, wt), b.Broadcast(b.Reshape(bias, {1, 70}), {96, 70}));
   b.Output(b.Binary(ir::Op::kMax, y, b.Fill(0.0, ir::TensorType{ir::DType::kF32, {96, 70}})));
   absl::StatusOr<ir::Graph> graph = std::move(b).Build();
   ASSERT_TRUE(graph.ok()) << graph.status();
