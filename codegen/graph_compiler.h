@@ -30,9 +30,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "codegen/kernel_ir.h"
 #include "ir/graph.h"
@@ -274,5 +276,34 @@ absl::Status CheckArguments(absl::string_view backend,
                             std::span<const ir::TensorType> parameter_types,
                             std::span<const std::shared_ptr<const ir::TensorData>> arguments,
                             std::span<const bool> donated = {});
+
+/// Runs a GPU backend's compiled graph (codegen/vulkan's or codegen/cuda's CompiledGraph: its
+/// parameter_types, output_types, executable and device, whose Run takes host pointers) on host
+/// values: arguments checked, outputs allocated on the host, errors prefixed "<backend> backend".
+template <typename Compiled>
+absl::StatusOr<std::vector<ir::TensorData>> RunOnHostValues(
+    absl::string_view backend, const Compiled& compiled,
+    std::span<const std::shared_ptr<const ir::TensorData>> arguments) {
+  if (compiled.device == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(backend, " backend: the graph was compiled without a device"));
+  }
+  if (absl::Status s = CheckArguments(backend, compiled.parameter_types, arguments); !s.ok()) {
+    return s;
+  }
+  absl::InlinedVector<const void*, 8> inputs(arguments.size());
+  for (size_t k = 0; k < arguments.size(); ++k) inputs[k] = arguments[k]->data();
+  std::vector<ir::TensorData> results;
+  results.reserve(compiled.output_types.size());
+  absl::InlinedVector<void*, 4> outputs;
+  for (const ir::TensorType& type : compiled.output_types) {
+    results.push_back(ir::TensorData::Uninitialized(type.dtype, type.shape));
+    outputs.push_back(results.back().data());
+  }
+  if (absl::Status s = compiled.device->Run(*compiled.executable, inputs, outputs); !s.ok()) {
+    return s;
+  }
+  return results;
+}
 
 }  // namespace kiln::codegen

@@ -7,7 +7,6 @@
 #include <string>
 #include <utility>
 
-#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/cuda/cuda_c.h"
@@ -283,25 +282,7 @@ absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileSpec(const ir::Graph
 absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
     const CompiledGraph& compiled,
     std::span<const std::shared_ptr<const ir::TensorData>> arguments) {
-  if (compiled.device == nullptr) {
-    return absl::FailedPreconditionError("cuda backend: the graph was compiled without a device");
-  }
-  if (absl::Status s = CheckArguments("cuda", compiled.parameter_types, arguments); !s.ok()) {
-    return s;
-  }
-  absl::InlinedVector<const void*, 8> inputs(arguments.size());
-  for (size_t k = 0; k < arguments.size(); ++k) inputs[k] = arguments[k]->data();
-  std::vector<ir::TensorData> results;
-  results.reserve(compiled.output_types.size());
-  absl::InlinedVector<void*, 4> outputs;
-  for (const ir::TensorType& type : compiled.output_types) {
-    results.push_back(ir::TensorData::Uninitialized(type.dtype, type.shape));
-    outputs.push_back(results.back().data());
-  }
-  if (absl::Status s = compiled.device->Run(*compiled.executable, inputs, outputs); !s.ok()) {
-    return s;
-  }
-  return results;
+  return RunOnHostValues("cuda", compiled, arguments);
 }
 
 GraphCacheStats GetGraphCacheStats() { return Cache().Stats(); }
