@@ -313,7 +313,8 @@ absl::Status CompileVulkan(const ir::Graph& bound, const std::string& name, Weig
 // The CUDA sections (runtime/cuda/blob_cuda.h): the plan (JSON) and the PTX of its modules,
 // concatenated.
 absl::Status CompileCuda(const ir::Graph& bound, const std::string& name, const std::string& arch,
-                         WeightsWriter& weights, std::string* plan_text, std::string* ptx) {
+                         bool allow_tf32, WeightsWriter& weights, std::string* plan_text,
+                         std::string* ptx) {
   // Only compiling needs NVRTC; say so before the graph compiler fails on its first kernel.
   if (absl::Status s = codegen::cuda::NvrtcAvailable(); !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -322,7 +323,7 @@ absl::Status CompileCuda(const ir::Graph& bound, const std::string& name, const 
         s.message()));
   }
   absl::StatusOr<std::shared_ptr<const codegen::cuda::CompiledGraph>> compiled =
-      codegen::cuda::CompileSpec(bound, arch);
+      codegen::cuda::CompileSpec(bound, arch, allow_tf32);
   if (!compiled.ok()) {
     return absl::Status(compiled.status().code(), absl::StrCat("aot: cuda graph compile (", arch,
                                                                "): ", compiled.status().message()));
@@ -641,8 +642,9 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
   std::string cuda_plan, ptx;
   if (options.cuda) {
 #if KILN_AOT_HAVE_CUDA
-    if (absl::Status s = CompileCuda(*bound, signature["name"].get<std::string>(),
-                                     options.cuda_arch, weights_writer, &cuda_plan, &ptx);
+    if (absl::Status s =
+            CompileCuda(*bound, signature["name"].get<std::string>(), options.cuda_arch,
+                        options.cuda_allow_tf32, weights_writer, &cuda_plan, &ptx);
         !s.ok()) {
       return s;
     }

@@ -60,6 +60,9 @@ struct CompileOptions {
   /// to every newer GPU, never back: the default, sm_80, runs on A100, H100, H200 and later
   /// GPUs; "sm_90" uses Hopper's instructions and runs on Hopper and later only.
   std::string cuda_arch = "sm_80";
+  /// The CUDA section's f32 matmuls run on tensor cores as tf32 (codegen::cuda::AllowTf32; like
+  /// `torch.backends.cuda.matmul.allow_tf32`): faster, 10 mantissa bits instead of 23.
+  bool cuda_allow_tf32 = false;
 };
 
 /// Compiles `graph` (which must verify; parameters are the blob's inputs in order, named by

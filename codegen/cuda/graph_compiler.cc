@@ -1,10 +1,14 @@
 #include "codegen/cuda/graph_compiler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -30,8 +34,13 @@ using passes::FusionGroup;
 class Compiler : public GraphCompiler {
  public:
   // `device` may be null (CompileSpec): the spec is then compiled for `arch` and not loaded.
-  Compiler(const ir::Graph& graph, std::shared_ptr<rc::CudaDevice> device, std::string arch)
-      : GraphCompiler(graph, Options()), device_(std::move(device)), arch_(std::move(arch)) {
+  Compiler(const ir::Graph& graph, std::shared_ptr<rc::CudaDevice> device, std::string arch,
+           bool allow_tf32)
+      : GraphCompiler(graph, Options()),
+        device_(std::move(device)),
+        arch_(std::move(arch)),
+        compute_capability_(ComputeCapability(arch_)),
+        allow_tf32_(allow_tf32) {
     if (device_ != nullptr) {
       const rc::DeviceInfo& info = device_->info();
       if (info.max_grid[0] > 0) target_.max_grid_x = info.max_grid[0];
@@ -58,7 +67,9 @@ class Compiler : public GraphCompiler {
   std::vector<runtime::Slot>& slots() override { return spec_.slots; }
 
   bool RunsContraction(const ir::Node& root) const override {
-    return root.op == ir::Op::kMatMul && MatmulFits(ShapeOf(root, false, false));
+    if (root.op != ir::Op::kMatMul) return false;
+    std::optional<MatmulShape> shape = ShapeOf(root, false, false);
+    return shape.has_value() && MatmulFits(*shape);
   }
 
   // The matmul template takes the operands' row and column strides.
@@ -75,6 +86,7 @@ class Compiler : public GraphCompiler {
     compiled->num_kernels = num_kernels_;
     compiled->num_matmuls = num_matmuls_;
     compiled->arch = arch_;
+    compiled->allow_tf32 = allow_tf32_;
     compiled->dump_directory = dump().directory();
     if (device_ != nullptr) {  // ahead of time (no device): the spec only
       absl::StatusOr<std::shared_ptr<const rc::CudaExecutable>> executable = device_->Load(spec_);
@@ -146,12 +158,18 @@ class Compiler : public GraphCompiler {
     return absl::OkStatus();
   }
 
-  MatmulShape ShapeOf(const ir::Node& root, bool lhs_transposed, bool rhs_transposed) const {
+  // The matmul template's view of `root`, or nullopt when no template takes its dtype here.
+  std::optional<MatmulShape> ShapeOf(const ir::Node& root, bool lhs_transposed,
+                                     bool rhs_transposed) const {
+    std::optional<MatmulKernel> kernel =
+        ChooseMatmulKernel(root.type.dtype, compute_capability_, allow_tf32_);
+    if (!kernel.has_value()) return std::nullopt;
     const ir::Shape& a = graph().node(root.inputs[0]).type.shape;
     const ir::Shape& b = graph().node(root.inputs[1]).type.shape;
     const size_t r = a.size();
     MatmulShape s;
     s.dtype = root.type.dtype;
+    s.kernel = *kernel;
     s.m = a[r - 2];
     s.k = a[r - 1];
     s.n = b[r - 1];
@@ -164,8 +182,8 @@ class Compiler : public GraphCompiler {
     return s;
   }
 
-  // An f32/f64 matmul through the tiled template, then the rest of the group (bias, activation,
-  // residual) as an elementwise kernel over its result.
+  // A matmul through its tiled template (tensor cores or fma), then the rest of the group (bias,
+  // activation, residual) as an elementwise kernel over its result.
   absl::Status CompileContraction(int g) override {
     const FusionGroup& group = plan().groups[static_cast<size_t>(g)];
     const ir::Node& root = graph().node(group.root);
@@ -180,21 +198,22 @@ class Compiler : public GraphCompiler {
     const int result_slot = (!has_epilogue || root_is_output)
                                 ? SlotFor(group.root)
                                 : NewArenaSlot(root, absl::StrCat("%", group.root, " (matmul)"));
-    const MatmulShape shape = ShapeOf(root, OperandSource(lhs) != lhs, OperandSource(rhs) != rhs);
+    // RunsContraction chose this group for a template, so one fits.
+    const MatmulShape shape = *ShapeOf(root, OperandSource(lhs) != lhs, OperandSource(rhs) != rhs);
     const std::string name = absl::StrCat("matmul_", group.root);
     const int lhs_slot = SlotFor(OperandSource(lhs)), rhs_slot = SlotFor(OperandSource(rhs));
     if (root.type.num_elements() > 0) {
       Dump(absl::StrCat("kernel_", num_kernels_, ".kir"),
-           absl::StrCat("// ", name, ": the tiled matmul template (no kernel IR)\n"));
+           absl::StrCat("// ", name, ": the tiled matmul template, ",
+                        MatmulKernelName(shape.kernel), " (no kernel IR)\n"));
       absl::StatusOr<int> kernel = AddKernel(name, MatmulCuda(name, shape), "kiln_matmul", 3);
       if (!kernel.ok()) return GroupError(g, kernel.status());
       rc::Launch launch;
       launch.kernel = *kernel;
       launch.name = name;
-      launch.grid[0] = static_cast<uint32_t>((shape.n + kMatmulTile - 1) / kMatmulTile);
-      launch.grid[1] = static_cast<uint32_t>((shape.m + kMatmulTile - 1) / kMatmulTile);
-      launch.grid[2] = static_cast<uint32_t>(shape.batch);
-      launch.block[0] = launch.block[1] = kMatmulThreads;
+      const MatmulLaunch dims = MatmulLaunchFor(shape);
+      std::copy(std::begin(dims.grid), std::end(dims.grid), launch.grid);
+      std::copy(std::begin(dims.block), std::end(dims.block), launch.block);
       launch.buffer_slots = {lhs_slot, rhs_slot, result_slot};
       RecordPlanStep(name, {lhs_slot, rhs_slot}, {result_slot});
       spec_.launches.push_back(std::move(launch));
@@ -230,6 +249,8 @@ class Compiler : public GraphCompiler {
 
   std::shared_ptr<rc::CudaDevice> device_;
   std::string arch_;
+  int compute_capability_;
+  bool allow_tf32_;
   CudaTarget target_;
   rc::CudaExecutableSpec spec_;
   std::vector<std::string> sources_;
@@ -237,6 +258,12 @@ class Compiler : public GraphCompiler {
   int num_kernels_ = 0;
   int num_matmuls_ = 0;
 };
+
+std::atomic<int>& Tf32Setting() {
+  // -1: not set by SetAllowTf32, so $KILN_CUDA_ALLOW_TF32 decides.
+  static std::atomic<int> setting{-1};
+  return setting;
+}
 
 GraphCache<CompiledGraph>& Cache() {
   static auto* cache = new GraphCache<CompiledGraph>();
@@ -252,6 +279,14 @@ std::string ArchFor(const rc::CudaDevice* device) {
   if (device != nullptr) return device->info().Arch();
   return "sm_80";
 }
+
+bool AllowTf32() {
+  if (const int set = Tf32Setting().load(); set >= 0) return set == 1;
+  const char* env = std::getenv("KILN_CUDA_ALLOW_TF32");
+  return env != nullptr && (std::string_view(env) == "1" || std::string_view(env) == "true");
+}
+
+void SetAllowTf32(bool allow) { Tf32Setting().store(allow ? 1 : 0); }
 
 absl::StatusOr<std::shared_ptr<rc::CudaDevice>> DeviceForIndex(int index) {
   static std::mutex mutex;
@@ -271,12 +306,13 @@ absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileGraph(
     const ir::Graph& graph, std::shared_ptr<rc::CudaDevice> device) {
   if (device == nullptr) return absl::InvalidArgumentError("cuda backend: no device");
   std::string arch = ArchFor(device.get());
-  return Compiler(graph, std::move(device), std::move(arch)).Run();
+  return Compiler(graph, std::move(device), std::move(arch), AllowTf32()).Run();
 }
 
 absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileSpec(const ir::Graph& graph,
-                                                                 const std::string& arch) {
-  return Compiler(graph, nullptr, arch).Run();
+                                                                 const std::string& arch,
+                                                                 bool allow_tf32) {
+  return Compiler(graph, nullptr, arch, allow_tf32).Run();
 }
 
 absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
@@ -293,7 +329,9 @@ absl::StatusOr<std::shared_ptr<const CompiledGraph>> FindOrCompile(const ir::Gra
   if (!device.ok()) return device.status();
   return Cache().FindOrCompile(
       graph, ir::SignatureHash(graph),
-      [&](const CompiledGraph& entry) { return entry.device == *device; },
+      [&, allow_tf32 = AllowTf32(), arch = ArchFor(device->get())](const CompiledGraph& entry) {
+        return entry.device == *device && entry.allow_tf32 == allow_tf32 && entry.arch == arch;
+      },
       [&] { return CompileGraph(graph, *device); });
 }
 

@@ -329,6 +329,84 @@ TEST(CudaGraphCompilerTest, DumpsCudaAndPtxAndReadsTransposedOperandsInPlace) {
   std::filesystem::remove_all(dir);
 }
 
+// A [64, 96] x [96, 80] matmul of `dtype` (b read transposed in place when `b_transposed`).
+ir::Graph MatmulGraph(ir::DType dtype, bool b_transposed) {
+  ir::Builder builder;
+  const ir::NodeId a = builder.Parameter("a", ir::TensorType{dtype, {64, 96}});
+  const ir::NodeId b = b_transposed
+                           ? builder.Permute(builder.Parameter("b", {dtype, {80, 96}}), {1, 0})
+                           : builder.Parameter("b", ir::TensorType{dtype, {96, 80}});
+  builder.Output(builder.MatMul(a, b));
+  absl::StatusOr<ir::Graph> graph = std::move(builder).Build();
+  EXPECT_TRUE(graph.ok()) << graph.status();
+  return *std::move(graph);
+}
+
+// f16/bf16 matmuls run on tensor cores from sm_80 (the direct loop nest before), f32 ones only
+// when tf32 is allowed; every template's PTX passes ptxas for both GPUs.
+TEST(CudaGraphCompilerTest, MatmulsPickTheirTemplateByDtypeArchAndTf32) {
+  SKIP_WITHOUT_TOOLKIT();
+  struct Expect {
+    ir::DType dtype;
+    std::string arch;
+    bool allow_tf32;
+    const char* instruction;  // in the PTX; null: no template (the loop nest)
+  };
+  const Expect expectations[] = {
+      {ir::DType::kBF16, "sm_80", false, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"},
+      {ir::DType::kF16, "sm_90", false, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"},
+      {ir::DType::kF32, "sm_80", true, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"},
+      {ir::DType::kF32, "sm_90", false, "fma.rn.f32"},
+      {ir::DType::kF64, "sm_80", true, "fma.rn.f64"},
+      {ir::DType::kBF16, "sm_75", false, nullptr},
+  };
+  for (const Expect& e : expectations) {
+    for (bool b_transposed : {false, true}) {
+      const std::string what =
+          absl::StrCat(ir::DTypeName(e.dtype), " on ", e.arch,
+                       e.allow_tf32 ? " (tf32 allowed)" : "", b_transposed ? ", b transposed" : "");
+      absl::StatusOr<std::shared_ptr<const codegen::cuda::CompiledGraph>> compiled =
+          codegen::cuda::CompileSpec(MatmulGraph(e.dtype, b_transposed), e.arch, e.allow_tf32);
+      ASSERT_TRUE(compiled.ok()) << what << ": " << compiled.status();
+      const codegen::cuda::CompiledGraph& c = **compiled;
+      EXPECT_EQ(c.allow_tf32, e.allow_tf32);
+      if (e.instruction == nullptr) {
+        EXPECT_EQ(c.num_matmuls, 0) << what;
+        continue;
+      }
+      ASSERT_EQ(c.num_matmuls, 1) << what;
+      EXPECT_THAT(c.spec.modules[0], HasSubstr(e.instruction)) << what;
+      const bool tensor_cores = e.dtype == ir::DType::kBF16 || e.dtype == ir::DType::kF16 ||
+                                (e.dtype == ir::DType::kF32 && e.allow_tf32);
+      if (tensor_cores) {
+        // Tensor-core blocks are 8 warps on 128 x 128 tiles: [64, 80] is one tile.
+        EXPECT_EQ(c.spec.launches[0].block[0], 256u) << what;
+        EXPECT_EQ(c.spec.launches[0].grid[0], 1u) << what;
+      }
+      // PTX runs forward, never back: sm_90 PTX is assembled for sm_90 only.
+      if (e.arch == "sm_80") {
+        Checker().Check(c.spec.modules[0], what);
+      } else {
+        absl::Status s = test::AssemblePtx(c.spec.modules[0], e.arch, what);
+        EXPECT_TRUE(s.ok()) << s;
+      }
+    }
+  }
+}
+
+TEST(CudaGraphCompilerTest, Tf32IsOffUnlessAllowed) {
+  unsetenv("KILN_CUDA_ALLOW_TF32");
+  EXPECT_FALSE(codegen::cuda::AllowTf32());
+  setenv("KILN_CUDA_ALLOW_TF32", "1", 1);
+  EXPECT_TRUE(codegen::cuda::AllowTf32());
+  codegen::cuda::SetAllowTf32(false);  // the program's choice wins over the environment
+  EXPECT_FALSE(codegen::cuda::AllowTf32());
+  unsetenv("KILN_CUDA_ALLOW_TF32");
+  codegen::cuda::SetAllowTf32(true);
+  EXPECT_TRUE(codegen::cuda::AllowTf32());
+  codegen::cuda::SetAllowTf32(false);
+}
+
 TEST(CudaGraphCompilerTest, ArchComesFromTheEnvironmentThenTheDevice) {
   unsetenv("KILN_CUDA_ARCH");
   EXPECT_EQ(codegen::cuda::ArchFor(nullptr), "sm_80");

@@ -326,6 +326,10 @@ int Compile(const CompileArgs& args) {
     if (!options.cuda) return Fail("compile", "--cuda-arch needs --target cuda");
     options.cuda_arch = args.cuda_arch;
   }
+  if (args.cuda_allow_tf32) {
+    if (!options.cuda) return Fail("compile", "--cuda-allow-tf32 needs --target cuda");
+    options.cuda_allow_tf32 = true;
+  }
   if (absl::Status s = aot::CompileToFile(model->graph, options, args.output); !s.ok()) {
     return Fail("compile", absl::StrCat(args.input, ": ", s.message()));
   }

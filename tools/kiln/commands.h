@@ -49,10 +49,11 @@ absl::StatusOr<LoadedModel> ImportOnnx(const std::string& path, const OnnxArgs& 
 absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const OnnxArgs& onnx = {});
 
 struct CompileArgs {
-  std::string input;           // graph.kir or model.onnx
-  std::string output;          // m.kiln
-  std::string target = "cpu";  // cpu, vulkan or cuda (each adds its section to the CPU code)
-  std::string cuda_arch;       // --target cuda: aot::CompileOptions::cuda_arch ("" -> sm_80)
+  std::string input;             // graph.kir or model.onnx
+  std::string output;            // m.kiln
+  std::string target = "cpu";    // cpu, vulkan or cuda (each adds its section to the CPU code)
+  std::string cuda_arch;         // --target cuda: aot::CompileOptions::cuda_arch ("" -> sm_80)
+  bool cuda_allow_tf32 = false;  // --target cuda: aot::CompileOptions::cuda_allow_tf32
   std::vector<std::string> triples;
   bool no_ir_text = false;
   std::string name;  // the model's name in the signature ("" -> the input's file stem)

@@ -47,6 +47,9 @@ int main(int argc, char** argv) {
   c->add_option("--cuda-arch", compile.cuda_arch,
                 "with --target cuda: the GPU architecture of the PTX (default sm_80: runs on "
                 "A100, H100, H200 and newer; e.g. sm_90 for Hopper and newer only)");
+  c->add_flag("--cuda-allow-tf32", compile.cuda_allow_tf32,
+              "with --target cuda: run f32 matmuls on tensor cores as tf32 (faster; 10 mantissa "
+              "bits instead of 23, like torch.backends.cuda.matmul.allow_tf32)");
   c->add_option("--triple", compile.triples,
                 "also compile machine code for this LLVM target triple (repeatable), e.g. "
                 "aarch64-linux-gnu; the host's triple is always included");

@@ -1,25 +1,29 @@
 // libFuzzer target for the blob loader's validation (runtime::blob::ParseBlob: header, section
-// table, checksums, signature, and each target's plan through its driver: the CPU's and, where
-// kiln has Vulkan, the Vulkan plan with its SPIR-V). Checksums would stop almost every mutation at
-// the first check, so when the first input byte is odd the harness repairs the section and table
-// checksums of the rest before parsing: the fuzzer then reaches the JSON and plan checks too.
-// Model::Load's remaining step (dlopen of the code section) runs machine code by design and is
-// not fuzzed. Seeds: tests/aot/corpus. docs/deploy.md has the command.
+// table, checksums, signature, and each target's plan through its driver: the CPU's, the CUDA
+// plan with its PTX and, where kiln has Vulkan, the Vulkan plan with its SPIR-V). Checksums would
+// stop almost every mutation at the first check, so when the first input byte is odd the harness
+// repairs the section and table checksums of the rest before parsing: the fuzzer then reaches the
+// JSON and plan checks too. Model::Load's remaining step (dlopen of the code section) runs machine
+// code by design and is not fuzzed. Seeds: tests/aot/corpus. docs/deploy.md has the command.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 
 #include "runtime/blob.h"
+#include "runtime/cuda/blob_cuda.h"
 #include "xxhash.h"
 #if KILN_BLOB_FUZZ_VULKAN
 #include "runtime/vulkan/blob_vulkan.h"
+#endif
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  kiln::runtime::cuda::EnableCudaBlobs();
+#if KILN_BLOB_FUZZ_VULKAN
   kiln::runtime::vulkan::EnableVulkanBlobs();
+#endif
   return 0;
 }
-#endif
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
