@@ -148,6 +148,7 @@ class ExternalDataErrors : public ::testing::Test {
     ASSERT_FALSE(temp_.path().empty());
     tmp_ = temp_.path();
     dir_ = tmp_ / "model";
+    path_ = (dir_ / "model.onnx").string();
     fs::create_directory(dir_);
     fs::copy_file(kExt + "one_file/model.onnx.data", dir_ / "model.onnx.data");
     std::ifstream in(kExt + "one_file/model.onnx", std::ios::binary);
@@ -179,7 +180,6 @@ class ExternalDataErrors : public ::testing::Test {
   }
   // Writes the edited model as tmp/model/model.onnx and imports it with ImportFile.
   absl::Status ImportEdited() {
-    path_ = (dir_ / "model.onnx").string();
     std::ofstream(path_, std::ios::binary) << model_.SerializeAsString();
     return ImportFile(path_).status();
   }
