@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
+#include <span>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -69,13 +71,44 @@ absl::StatusOr<ir::DType> DTypeFromOnnx(int32_t elem_type, const std::string& wh
       " is not supported (kiln has float, double, float16, bfloat16, int32, int64, uint8, bool)"));
 }
 
+namespace {
+
+// Raw little-endian bytes (raw_data, or an external file's) → a tensor; `source` names them.
+absl::StatusOr<ir::TensorData> FromRawBytes(ir::DType dtype, const ir::Shape& shape, int64_t count,
+                                            std::span<const std::byte> raw, const char* source,
+                                            const std::string& what) {
+  const int64_t size = ir::DTypeSize(dtype);
+  if (static_cast<int64_t>(raw.size()) != count * size) {
+    return Invalid(what,
+                   absl::StrCat(source, " has ", raw.size(), " bytes, but ", count, " elements of ",
+                                ir::DTypeName(dtype), " need ", count * size));
+  }
+  ir::TensorData t(dtype, shape);
+  if (count > 0) std::memcpy(t.data(), raw.data(), raw.size());
+  if (dtype == ir::DType::kBool) {  // one byte 0 or 1, as the IR requires
+    auto* p = reinterpret_cast<uint8_t*>(t.data());
+    for (int64_t i = 0; i < count; ++i) p[i] = p[i] != 0;
+  }
+  return t;
+}
+
+// Whether any of the typed data fields holds values.
+bool HasTypedData(const ::onnx::TensorProto& p) {
+  return p.float_data_size() > 0 || p.int32_data_size() > 0 || p.string_data_size() > 0 ||
+         p.int64_data_size() > 0 || p.double_data_size() > 0 || p.uint64_data_size() > 0;
+}
+
+}  // namespace
+
 absl::StatusOr<ir::TensorData> TensorFromProto(const ::onnx::TensorProto& proto,
-                                               const std::string& what) {
-  if (proto.data_location() == ::onnx::TensorProto::EXTERNAL || proto.external_data_size() > 0) {
-    return absl::UnimplementedError(
-        absl::StrCat(what,
-                     ": stored as external data, which kiln does not read; save the model with its "
-                     "tensors inside (onnx.save_model(m, path, save_as_external_data=False))"));
+                                               const std::string& what,
+                                               ExternalDataSource* external) {
+  const bool is_external = proto.data_location() == ::onnx::TensorProto::EXTERNAL;
+  if (!is_external && proto.external_data_size() > 0) {
+    return Invalid(what, "has external_data entries, but data_location is not EXTERNAL");
+  }
+  if (is_external && (proto.has_raw_data() || HasTypedData(proto))) {
+    return Invalid(what, "is stored as external data, but also holds data in the model");
   }
   if (proto.has_segment()) return Invalid(what, "segmented tensors are not supported");
   absl::StatusOr<ir::DType> dtype = DTypeFromOnnx(proto.data_type(), what);
@@ -94,21 +127,17 @@ absl::StatusOr<ir::TensorData> TensorFromProto(const ::onnx::TensorProto& proto,
     }
     count *= d;
   }
-  const int64_t size = ir::DTypeSize(*dtype);
+  if (is_external) {
+    absl::StatusOr<std::span<const std::byte>> bytes =
+        ExternalTensorBytes(proto, count, *dtype, what, external);
+    if (!bytes.ok()) return bytes.status();
+    return FromRawBytes(*dtype, shape, count, *bytes, "external data", what);
+  }
   if (proto.has_raw_data()) {
     const std::string& raw = proto.raw_data();
-    if (static_cast<int64_t>(raw.size()) != count * size) {
-      return Invalid(
-          what, absl::StrCat("raw_data has ", raw.size(), " bytes, but ", count, " elements of ",
-                             ir::DTypeName(*dtype), " need ", count * size));
-    }
-    ir::TensorData t(*dtype, shape);
-    if (count > 0) std::memcpy(t.data(), raw.data(), raw.size());
-    if (*dtype == ir::DType::kBool) {  // one byte 0 or 1, as the IR requires
-      auto* p = reinterpret_cast<uint8_t*>(t.data());
-      for (int64_t i = 0; i < count; ++i) p[i] = p[i] != 0;
-    }
-    return t;
+    return FromRawBytes(*dtype, shape, count,
+                        {reinterpret_cast<const std::byte*>(raw.data()), raw.size()}, "raw_data",
+                        what);
   }
   auto check = [&](int n, const char* field) -> absl::Status {
     if (n != count) {
@@ -516,10 +545,20 @@ absl::StatusOr<ImportedModel> Importer::Run(const ::onnx::ModelProto& model) {
     return absl::UnimplementedError("sparse initializers are not supported");
   }
 
+  if (!external_) external_ = SourceFor(options_);
+  // The lowerings read attribute tensors (Constant's value) without the importer at hand: a model
+  // with external ones is imported from a copy that holds them inline. (Its initializers, when
+  // external too, are metadata only, so the copy is small.)
+  if (HasExternalAttributeTensors(graph)) {
+    ::onnx::ModelProto inlined = model;
+    absl::Status s = InlineExternalAttributeTensors(*inlined.mutable_graph(), external_.get());
+    if (!s.ok()) return s;
+    return Run(inlined);
+  }
   for (const auto& init : graph.initializer()) {
     const std::string what = absl::StrCat("initializer '", init.name(), "'");
     if (init.name().empty()) return Invalid("initializer", "has no name");
-    absl::StatusOr<ir::TensorData> t = TensorFromProto(init, what);
+    absl::StatusOr<ir::TensorData> t = TensorFromProto(init, what, external_.get());
     if (!t.ok()) return t.status();
     if (!initializers_.emplace(init.name(), *std::move(t)).second) {
       return Invalid(what, "is defined twice");
@@ -668,7 +707,14 @@ absl::StatusOr<ImportedModel> ImportFile(const std::string& path, const ImportOp
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  absl::StatusOr<ImportedModel> m = ImportBytes(ss.str(), options);
+  // External data locations are relative to the model file's folder (as written, not with the
+  // model's own symlink resolved, like onnx.load).
+  ImportOptions with_folder = options;
+  if (options.external_data_dir.empty() && options.external_data_files.empty()) {
+    const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+    with_folder.external_data_dir = folder.empty() ? "." : folder.string();
+  }
+  absl::StatusOr<ImportedModel> m = ImportBytes(ss.str(), with_folder);
   if (!m.ok())
     return absl::Status(m.status().code(), absl::StrCat(path, ": ", m.status().message()));
   return m;

@@ -36,6 +36,15 @@ struct ImportOptions {
   /// ImportedModel::weights), so one compiled graph serves any weights of the same shapes.
   /// false: initializers are baked into the graph as constants (weights stays empty).
   bool weights_as_parameters = true;
+  /// The folder that external tensor data (TensorProto data_location EXTERNAL; PyTorch writes
+  /// `model.onnx.data` beside the model) is read from: each tensor's `location` is relative to it
+  /// and must stay inside it (no absolute path, no '..', no symlink leading out). ImportFile uses
+  /// the model file's folder when this is empty; ImportBytes has no folder of its own, so an
+  /// external tensor is an error unless this (or external_data_files) is set.
+  std::string external_data_dir;
+  /// Instead of a folder: the external data files' contents by location ("model.onnx.data"),
+  /// held by the caller until the import returns. When not empty, no file is read from disk.
+  std::map<std::string, std::string_view> external_data_files;
 };
 
 /// The result of an import.
@@ -60,18 +69,24 @@ struct ImportedModel {
 };
 
 /// Imports a serialized ModelProto. Bytes are untrusted: malformed protobuf, inconsistent
-/// tensors (raw_data length mismatch, bad dims), external data, missing inputs or unsupported
+/// tensors (raw_data length mismatch, bad dims), external data out of the file's bounds or
+/// outside its folder (or with neither ImportOptions::external_data_dir nor
+/// external_data_files set), missing inputs or unsupported
 /// operators give InvalidArgument / Unimplemented naming the node (an unsupported model lists every
 /// unsupported operator with its node names in one message), never a crash.
 absl::StatusOr<ImportedModel> ImportBytes(std::string_view bytes,
                                           const ImportOptions& options = {});
 
-/// Reads `path` and imports it (errors are prefixed with the path).
+/// Reads `path` and imports it (errors are prefixed with the path). External data is read from
+/// `path`'s folder unless `options` names another (external_data_dir / external_data_files): the
+/// files are memory-mapped, one mapping per file for the whole import, and each tensor's bytes
+/// are copied into its ir::TensorData.
 absl::StatusOr<ImportedModel> ImportFile(const std::string& path,
                                          const ImportOptions& options = {});
 
 /// Decodes a serialized TensorProto (the ONNX test-data layout's input_0.pb / output_0.pb, or
-/// numpy_helper.from_array(...).SerializeToString()) with the same checks as initializers.
+/// numpy_helper.from_array(...).SerializeToString()) with the same checks as initializers (a
+/// tensor stored as external data is an error: the ONNX test-data layout keeps data inside).
 absl::StatusOr<ir::TensorData> ReadTensorProto(std::string_view bytes);
 /// The same for a file (errors are prefixed with the path).
 absl::StatusOr<ir::TensorData> ReadTensorProtoFile(const std::string& path);

@@ -5,12 +5,14 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "frontend/onnx/external_data.h"
 #include "frontend/onnx/import.h"
 #include "ir/builder.h"
 #include "onnx/onnx_pb.h"
@@ -18,9 +20,11 @@
 namespace kiln::onnx::internal {
 
 /// ONNX TensorProto → TensorData. Checks dims, dtype and the data size; `what` names the tensor in
-/// errors ("initializer 'fc.weight'", "attribute 'value' of node 'c1' (Constant)").
+/// errors ("initializer 'fc.weight'", "attribute 'value' of node 'c1' (Constant)"). A tensor
+/// stored as external data is read from `external` (none: an error saying how to give one).
 absl::StatusOr<ir::TensorData> TensorFromProto(const ::onnx::TensorProto& proto,
-                                               const std::string& what);
+                                               const std::string& what,
+                                               ExternalDataSource* external = nullptr);
 /// ONNX elem_type → DType, or an error naming `what`.
 absl::StatusOr<ir::DType> DTypeFromOnnx(int32_t elem_type, const std::string& what);
 
@@ -123,6 +127,9 @@ class Importer {
   std::map<std::string, ir::TensorData> initializers_;
   std::map<std::string, ir::NodeId> weight_params_;
   std::vector<ir::NodeId> input_params_;
+  // Where external tensors come from (SourceFor(options_), made by Run); its files stay mapped
+  // as long as the importer (a local of ImportBytes).
+  std::unique_ptr<ExternalDataSource> external_;
 };
 
 /// "node 'conv1' (Conv)" or "node #3 (Conv)" for an unnamed node.

@@ -499,6 +499,41 @@ TEST_F(KilnCliOnnx, DynamicBatchNeedsInputShape) {
   EXPECT_NE(Kiln("viz " + cnn + " -o " + P("cnn2.dot")).code, 0);
 }
 
+// A model whose tensors are external data (tests/onnx/make_extdata_fixtures.py): `kiln compile`
+// reads model.onnx.data from the model's folder, not the working directory, and the blob computes
+// numpy's output. Without the data file the error names the file, the initializer and the location.
+TEST_F(KilnCliOnnx, ExternalDataBesideTheModel) {
+  // A copy with symlinks followed: Bazel's data files are symlinks out of their folder, which the
+  // importer refuses.
+  const std::string folder = P("one_file");
+  fs::copy("tests/onnx/extdata/one_file", folder, fs::copy_options::recursive);
+  Result c = Kiln("compile " + folder + "/model.onnx -o " + P("ext.kiln"));
+  ASSERT_EQ(c.code, 0) << c.err;
+  absl::StatusOr<ir::TensorData> x =
+      onnx::ReadTensorProtoFile(folder + "/test_data_set_0/input_0.pb");
+  absl::StatusOr<ir::TensorData> y =
+      onnx::ReadTensorProtoFile(folder + "/test_data_set_0/output_0.pb");
+  ASSERT_TRUE(x.ok() && y.ok());
+  ASSERT_TRUE(ir::WriteNpy(P("ext_x.npy"), *x).ok());
+  Result r = Kiln("run " + P("ext.kiln") + " -i x=" + P("ext_x.npy") + " --output " + P("ext_out"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  absl::StatusOr<ir::TensorData> got = ir::ReadNpy(P("ext_out/y.npy"));
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectGolden(*y, *got, "external data output");
+
+  fs::create_directories(P("alone"));
+  fs::copy_file(folder + "/model.onnx", P("alone/model.onnx"));
+  Result missing = Kiln("compile " + P("alone/model.onnx") + " -o " + P("alone.kiln"));
+  EXPECT_NE(missing.code, 0);
+  EXPECT_THAT(missing.err,
+              HasSubstr("kiln compile: " + P("alone/model.onnx") +
+                        ": node 'scale_const' (Constant): attribute 'value': external data "
+                        "location 'model.onnx.data': cannot open '" +
+                        fs::canonical(P("alone")).string() +
+                        "/model.onnx.data': No such file or directory"));
+  EXPECT_FALSE(fs::exists(P("alone.kiln")));
+}
+
 TEST_F(KilnCliOnnx, ImportErrorsNameTheFileAndTheNodes) {
   // tests/tools/onnx/make_fixtures.py writes both models.
   const std::string unsupported = "tests/tools/onnx/unsupported.onnx";
