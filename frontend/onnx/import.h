@@ -1,4 +1,5 @@
-// ONNX import: a `.onnx` model (ModelProto, opsets 13-17) → an ir::Graph over static shapes.
+// ONNX import: a `.onnx` model (ModelProto, default-domain opsets 7 to 22) → an ir::Graph over
+// static shapes.
 //
 //   absl::StatusOr<kiln::onnx::ImportedModel> m = kiln::onnx::ImportFile("model.onnx");
 //   // m->graph's parameters: the model's inputs (m->input_names) and, by default, one parameter
@@ -11,6 +12,12 @@
 // missing) needs ImportOptions::input_shapes. Values that only depend on shapes and constants
 // (Shape → Gather → Concat → Reshape chains, ConstantOfShape, Range, ...) are evaluated during
 // import and never reach the graph. docs/onnx.md lists the supported operators.
+//
+// Each node is read as its operator's version in the model's opset defines it (e.g. Squeeze's
+// axes: an attribute before opset 13, an input from 13; Softmax before 13: over the input coerced
+// to 2-D). An operator that the opset does not have yet (Gelu in an opset-17 model) or no longer
+// has (Upsample from 10), or an attribute or input that its version lacks, is an error naming the
+// node and the opset; so is a model whose opset is outside 7-22.
 //
 // Protobuf and ONNX headers stay out of this header on purpose (they are large and need
 // ONNX_ML / ONNX_NAMESPACE defines); everything here is plain kiln types.

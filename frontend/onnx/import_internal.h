@@ -28,6 +28,15 @@ absl::StatusOr<ir::TensorData> TensorFromProto(const ::onnx::TensorProto& proto,
 /// ONNX elem_type → DType, or an error naming `what`.
 absl::StatusOr<ir::DType> DTypeFromOnnx(int32_t elem_type, const std::string& what);
 
+/// The default-domain opsets kiln imports; each lowering follows its operator's versions in
+/// this range (Importer::opset()).
+inline constexpr int64_t kMinOpset = 7;
+inline constexpr int64_t kMaxOpset = 22;
+
+/// Why `op` (default domain) does not exist in `opset` ("Gelu exists from opset 20, but the model
+/// imports opset 17"), or "" when it does.
+std::string OpsetMismatch(const std::string& op, int64_t opset);
+
 class Importer;
 /// Lowers one node: reads its inputs with Importer::Input/ConstInput, defines its outputs.
 using Lowering = std::function<absl::Status(Importer&, const ::onnx::NodeProto&)>;

@@ -1,6 +1,8 @@
-// ONNX import: one lowering per ONNX operator (opsets 13-17), onto the IR's primitives
-// (docs/ir.md) through the Importer's folding builder wrappers. docs/onnx.md is the table of
-// what is supported; keep the two in step.
+// ONNX import: one lowering per ONNX operator (opsets 7-22), onto the IR's primitives
+// (docs/ir.md) through the Importer's folding builder wrappers. Each lowering reads its node the
+// way the operator's version in the model's opset (Importer::opset()) defines it: an attribute or
+// input that the version does not have is an error, not silently ignored. docs/onnx.md is the
+// table of what is supported; keep the two in step.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -38,6 +40,39 @@ absl::StatusOr<int64_t> NormAxis(int64_t axis, int64_t rank, const char* what = 
   }
   return axis < 0 ? axis + rank : axis;
 }
+
+// Versioned node signatures. An attribute that the operator gained in opset `since` is an error in
+// an older model (and one it lost in `until` in a newer one): the model is invalid for its opset,
+// and guessing what its producer meant could compute something else.
+absl::Status AttrSince(const Importer& im, const NodeProto& n, const char* name, int64_t since) {
+  if (im.opset() < since && FindAttr(n, name)) {
+    return Bad(absl::StrCat("attribute '", name, "' exists from opset ", since,
+                            ", but the model imports opset ", im.opset()));
+  }
+  return absl::OkStatus();
+}
+absl::Status AttrUntil(const Importer& im, const NodeProto& n, const char* name, int64_t until) {
+  if (im.opset() >= until && FindAttr(n, name)) {
+    return Bad(absl::StrCat("attribute '", name, "' exists only before opset ", until,
+                            ", but the model imports opset ", im.opset()));
+  }
+  return absl::OkStatus();
+}
+// Inputs from index `first` on exist only from opset `since` (e.g. Squeeze's axes input, 13).
+absl::Status InputsSince(const Importer& im, const NodeProto& n, int first, int64_t since,
+                         const char* what) {
+  if (im.opset() < since && Importer::NumInputs(n) > first) {
+    return Bad(absl::StrCat("input ", first, " (", what, ") exists from opset ", since,
+                            ", but the model imports opset ", im.opset()));
+  }
+  return absl::OkStatus();
+}
+#define TRY_OK(expr)                          \
+  do {                                        \
+    if (absl::Status s_ = (expr); !s_.ok()) { \
+      return s_;                              \
+    }                                         \
+  } while (false)
 
 int64_t Product(const Shape& s, size_t from, size_t to) {
   int64_t p = 1;
@@ -103,6 +138,21 @@ Lowering BinaryOp(Op op) {
                          NodeId b) -> absl::StatusOr<NodeId> { return im.Binary(op, a, b); });
 }
 
+// Comparison types by version: Equal compares floats from opset 11 (bool and integers before),
+// Greater and Less compare integers from 9 (floats only before).
+Lowering CompareOp(Op op, const char* name, bool floats_from_11) {
+  return BinaryWith([op, name, floats_from_11](Importer& im, const NodeProto&, NodeId a,
+                                               NodeId b) -> absl::StatusOr<NodeId> {
+    const bool is_float = ir::IsFloat(im.dtype(a));
+    if (floats_from_11 ? (is_float && im.opset() < 11) : (!is_float && im.opset() < 9)) {
+      return Bad(absl::StrCat(name, " on ", ir::DTypeName(im.dtype(a)), " exists from opset ",
+                              floats_from_11 ? 11 : 9, ", but the model imports opset ",
+                              im.opset()));
+    }
+    return im.Binary(op, a, b);
+  });
+}
+
 // ONNX integer Div truncates toward zero; the IR's floors.
 absl::StatusOr<NodeId> Div(Importer& im, const NodeProto&, NodeId a, NodeId b) {
   NodeId q = im.Binary(Op::kDiv, a, b);
@@ -136,6 +186,11 @@ absl::Status Pow(Importer& im, const NodeProto& n) {
   TRY(NodeId a, im.Input(n, 0));
   TRY(NodeId e, im.Input(n, 1));
   const ir::DType t = im.dtype(a);
+  if (im.opset() < 12 && (!ir::IsFloat(t) || im.dtype(e) != t)) {
+    return Bad(absl::StrCat(
+        "base ", ir::TypeToString(im.type(a)), " and exponent ", ir::TypeToString(im.type(e)),
+        ": before opset 12 both are one float type (the model imports opset ", im.opset(), ")"));
+  }
   // The exponent may have another type than the base; the result has the base's.
   ir::DType work = ir::IsFloat(t) ? t : ir::DType::kF64;
   TRY(std::vector<NodeId> ab, im.Broadcasted({im.Cast(a, work), im.Cast(e, work)}));
@@ -153,6 +208,21 @@ Lowering Variadic(Op op, bool mean = false) {
       xs.push_back(x);
     }
     if (xs.empty()) return Bad("needs at least one input");
+    if (im.opset() < 12 && !ir::IsFloat(im.dtype(xs[0]))) {  // Max/Min take integers from 12
+      return Bad(absl::StrCat("needs float inputs before opset 12 (the model imports opset ",
+                              im.opset(), ")"));
+    }
+    if (im.opset() < 8) {  // version 6: all inputs of one shape, no broadcasting
+      for (NodeId x : xs) {
+        if (im.shape(x) != im.shape(xs[0])) {
+          return Bad(absl::StrCat("inputs of shapes ", ir::ShapeToString(im.shape(xs[0])), " and ",
+                                  ir::ShapeToString(im.shape(x)),
+                                  " differ; broadcasting exists from opset 8, but the model "
+                                  "imports opset ",
+                                  im.opset()));
+        }
+      }
+    }
     TRY(xs, im.Broadcasted(xs));
     NodeId y = xs[0];
     for (size_t i = 1; i < xs.size(); ++i) y = im.Binary(op, y, xs[i]);
@@ -167,6 +237,17 @@ Lowering Variadic(Op op, bool mean = false) {
 absl::Status Clip(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   NodeId y = x;
+  TRY_OK(InputsSince(im, n, 1, 11, "min"));
+  TRY_OK(AttrUntil(im, n, "min", 11));
+  TRY_OK(AttrUntil(im, n, "max", 11));
+  if (im.opset() < 11) {
+    // Version 6: float attributes; absent ones leave that side unbounded.
+    if (!ir::IsFloat(im.dtype(x))) return Bad("before opset 11, Clip takes float inputs only");
+    if (FindAttr(n, "min")) y = im.Binary(Op::kMax, y, im.Like(AttrFloat(n, "min", 0), x));
+    if (FindAttr(n, "max")) y = im.Binary(Op::kMin, y, im.Like(AttrFloat(n, "max", 0), x));
+    im.SetOutput(n, 0, y);
+    return absl::OkStatus();
+  }
   if (Importer::HasInput(n, 1)) {
     TRY(NodeId lo, im.Input(n, 1));
     TRY(lo, im.BroadcastTo(im.Cast(lo, im.dtype(x)), im.shape(x)));
@@ -209,6 +290,15 @@ absl::Status Identity(Importer& im, const NodeProto& n) {
 
 absl::Status Dropout(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
+  // Version 7/10: a `ratio` attribute (inference ignores it); 12: ratio and training_mode inputs.
+  // (is_test went away in 7: inference is the only mode before 12.)
+  TRY_OK(InputsSince(im, n, 1, 12, "ratio"));
+  TRY_OK(AttrUntil(im, n, "ratio", 12));
+  TRY_OK(AttrUntil(im, n, "is_test", 7));
+  if (Importer::HasInput(n, 1)) {
+    TRY(ir::TensorData ratio, im.ConstInput(n, 1));
+    if (ratio.num_elements() != 1) return Bad("ratio must be a scalar");
+  }
   if (Importer::HasInput(n, 2)) {
     TRY(ir::TensorData training, im.ConstInput(n, 2));
     if (training.num_elements() != 1 || training.GetDouble(0) != 0) {
@@ -216,12 +306,16 @@ absl::Status Dropout(Importer& im, const NodeProto& n) {
     }
   }
   im.SetOutput(n, 0, x);
-  if (Importer::HasOutput(n, 1)) im.SetOutput(n, 1, im.Full(1, ir::DType::kBool, im.shape(x)));
+  // The mask keeps every element in inference: bool from opset 10, the input's type before.
+  const ir::DType mask = im.opset() >= 10 ? ir::DType::kBool : im.dtype(x);
+  if (Importer::HasOutput(n, 1)) im.SetOutput(n, 1, im.Full(1, mask, im.shape(x)));
   return absl::OkStatus();
 }
 
 absl::Status Cast(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
+  // saturate (19) only affects float8 targets, which kiln has no type for.
+  TRY_OK(AttrSince(im, n, "saturate", 19));
   TRY(ir::DType to, DTypeFromOnnx(static_cast<int32_t>(AttrInt(n, "to", 0)), "attribute 'to'"));
   im.SetOutput(n, 0, im.Cast(x, to));
   return absl::OkStatus();
@@ -229,6 +323,7 @@ absl::Status Cast(Importer& im, const NodeProto& n) {
 
 absl::Status CastLike(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
+  TRY_OK(AttrSince(im, n, "saturate", 19));
   TRY(NodeId like, im.Input(n, 1));
   im.SetOutput(n, 0, im.Cast(x, im.dtype(like)));
   return absl::OkStatus();
@@ -254,6 +349,11 @@ absl::Status IsInf(Importer& im, const NodeProto& n) {
 absl::Status Constant(Importer& im, const NodeProto& n) {
   if (n.attribute_size() != 1) return Bad("needs exactly one attribute");
   const auto& a = n.attribute(0);
+  // value (1), sparse_value (11), value_float(s)/value_int(s)/value_string(s) (12).
+  if (a.name() != "value" && a.name() != "sparse_value") {
+    TRY_OK(AttrSince(im, n, a.name().c_str(), 12));
+  }
+  TRY_OK(AttrSince(im, n, "sparse_value", 11));
   ir::TensorData t;
   if (a.name() == "value") {
     TRY(t, TensorFromProto(a.t(), "attribute 'value'"));
@@ -283,6 +383,8 @@ ir::TensorData Int64Vector(const std::vector<int64_t>& v) {
 
 absl::Status ShapeOp(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
+  TRY_OK(AttrSince(im, n, "start", 15));
+  TRY_OK(AttrSince(im, n, "end", 15));
   const Shape s = im.shape(x);
   const int64_t r = static_cast<int64_t>(s.size());
   int64_t start = AttrInt(n, "start", 0), end = AttrInt(n, "end", r);
@@ -378,6 +480,7 @@ absl::Status EyeLike(Importer& im, const NodeProto& n) {
 absl::Status Reshape(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY(std::vector<int64_t> dims, im.ConstInts(n, 1));
+  TRY_OK(AttrSince(im, n, "allowzero", 14));
   const bool allowzero = AttrInt(n, "allowzero", 0) != 0;
   const Shape in = im.shape(x);
   int infer = -1;
@@ -421,6 +524,10 @@ absl::Status Flatten(Importer& im, const NodeProto& n) {
   const int64_t r = im.rank(x);
   int64_t axis = AttrInt(n, "axis", 1);
   if (axis < -r || axis > r) return Bad(absl::StrCat("axis ", axis, " out of range"));
+  if (axis < 0 && im.opset() < 11) {
+    return Bad(absl::StrCat("negative axis ", axis,
+                            " exists from opset 11, but the model imports opset ", im.opset()));
+  }
   if (axis < 0) axis += r;
   const Shape s = im.shape(x);
   im.SetOutput(n, 0,
@@ -449,14 +556,28 @@ absl::Status Transpose(Importer& im, const NodeProto& n) {
   return absl::OkStatus();
 }
 
-// Axes from input `i` (opset 13 form) or attribute "axes" (older form / other ops).
-absl::StatusOr<std::optional<std::vector<int64_t>>> AxesOf(Importer& im, const NodeProto& n,
-                                                           int i) {
+// Axes from input `i` from opset `since` on, from attribute "axes" before (Squeeze/Unsqueeze and
+// ReduceSum: 13, the other reductions: 18). Negative axes exist from opset 11.
+absl::StatusOr<std::optional<std::vector<int64_t>>> AxesOf(Importer& im, const NodeProto& n, int i,
+                                                           int64_t since) {
+  TRY_OK(InputsSince(im, n, i, since, "axes"));
+  TRY_OK(AttrUntil(im, n, "axes", since));
+  std::optional<std::vector<int64_t>> axes;
   if (Importer::HasInput(n, i)) {
     TRY(std::vector<int64_t> v, im.ConstInts(n, i));
-    return std::optional<std::vector<int64_t>>(v);
+    axes = v;
+  } else {
+    axes = AttrInts(n, "axes");
   }
-  return AttrInts(n, "axes");
+  if (axes && im.opset() < 11) {
+    for (int64_t a : *axes) {
+      if (a < 0) {
+        return Bad(absl::StrCat("negative axis ", a,
+                                " exists from opset 11, but the model imports opset ", im.opset()));
+      }
+    }
+  }
+  return axes;
 }
 
 absl::StatusOr<std::vector<int64_t>> NormAxes(std::vector<int64_t> axes, int64_t rank) {
@@ -470,7 +591,7 @@ absl::StatusOr<std::vector<int64_t>> NormAxes(std::vector<int64_t> axes, int64_t
 
 absl::Status Squeeze(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
-  TRY(auto axes_opt, AxesOf(im, n, 1));
+  TRY(auto axes_opt, AxesOf(im, n, 1, 13));
   const Shape s = im.shape(x);
   std::vector<int64_t> axes;
   if (axes_opt) {
@@ -494,7 +615,7 @@ absl::Status Squeeze(Importer& im, const NodeProto& n) {
 
 absl::Status Unsqueeze(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
-  TRY(auto axes_opt, AxesOf(im, n, 1));
+  TRY(auto axes_opt, AxesOf(im, n, 1, 13));
   if (!axes_opt) return Bad("axes are missing");
   const Shape s = im.shape(x);
   const int64_t out_rank = im.rank(x) + static_cast<int64_t>(axes_opt->size());
@@ -520,6 +641,11 @@ absl::Status Concat(Importer& im, const NodeProto& n) {
     xs.push_back(x);
   }
   if (xs.empty()) return Bad("needs inputs");
+  if (!FindAttr(n, "axis")) return Bad("attribute 'axis' is missing (required from opset 4)");
+  if (AttrInt(n, "axis", 0) < 0 && im.opset() < 11) {
+    return Bad(absl::StrCat("negative axis ", AttrInt(n, "axis", 0),
+                            " exists from opset 11, but the model imports opset ", im.opset()));
+  }
   TRY(int64_t axis, NormAxis(AttrInt(n, "axis", 0), im.rank(xs[0])));
   // Empty operands are dropped (the IR accepts them, but they only cost a copy).
   std::vector<NodeId> kept;
@@ -541,16 +667,36 @@ absl::Status Split(Importer& im, const NodeProto& n) {
   TRY(int64_t axis, NormAxis(AttrInt(n, "axis", 0), im.rank(x)));
   const int64_t dim = im.shape(x)[static_cast<size_t>(axis)];
   const int64_t outs = n.output_size();
+  // `split` is an attribute before 13, an input from 13; 18 adds num_outputs, where an uneven
+  // axis gives a smaller last chunk (before 18, equal parts must divide the axis).
+  TRY_OK(InputsSince(im, n, 1, 13, "split"));
+  TRY_OK(AttrUntil(im, n, "split", 13));
+  TRY_OK(AttrSince(im, n, "num_outputs", 18));
+  if (AttrInt(n, "axis", 0) < 0 && im.opset() < 11) {
+    return Bad(absl::StrCat("negative axis ", AttrInt(n, "axis", 0),
+                            " exists from opset 11, but the model imports opset ", im.opset()));
+  }
   std::vector<int64_t> sizes;
   if (Importer::HasInput(n, 1)) {
+    if (FindAttr(n, "num_outputs")) return Bad("has both a split input and num_outputs");
     TRY(sizes, im.ConstInts(n, 1));
   } else if (auto s = AttrInts(n, "split")) {
     sizes = *s;
-  } else {
-    if (outs <= 0) return Bad("no outputs");
+  } else if (const auto* no = FindAttr(n, "num_outputs")) {
+    if (no->i() != outs) {
+      return Bad(absl::StrCat("num_outputs is ", no->i(), ", but the node has ", outs, " outputs"));
+    }
+    if (outs <= 0) return Bad("num_outputs must be positive");
     const int64_t chunk = (dim + outs - 1) / outs;
     for (int64_t i = 0; i < outs; ++i)
       sizes.push_back(std::max<int64_t>(0, std::min(chunk, dim - i * chunk)));
+  } else {
+    if (outs <= 0) return Bad("no outputs");
+    if (im.opset() >= 18) return Bad("needs a split input or num_outputs (opset 18)");
+    if (dim % outs != 0) {
+      return Bad(absl::StrCat("an axis of ", dim, " does not split into ", outs, " equal parts"));
+    }
+    sizes.assign(static_cast<size_t>(outs), dim / outs);
   }
   if (static_cast<int64_t>(sizes.size()) != outs) {
     return Bad(absl::StrCat("split has ", sizes.size(), " sizes for ", outs, " outputs"));
@@ -575,19 +721,39 @@ absl::Status Split(Importer& im, const NodeProto& n) {
 
 absl::Status SliceOp(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
-  TRY(std::vector<int64_t> starts, im.ConstInts(n, 1));
-  TRY(std::vector<int64_t> ends, im.ConstInts(n, 2));
+  // Before 10: attributes starts, ends and axes (no steps); from 10: inputs.
+  TRY_OK(InputsSince(im, n, 1, 10, "starts"));
+  for (const char* a : {"starts", "ends", "axes"}) TRY_OK(AttrUntil(im, n, a, 10));
+  std::vector<int64_t> starts, ends;
   const int64_t r = im.rank(x);
   std::vector<int64_t> axes, steps;
-  if (Importer::HasInput(n, 3)) {
-    TRY(axes, im.ConstInts(n, 3));
-  } else {
-    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
-  }
-  if (Importer::HasInput(n, 4)) {
-    TRY(steps, im.ConstInts(n, 4));
-  } else {
+  if (im.opset() < 10) {
+    auto s = AttrInts(n, "starts"), e = AttrInts(n, "ends");
+    if (!s || !e) return Bad("attributes 'starts' and 'ends' are required before opset 10");
+    starts = *s;
+    ends = *e;
+    if (auto a = AttrInts(n, "axes")) {
+      axes = *a;
+      for (int64_t v : axes) {
+        if (v < 0) return Bad(absl::StrCat("negative axis ", v, " exists from opset 11"));
+      }
+    } else {
+      for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    }
     steps.assign(starts.size(), 1);
+  } else {
+    TRY(starts, im.ConstInts(n, 1));
+    TRY(ends, im.ConstInts(n, 2));
+    if (Importer::HasInput(n, 3)) {
+      TRY(axes, im.ConstInts(n, 3));
+    } else {
+      for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    }
+    if (Importer::HasInput(n, 4)) {
+      TRY(steps, im.ConstInts(n, 4));
+    } else {
+      steps.assign(starts.size(), 1);
+    }
   }
   if (ends.size() != starts.size() || axes.size() != starts.size() ||
       steps.size() != starts.size()) {
@@ -667,15 +833,49 @@ absl::Status Tile(Importer& im, const NodeProto& n) {
 absl::Status Pad(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   const int64_t r = im.rank(x);
-  TRY(std::vector<int64_t> pads, im.ConstInts(n, 1));
-  if (static_cast<int64_t>(pads.size()) != 2 * r) return Bad("pads must have 2 * rank entries");
+  // Version 2: attributes pads and value; 11: inputs pads and constant_value; 18: the axes input
+  // (pads then has two entries per listed axis); 19: mode "wrap".
+  TRY_OK(InputsSince(im, n, 1, 11, "pads"));
+  TRY_OK(InputsSince(im, n, 3, 18, "axes"));
+  TRY_OK(AttrUntil(im, n, "pads", 11));
+  TRY_OK(AttrUntil(im, n, "value", 11));
+  std::vector<int64_t> pads;
   double value = 0;
-  if (Importer::HasInput(n, 2)) {
-    TRY(ir::TensorData v, im.ConstInput(n, 2));
-    if (v.num_elements() != 1) return Bad("constant_value must be a scalar");
-    value = v.GetDouble(0);
+  if (im.opset() < 11) {
+    auto p = AttrInts(n, "pads");
+    if (!p) return Bad("attribute 'pads' is required before opset 11");
+    pads = *p;
+    value = AttrFloat(n, "value", 0.0f);
+  } else {
+    TRY(pads, im.ConstInts(n, 1));
+    if (Importer::HasInput(n, 2)) {
+      TRY(ir::TensorData v, im.ConstInput(n, 2));
+      if (v.num_elements() != 1) return Bad("constant_value must be a scalar");
+      value = v.GetDouble(0);
+    }
   }
+  if (Importer::HasInput(n, 3)) {
+    TRY(std::vector<int64_t> axes, im.ConstInts(n, 3));
+    if (pads.size() != 2 * axes.size()) {
+      return Bad(absl::StrCat("pads has ", pads.size(), " entries for ", axes.size(), " axes"));
+    }
+    std::vector<int64_t> full(static_cast<size_t>(2 * r), 0);
+    std::vector<bool> seen(static_cast<size_t>(r), false);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      TRY(int64_t a, NormAxis(axes[i], r));
+      if (seen[static_cast<size_t>(a)]) return Bad("repeated axis");
+      seen[static_cast<size_t>(a)] = true;
+      full[static_cast<size_t>(a)] = pads[i];
+      full[static_cast<size_t>(a + r)] = pads[i + axes.size()];
+    }
+    pads = full;
+  }
+  if (static_cast<int64_t>(pads.size()) != 2 * r) return Bad("pads must have 2 * rank entries");
   const std::string mode = AttrString(n, "mode", "constant");
+  if (mode == "wrap" && im.opset() < 19) {
+    return Bad(
+        absl::StrCat("mode 'wrap' exists from opset 19, but the model imports opset ", im.opset()));
+  }
   const Shape s = im.shape(x);
   // Negative pads crop first.
   std::vector<int64_t> starts(static_cast<size_t>(r), 0), limits = s, lo(static_cast<size_t>(r)),
@@ -786,6 +986,10 @@ absl::Status Gather(Importer& im, const NodeProto& n) {
     for (int64_t& i : idx) {
       if (i < -d || i >= d)
         return Bad(absl::StrCat("index ", i, " is out of range for axis size ", d));
+      if (i < 0 && im.opset() < 11) {
+        return Bad(absl::StrCat("negative index ", i,
+                                " exists from opset 11, but the model imports opset ", im.opset()));
+      }
       if (i < 0) i += d;
     }
     im.SetOutput(n, 0, im.Reshape(GatherConst(im, x, axis, idx), out));
@@ -870,6 +1074,7 @@ absl::Status CumSum(Importer& im, const NodeProto& n) {
 absl::Status DepthToSpace(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   if (im.rank(x) != 4) return Bad("needs a 4-D input");
+  TRY_OK(AttrSince(im, n, "mode", 11));  // DCR only before 11
   const int64_t bs = AttrInt(n, "blocksize", 0);
   const Shape s = im.shape(x);
   if (bs <= 0 || bs > (1 << 15) || s[1] % (bs * bs) != 0) return Bad("bad blocksize");
@@ -904,17 +1109,11 @@ Lowering Reduction(Red kind) {
   return [kind](Importer& im, const NodeProto& n) -> absl::Status {
     TRY(NodeId x, im.Input(n, 0));
     const int64_t r = im.rank(x);
-    // Axes are an input from opset 13 for ReduceSum (18 for the others).
-    const bool axes_input = kind == Red::kSum;
-    std::optional<std::vector<int64_t>> axes_opt;
-    if (axes_input) {
-      if (Importer::HasInput(n, 1)) {
-        TRY(std::vector<int64_t> v, im.ConstInts(n, 1));
-        axes_opt = v;
-      }
-    } else {
-      axes_opt = AttrInts(n, "axes");
-    }
+    // Axes are an input from opset 13 for ReduceSum (18 for the others), with
+    // noop_with_empty_axes; an attribute before.
+    const int64_t since = kind == Red::kSum ? 13 : 18;
+    TRY(std::optional<std::vector<int64_t>> axes_opt, AxesOf(im, n, 1, since));
+    TRY_OK(AttrSince(im, n, "noop_with_empty_axes", since));
     if (axes_opt && axes_opt->empty()) axes_opt.reset();
     if (!axes_opt && AttrInt(n, "noop_with_empty_axes", 0) != 0) {
       im.SetOutput(n, 0, x);
@@ -988,6 +1187,7 @@ Lowering Reduction(Red kind) {
 Lowering ArgReduce(Op op) {
   return [op](Importer& im, const NodeProto& n) -> absl::Status {
     TRY(NodeId x, im.Input(n, 0));
+    TRY_OK(AttrSince(im, n, "select_last_index", 12));
     TRY(int64_t axis, NormAxis(AttrInt(n, "axis", 0), im.rank(x)));
     const int64_t d = im.shape(x)[static_cast<size_t>(axis)];
     NodeId y;
@@ -1008,12 +1208,24 @@ Lowering ArgReduce(Op op) {
   };
 }
 
-// TopK (opset 11+): the first k of kiln's stable sort along the axis, so ties keep the lower
-// index first, as ONNX specifies; largest sorts the flipped axis and flips back (ties still in
-// index order). NaN counts as the largest value (sort's order).
+// TopK: the first k of kiln's stable sort along the axis, so ties keep the lower index first, as
+// ONNX specifies; largest sorts the flipped axis and flips back (ties still in index order). NaN
+// counts as the largest value (sort's order). K is an attribute before opset 10, an input from
+// 10; `largest` and `sorted` exist from 11 (always the largest, sorted, before).
 absl::Status TopK(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
-  TRY(std::vector<int64_t> k, im.ConstInts(n, 1));
+  TRY_OK(InputsSince(im, n, 1, 10, "K"));
+  TRY_OK(AttrUntil(im, n, "k", 10));
+  TRY_OK(AttrSince(im, n, "largest", 11));
+  TRY_OK(AttrSince(im, n, "sorted", 11));
+  std::vector<int64_t> k;
+  if (im.opset() < 10) {
+    const auto* a = FindAttr(n, "k");
+    if (!a) return Bad("attribute 'k' is required before opset 10");
+    k = {a->i()};
+  } else {
+    TRY(k, im.ConstInts(n, 1));
+  }
   if (k.size() != 1) return Bad("K must hold one value");
   TRY(int64_t axis, NormAxis(AttrInt(n, "axis", -1), im.rank(x)));
   const int64_t size = im.shape(x)[static_cast<size_t>(axis)];
@@ -1039,14 +1251,25 @@ absl::Status TopK(Importer& im, const NodeProto& n) {
   return absl::OkStatus();
 }
 
-// softmax / log-softmax / hardmax along one axis (opset 13 semantics).
+// softmax / log-softmax / hardmax. From opset 13 along one axis (default -1); before 13 the input
+// is coerced to 2-D at `axis` (default 1): [prod(dims before), prod(dims from axis)], the result
+// computed over the flattened second axis and reshaped back.
 enum class SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
 
 Lowering SoftmaxOp(SoftmaxKind kind) {
   return [kind](Importer& im, const NodeProto& n) -> absl::Status {
-    TRY(NodeId x, im.Input(n, 0));
-    if (!ir::IsFloat(im.dtype(x))) return Bad("needs a float input");
-    TRY(int64_t axis, NormAxis(AttrInt(n, "axis", -1), im.rank(x)));
+    TRY(NodeId input, im.Input(n, 0));
+    if (!ir::IsFloat(im.dtype(input))) return Bad("needs a float input");
+    const bool coerce = im.opset() < 13;
+    const int64_t r = im.rank(input);
+    TRY(int64_t axis, NormAxis(AttrInt(n, "axis", coerce ? 1 : -1), r));
+    NodeId x = input;
+    if (coerce) {
+      const Shape in = im.shape(input);
+      x = im.Reshape(input, {Product(in, 0, static_cast<size_t>(axis)),
+                             Product(in, static_cast<size_t>(axis), in.size())});
+      axis = 1;
+    }
     const Shape s = im.shape(x);
     NodeId m = im.Broadcast(im.Reduce(Op::kReduceMax, x, {axis}), s);
     NodeId y;
@@ -1061,7 +1284,7 @@ Lowering SoftmaxOp(SoftmaxKind kind) {
       y = kind == SoftmaxKind::kSoftmax ? im.Binary(Op::kDiv, e, sum)
                                         : im.Binary(Op::kSub, shifted, im.Unary(Op::kLog, sum));
     }
-    im.SetOutput(n, 0, y);
+    im.SetOutput(n, 0, im.Reshape(y, im.shape(input)));
     return absl::OkStatus();
   };
 }
@@ -1124,6 +1347,10 @@ absl::Status Gemm(Importer& im, const NodeProto& n) {
   if (AttrInt(n, "transA", 0)) a = im.Permute(a, {1, 0});
   if (AttrInt(n, "transB", 0)) b = im.Permute(b, {1, 0});
   TRY(NodeId y, MatMulND(im, a, b));
+  if (im.opset() < 11 && !Importer::HasInput(n, 2)) {
+    return Bad(absl::StrCat("input 2 (C) is required before opset 11 (the model imports opset ",
+                            im.opset(), ")"));
+  }
   const double alpha = AttrFloat(n, "alpha", 1.0f), beta = AttrFloat(n, "beta", 1.0f);
   y = Scaled(im, y, alpha);
   if (Importer::HasInput(n, 2) && beta != 0) {
@@ -1327,18 +1554,37 @@ NodeId PerChannel(Importer& im, NodeId v, const Shape& s) {
   return im.Broadcast(im.Reshape(v, cs), s);
 }
 
+// BatchNormalization in inference. Versions 7 (spatial; outputs 1-4 mean, var, saved_mean,
+// saved_var in training), 9 (no spatial), 14 (training_mode; outputs 1-2 running_mean and
+// running_var, only with training_mode=1), 15 (types). momentum only matters in training.
 absl::Status BatchNorm(Importer& im, const NodeProto& n) {
+  TRY_OK(AttrSince(im, n, "training_mode", 14));
+  TRY_OK(AttrUntil(im, n, "spatial", 9));
   if (AttrInt(n, "training_mode", 0) != 0) {
     return Unsupported("training_mode=1 is not supported (inference only)");
   }
+  for (int o = 1; o < n.output_size(); ++o) {
+    if (Importer::HasOutput(n, o)) {
+      return Unsupported(
+          absl::StrCat("output ", o, " ('", n.output(o), "') exists only in training (",
+                       im.opset() >= 14 ? "training_mode=1" : "before opset 14: any output past Y",
+                       "), which kiln does not support (inference only)"));
+    }
+  }
   TRY(NodeId x, im.Input(n, 0));
+  // spatial=0 (opset 7-8): statistics per activation, shaped like one sample [C, D1, ...].
+  const bool spatial = AttrInt(n, "spatial", 1) != 0;
+  if (im.rank(x) < 2) return Bad("needs rank >= 2");
+  const Shape xs = im.shape(x);
+  const Shape per = spatial ? Shape{xs[1]} : Shape(xs.begin() + 1, xs.end());
   std::vector<NodeId> p;
   for (int i = 1; i <= 4; ++i) {
     TRY(NodeId v, im.Input(n, i));
-    if (im.rank(x) < 2 || im.type(v).num_elements() != im.shape(x)[1]) {
-      return Bad(absl::StrCat("input ", i, " must have one value per channel"));
+    if (im.type(v).num_elements() != ir::NumElements(per)) {
+      return Bad(absl::StrCat("input ", i, " must have ", ir::ShapeToString(per), " values",
+                              spatial ? " (one per channel)" : " (spatial=0: one per activation)"));
     }
-    p.push_back(im.Reshape(im.Cast(v, im.dtype(x)), {im.shape(x)[1]}));
+    p.push_back(im.Reshape(im.Cast(v, im.dtype(x)), per));
   }
   const double eps = AttrFloat(n, "epsilon", 1e-5f);
   // y = x * a + c with a = scale / sqrt(var + eps), c = B - mean * a: two ops per element, and
@@ -1346,6 +1592,13 @@ absl::Status BatchNorm(Importer& im, const NodeProto& n) {
   NodeId a = im.Binary(Op::kMul, p[0], im.Unary(Op::kRsqrt, Shifted(im, p[3], eps)));
   NodeId c = im.Binary(Op::kSub, p[1], im.Binary(Op::kMul, p[2], a));
   const Shape s = im.shape(x);
+  if (!spatial) {
+    Shape one = per;
+    one.insert(one.begin(), 1);
+    NodeId aa = im.Broadcast(im.Reshape(a, one), s), cc = im.Broadcast(im.Reshape(c, one), s);
+    im.SetOutput(n, 0, im.Binary(Op::kAdd, im.Binary(Op::kMul, x, aa), cc));
+    return absl::OkStatus();
+  }
   im.SetOutput(
       n, 0,
       im.Binary(Op::kAdd, im.Binary(Op::kMul, x, PerChannel(im, a, s)), PerChannel(im, c, s)));
@@ -1417,6 +1670,11 @@ Lowering Pool(bool max) {
     TRY(NodeId x, im.Input(n, 0));
     if (im.rank(x) < 3) return Bad("needs rank >= 3");
     if (AttrInt(n, "storage_order", 0) != 0) return Unsupported("storage_order=1 is not supported");
+    // MaxPool: storage_order (8), ceil_mode and dilations (10); AveragePool: ceil_mode (10),
+    // dilations (19).
+    if (max) TRY_OK(AttrSince(im, n, "storage_order", 8));
+    TRY_OK(AttrSince(im, n, "ceil_mode", 10));
+    TRY_OK(AttrSince(im, n, "dilations", max ? 10 : 19));
     const Shape s = im.shape(x);
     Shape spatial(s.begin() + 2, s.end());
     auto kernel = AttrInts(n, "kernel_shape");
@@ -1483,43 +1741,23 @@ Lowering GlobalPool(bool max) {
 
 // ---- Resize ------------------------------------------------------------------------------------
 
-absl::Status Resize(Importer& im, const NodeProto& n) {
-  TRY(NodeId x, im.Input(n, 0));
+// How Resize / Upsample map an output coordinate to an input one.
+struct ResizeRule {
+  std::string mode;          // nearest or linear
+  std::string ctm;           // coordinate_transformation_mode
+  std::string nearest_mode;  // floor, ceil, round_prefer_floor/ceil, or legacy (see below)
+};
+
+// Resizes x to `out`, axis by axis; scales[a] is the scale the coordinate transformation of axis a
+// uses (out/in for sizes, or the given scale). nearest_mode "legacy" is Upsample's and Resize-10's
+// rule, which the spec leaves unwritten: floor when enlarging, ceil when shrinking, over
+// asymmetric coordinates (onnxruntime's, and what PyTorch's exporter of these opsets expects).
+absl::StatusOr<NodeId> Interpolate(Importer& im, NodeId x, const Shape& out,
+                                   const std::vector<double>& scales, const ResizeRule& rule) {
   const Shape s = im.shape(x);
   const size_t r = s.size();
-  const std::string mode = AttrString(n, "mode", "nearest");
-  const std::string ctm = AttrString(n, "coordinate_transformation_mode", "half_pixel");
-  const std::string nearest_mode = AttrString(n, "nearest_mode", "round_prefer_floor");
-  if (mode != "nearest" && mode != "linear") {
-    return Unsupported(absl::StrCat("mode '", mode, "' is not supported (nearest, linear are)"));
-  }
-  if (ctm == "tf_crop_and_resize") return Unsupported("tf_crop_and_resize is not supported");
-  std::vector<double> scales(r, 1.0);
-  Shape out = s;
-  bool have_sizes = false;
-  if (Importer::HasInput(n, 3)) {
-    TRY(std::vector<int64_t> sizes, im.ConstInts(n, 3));
-    if (!sizes.empty()) {
-      if (sizes.size() != r) return Bad("sizes must have one entry per axis");
-      TRY(out, ShapeFromInts(sizes));
-      for (size_t i = 0; i < r; ++i) {
-        scales[i] = s[i] == 0 ? 1.0 : static_cast<double>(out[i]) / static_cast<double>(s[i]);
-      }
-      have_sizes = true;
-    }
-  }
-  if (!have_sizes) {
-    if (!Importer::HasInput(n, 2)) return Bad("needs scales or sizes");
-    TRY(ir::TensorData st, im.ConstInput(n, 2));
-    if (st.num_elements() != static_cast<int64_t>(r))
-      return Bad("scales must have one entry per axis");
-    for (size_t i = 0; i < r; ++i) {
-      scales[i] = st.GetDouble(static_cast<int64_t>(i));
-      if (!(scales[i] > 0) || scales[i] > (1 << 16)) return Bad("scales must be positive");
-      out[i] = static_cast<int64_t>(std::floor(static_cast<double>(s[i]) * scales[i]));
-    }
-    TRY(out, ShapeFromInts(out));
-  }
+  const std::string& ctm = rule.ctm;
+  const std::string& nearest_mode = rule.nearest_mode;
   NodeId y = x;
   for (size_t a = 0; a < r; ++a) {
     const int64_t in = s[a], o = out[a];
@@ -1529,18 +1767,19 @@ absl::Status Resize(Importer& im, const NodeProto& n) {
     auto original = [&](int64_t i) -> double {
       const double xo = static_cast<double>(i), sc = scales[a];
       if (ctm == "half_pixel") return (xo + 0.5) / sc - 0.5;
+      if (ctm == "half_pixel_symmetric") {
+        const double adjustment = static_cast<double>(o) / (sc * static_cast<double>(in));
+        const double center = static_cast<double>(in) / 2;
+        return center * (1 - adjustment) + (xo + 0.5) / sc - 0.5;
+      }
       if (ctm == "pytorch_half_pixel") return o > 1 ? (xo + 0.5) / sc - 0.5 : 0.0;
       if (ctm == "align_corners")
         return o == 1 ? 0.0 : xo * static_cast<double>(in - 1) / static_cast<double>(o - 1);
       if (ctm == "asymmetric") return xo / sc;
-      if (ctm == "tf_half_pixel_for_nearest") return (xo + 0.5) / sc;
+      if (ctm == "tf_half_pixel_for_nn") return (xo + 0.5) / sc;
       return xo / sc;
     };
-    if (ctm != "half_pixel" && ctm != "pytorch_half_pixel" && ctm != "align_corners" &&
-        ctm != "asymmetric" && ctm != "tf_half_pixel_for_nearest") {
-      return Unsupported(absl::StrCat("coordinate_transformation_mode '", ctm, "'"));
-    }
-    if (mode == "nearest") {
+    if (rule.mode == "nearest") {
       std::vector<int64_t> idx;
       for (int64_t i = 0; i < o; ++i) {
         const double xf = original(i);
@@ -1553,6 +1792,8 @@ absl::Status Resize(Importer& im, const NodeProto& n) {
           v = std::floor(xf + 0.5);
         } else if (nearest_mode == "round_prefer_floor") {
           v = xf == std::floor(xf) + 0.5 ? std::floor(xf) : std::round(xf);
+        } else if (nearest_mode == "legacy") {
+          v = scales[a] < 1 ? std::ceil(xf) : std::floor(xf);
         } else {
           return Bad(absl::StrCat("bad nearest_mode '", nearest_mode, "'"));
         }
@@ -1595,6 +1836,179 @@ absl::Status Resize(Importer& im, const NodeProto& n) {
       y = im.Binary(Op::kAdd, lo, im.Binary(Op::kMul, im.Binary(Op::kSub, hi, lo), w));
     }
   }
+  return y;
+}
+
+// Resize by version: 10 (inputs X, scales; attribute mode; legacy coordinates), 11 (X, roi,
+// scales, sizes; coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside,
+// extrapolation_value), 13 (roi and scales optional, tf_half_pixel_for_nn gone), 18
+// (antialias, axes, keep_aspect_ratio_policy), 19 (half_pixel_symmetric). Modes nearest and
+// linear; cubic, tf_crop_and_resize and a downscaling antialias are errors naming them.
+absl::Status Resize(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  const Shape s = im.shape(x);
+  const int64_t v = im.opset();
+  const size_t r = s.size();
+  for (const char* a : {"coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
+                        "extrapolation_value", "nearest_mode"}) {
+    TRY_OK(AttrSince(im, n, a, 11));
+  }
+  for (const char* a : {"antialias", "axes", "keep_aspect_ratio_policy"}) {
+    TRY_OK(AttrSince(im, n, a, 18));
+  }
+  if (v < 11 && Importer::NumInputs(n) > 2) {
+    return Bad(absl::StrCat("has ", Importer::NumInputs(n),
+                            " inputs; before opset 11 Resize takes X and scales only (the model "
+                            "imports opset ",
+                            v, ")"));
+  }
+  ResizeRule rule;
+  rule.mode = AttrString(n, "mode", "nearest");
+  if (rule.mode == "cubic") {
+    return Unsupported("mode 'cubic' is not supported (nearest and linear are)");
+  }
+  if (rule.mode != "nearest" && rule.mode != "linear") {
+    return Bad(absl::StrCat("bad mode '", rule.mode, "'"));
+  }
+  if (v < 11) {
+    rule.ctm = "asymmetric";
+    rule.nearest_mode = "legacy";
+  } else {
+    rule.ctm = AttrString(n, "coordinate_transformation_mode", "half_pixel");
+    rule.nearest_mode = AttrString(n, "nearest_mode", "round_prefer_floor");
+    const bool known = rule.ctm == "half_pixel" || rule.ctm == "pytorch_half_pixel" ||
+                       rule.ctm == "align_corners" || rule.ctm == "asymmetric" ||
+                       rule.ctm == "tf_crop_and_resize" ||
+                       (rule.ctm == "tf_half_pixel_for_nn" && v < 13) ||
+                       (rule.ctm == "half_pixel_symmetric" && v >= 19);
+    if (!known) {
+      return Bad(absl::StrCat("coordinate_transformation_mode '", rule.ctm,
+                              "' is not defined in opset ", v,
+                              " (tf_half_pixel_for_nn is in 11-12, half_pixel_symmetric from "
+                              "19)"));
+    }
+    if (rule.ctm == "tf_crop_and_resize") {
+      return Unsupported("coordinate_transformation_mode 'tf_crop_and_resize' is not supported");
+    }
+  }
+  // The axes the scales / sizes refer to (18): all by default.
+  std::vector<int64_t> axes;
+  if (auto a = AttrInts(n, "axes")) {
+    TRY(axes, NormAxes(*a, static_cast<int64_t>(r)));
+    if (axes.size() != a->size()) return Bad("repeated axis");
+    axes.clear();
+    for (int64_t ax : *a) axes.push_back(ax < 0 ? ax + static_cast<int64_t>(r) : ax);
+  } else {
+    for (size_t i = 0; i < r; ++i) axes.push_back(static_cast<int64_t>(i));
+  }
+  const std::string policy = AttrString(n, "keep_aspect_ratio_policy", "stretch");
+  if (policy != "stretch" && policy != "not_larger" && policy != "not_smaller") {
+    return Bad(absl::StrCat("bad keep_aspect_ratio_policy '", policy, "'"));
+  }
+  std::vector<double> scales(r, 1.0);
+  Shape out = s;
+  const int scales_input = v < 11 ? 1 : 2;
+  std::vector<int64_t> sizes;
+  if (v >= 11 && Importer::HasInput(n, 3)) {
+    TRY(sizes, im.ConstInts(n, 3));
+  }
+  std::optional<ir::TensorData> given;
+  if (Importer::HasInput(n, scales_input)) {
+    TRY(ir::TensorData st, im.ConstInput(n, scales_input));
+    if (st.num_elements() > 0) given = std::move(st);
+  } else if (v < 13) {
+    return Bad(absl::StrCat("input ", scales_input, " (scales) is required before opset 13"));
+  }
+  if (given && !sizes.empty()) return Bad("has both scales and sizes");
+  if (!sizes.empty()) {
+    if (sizes.size() != axes.size()) {
+      return Bad(absl::StrCat("sizes has ", sizes.size(), " entries for ", axes.size(), " axes"));
+    }
+    for (int64_t z : sizes) {
+      if (z < 0 || z > (1 << 24)) return Bad(absl::StrCat("bad size ", z));
+    }
+    if (policy == "stretch") {
+      for (size_t i = 0; i < axes.size(); ++i) {
+        const size_t d = static_cast<size_t>(axes[i]);
+        out[d] = sizes[i];
+        scales[d] = s[d] == 0 ? 1.0 : static_cast<double>(out[d]) / static_cast<double>(s[d]);
+      }
+    } else {
+      // One scale for all the axes, the largest that fits (not_larger) or the smallest that
+      // covers (not_smaller); sizes round half up.
+      double scale = policy == "not_larger" ? std::numeric_limits<double>::infinity() : 0.0;
+      for (size_t i = 0; i < axes.size(); ++i) {
+        const size_t d = static_cast<size_t>(axes[i]);
+        if (s[d] == 0) return Bad("cannot resize an empty axis");
+        const double q = static_cast<double>(sizes[i]) / static_cast<double>(s[d]);
+        scale = policy == "not_larger" ? std::min(scale, q) : std::max(scale, q);
+      }
+      for (int64_t ax : axes) {
+        const size_t d = static_cast<size_t>(ax);
+        out[d] = static_cast<int64_t>(std::floor(scale * static_cast<double>(s[d]) + 0.5));
+        scales[d] = scale;
+      }
+    }
+  } else if (given) {
+    if (given->num_elements() != static_cast<int64_t>(axes.size())) {
+      return Bad(absl::StrCat("scales has ", given->num_elements(), " entries for ", axes.size(),
+                              " axes"));
+    }
+    for (size_t i = 0; i < axes.size(); ++i) {
+      const size_t d = static_cast<size_t>(axes[i]);
+      scales[d] = given->GetDouble(static_cast<int64_t>(i));
+      if (!(scales[d] > 0) || scales[d] > (1 << 16)) return Bad("scales must be positive");
+      out[d] = static_cast<int64_t>(std::floor(static_cast<double>(s[d]) * scales[d]));
+    }
+  } else {
+    return Bad("needs scales or sizes");
+  }
+  TRY(out, ShapeFromInts(out));
+  if (AttrInt(n, "antialias", 0) != 0 && rule.mode == "linear") {
+    for (size_t d = 0; d < r; ++d) {
+      if (scales[d] < 1) {
+        return Unsupported(absl::StrCat("antialias=1 when downscaling (axis ", d, ", scale ",
+                                        scales[d], ") is not supported"));
+      }
+    }
+  }
+  TRY(NodeId y, Interpolate(im, x, out, scales, rule));
+  im.SetOutput(n, 0, y);
+  return absl::OkStatus();
+}
+
+// Upsample (7: a `scales` attribute; 9: a scales input; removed in 10): Resize-10's rule, with
+// scales >= 1.
+absl::Status Upsample(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY_OK(InputsSince(im, n, 1, 9, "scales"));
+  TRY_OK(AttrUntil(im, n, "scales", 9));
+  const Shape s = im.shape(x);
+  std::vector<double> scales;
+  if (im.opset() < 9) {
+    const auto* a = FindAttr(n, "scales");
+    if (!a) return Bad("attribute 'scales' is required before opset 9");
+    scales.assign(a->floats().begin(), a->floats().end());
+  } else {
+    TRY(ir::TensorData st, im.ConstInput(n, 1));
+    for (int64_t i = 0; i < st.num_elements(); ++i) scales.push_back(st.GetDouble(i));
+  }
+  if (scales.size() != s.size()) {
+    return Bad(absl::StrCat("scales has ", scales.size(), " entries for rank ", s.size()));
+  }
+  Shape out = s;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (!(scales[i] >= 1) || scales[i] > (1 << 16)) {
+      return Bad(absl::StrCat("scale ", scales[i], " of axis ", i, " must be >= 1 (Upsample)"));
+    }
+    out[i] = static_cast<int64_t>(std::floor(static_cast<double>(s[i]) * scales[i]));
+  }
+  TRY(out, ShapeFromInts(out));
+  ResizeRule rule{AttrString(n, "mode", "nearest"), "asymmetric", "legacy"};
+  if (rule.mode != "nearest" && rule.mode != "linear") {
+    return Bad(absl::StrCat("bad mode '", rule.mode, "' (Upsample has nearest and linear)"));
+  }
+  TRY(NodeId y, Interpolate(im, x, out, scales, rule));
   im.SetOutput(n, 0, y);
   return absl::OkStatus();
 }
@@ -1759,6 +2173,9 @@ const std::map<std::string, Lowering>& Lowerings() {
         {"And", Op::kAnd},        {"Or", Op::kOr},
         {"Xor", Op::kXor}};
     for (const auto& [name, op] : binary) m[name] = BinaryOp(op);
+    m["Equal"] = CompareOp(Op::kEq, "Equal", true);
+    m["Less"] = CompareOp(Op::kLt, "Less", false);
+    m["Greater"] = CompareOp(Op::kGt, "Greater", false);
     m["Div"] = BinaryWith(Div);
     m["Mod"] = BinaryWith(Mod);
     m["Pow"] = Pow;
@@ -1893,6 +2310,7 @@ const std::map<std::string, Lowering>& Lowerings() {
     m["GlobalAveragePool"] = GlobalPool(false);
     m["GlobalMaxPool"] = GlobalPool(true);
     m["Resize"] = Resize;
+    m["Upsample"] = Upsample;
     m["Einsum"] = Einsum;
     return t;
   }();

@@ -2,18 +2,23 @@
 //  - models/<name>: PyTorch models exported by torch.onnx.export, with PyTorch's outputs
 //    (make_fixtures.py; onnxruntime agreed with them when they were made);
 //  - ops/<case>: single-node models (make_op_fixtures.py) with outputs from numpy/PyTorch
-//    reference code, cross-checked with onnxruntime (ops/oracles.txt records which).
+//    reference code, cross-checked with onnxruntime (ops/oracles.txt records which);
+//  - opsets/<case>: single-node models at opsets 7 to 22 (make_opset_fixtures.py) for the
+//    operators' versioned forms, with outputs from numpy code written from each version's spec.
 // kiln's outputs, on the reference interpreter and on the Cpu backend, must match within 1e-4
 // relative error. Plus the error paths: unsupported operators, malformed models, dynamic shapes.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "codegen/cpu/graph_compiler.h"
 #include "frontend/onnx/import.h"
 #include "gmock/gmock.h"
@@ -141,6 +146,31 @@ TEST(OnnxOps, EveryCaseMatchesItsOracle) {
   std::vector<std::string> names = OpCases();
   ASSERT_GE(names.size(), 60u);
   for (const std::string& name : names) RunAndCompare(kDir + "ops/" + name, true);
+}
+
+std::vector<std::string> OpsetCases() {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(kDir + "opsets")) {
+    if (e.is_directory()) names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Every versioned-rule case (old attribute forms, Softmax's 2-D coercion, Upsample, Resize by
+// version, ...), on both backends; each model's opset is the one its name ends in.
+TEST(OnnxOpsets, EveryCaseMatchesItsOracle) {
+  std::vector<std::string> names = OpsetCases();
+  ASSERT_GE(names.size(), 50u);
+  std::set<int64_t> opsets;
+  for (const std::string& name : names) {
+    RunAndCompare(kDir + "opsets/" + name, true);
+    absl::StatusOr<ImportedModel> m = ImportFile(kDir + "opsets/" + name + "/model.onnx");
+    if (m.ok()) opsets.insert(m->opset_version);
+  }
+  // The oldest and the newest opsets kiln imports are among them.
+  EXPECT_TRUE(opsets.count(7));
+  EXPECT_TRUE(opsets.count(22));
 }
 
 TEST(OnnxImport, WeightsAreNamedParameters) {
@@ -417,10 +447,21 @@ TEST(OnnxErrors, InconsistentNodesNameTheNode) {
 TEST(OnnxErrors, MalformedBytesAndOpsets) {
   EXPECT_THAT(ImportBytes("this is not a model").status().message(), HasSubstr("protobuf"));
   EXPECT_THAT(ImportBytes("").status().message(), HasSubstr("no graph"));
-  auto m = Model(11);
-  AddNode(m, "Relu", "r", {"x"}, {"y"});
-  AddOutput(m, "y");
-  EXPECT_THAT(Import(m).message(), HasSubstr("opset 11 is not supported"));
+  for (int opset : {6, 23}) {
+    auto m = Model(opset);
+    AddNode(m, "Relu", "r", {"x"}, {"y"});
+    AddOutput(m, "y");
+    absl::Status s = Import(m);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+    EXPECT_EQ(s.message(), absl::StrCat("ONNX opset ", opset,
+                                        " is not supported (kiln imports opsets 7 to 22)"));
+  }
+  for (int opset : {7, 22}) {
+    auto m = Model(opset);
+    AddNode(m, "Relu", "r", {"x"}, {"y"});
+    AddOutput(m, "y");
+    EXPECT_TRUE(Import(m).ok()) << opset;
+  }
   EXPECT_EQ(ImportFile("tests/onnx/does_not_exist.onnx").status().code(),
             absl::StatusCode::kNotFound);
   // Every truncation of a real model fails cleanly or imports (protobuf may accept a prefix).
@@ -430,6 +471,240 @@ TEST(OnnxErrors, MalformedBytesAndOpsets) {
   const std::string bytes = ss.str();
   for (size_t cut = 0; cut < bytes.size(); cut += 97) {
     (void)ImportBytes(std::string_view(bytes).substr(0, cut));
+  }
+}
+
+::onnx::AttributeProto* AddAttr(::onnx::NodeProto* n, const std::string& name) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  return a;
+}
+void SetInts(::onnx::NodeProto* n, const std::string& name, std::vector<int64_t> v) {
+  auto* a = AddAttr(n, name);
+  a->set_type(::onnx::AttributeProto::INTS);
+  for (int64_t i : v) a->add_ints(i);
+}
+void SetInt(::onnx::NodeProto* n, const std::string& name, int64_t v) {
+  auto* a = AddAttr(n, name);
+  a->set_type(::onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+void SetString(::onnx::NodeProto* n, const std::string& name, const std::string& v) {
+  auto* a = AddAttr(n, name);
+  a->set_type(::onnx::AttributeProto::STRING);
+  a->set_s(v);
+}
+void AddInt64s(::onnx::ModelProto& m, const std::string& name, std::vector<int64_t> v) {
+  auto* t = m.mutable_graph()->add_initializer();
+  t->set_name(name);
+  t->set_data_type(::onnx::TensorProto::INT64);
+  t->add_dims(static_cast<int64_t>(v.size()));
+  for (int64_t i : v) t->add_int64_data(i);
+}
+
+// An operator newer (or older) than the model's opset names the node and the opset it needs;
+// several in one message.
+TEST(OnnxErrors, OperatorNotInTheModelsOpset) {
+  {
+    auto m = Model(17);
+    AddNode(m, "Gelu", "g", {"x"}, {"a"});
+    AddNode(m, "Mish", "mi", {"a"}, {"y"});
+    AddOutput(m, "y");
+    absl::Status s = Import(m);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(), HasSubstr("node 'g' (Gelu): Gelu exists from opset 20, but the model "
+                                       "imports opset 17"));
+    EXPECT_THAT(s.message(), HasSubstr("node 'mi' (Mish): Mish exists from opset 18"));
+  }
+  {
+    auto m = Model(10);
+    AddNode(m, "LessOrEqual", "le", {"x", "x"}, {"y"});
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(),
+                HasSubstr("node 'le' (LessOrEqual): LessOrEqual exists from opset 12"));
+  }
+  {
+    auto m = Model(11);
+    AddNode(m, "Upsample", "up", {"x"}, {"y"});
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(),
+                HasSubstr("node 'up' (Upsample): Upsample was removed in opset 10 (use Resize)"));
+  }
+}
+
+// A node written in another version's form than its model's opset is an error naming the
+// attribute or input and the opsets, not a silently different computation.
+TEST(OnnxErrors, AttributeOrInputOfAnotherVersion) {
+  {
+    // axes as an input before 13 (Squeeze), as an attribute from 13.
+    auto m = Model(11);
+    AddInt64s(m, "axes", {0});
+    AddNode(m, "Unsqueeze", "u", {"x", "axes"}, {"y"});
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(),
+                HasSubstr("node 'u' (Unsqueeze): input 1 (axes) exists from opset 13, but the "
+                          "model imports opset 11"));
+    auto m2 = Model(13);
+    SetInts(AddNode(m2, "Unsqueeze", "u", {"x"}, {"y"}), "axes", {0});
+    AddOutput(m2, "y");
+    EXPECT_THAT(Import(m2).message(), HasSubstr("attribute 'axes' exists only before opset 13"));
+  }
+  {
+    // ReduceMean's axes became an input in 18 (ReduceSum's in 13).
+    auto m = Model(18);
+    SetInts(AddNode(m, "ReduceMean", "rm", {"x"}, {"y"}), "axes", {1});
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(), HasSubstr("node 'rm' (ReduceMean): attribute 'axes' exists "
+                                               "only before opset 18"));
+    auto m2 = Model(17);
+    AddInt64s(m2, "axes", {1});
+    AddNode(m2, "ReduceMean", "rm", {"x", "axes"}, {"y"});
+    AddOutput(m2, "y");
+    EXPECT_THAT(Import(m2).message(), HasSubstr("input 1 (axes) exists from opset 18"));
+  }
+  {
+    auto m = Model(18);
+    AddNode(m, "Split", "sp", {"x"}, {"a", "b"});
+    AddOutput(m, "a");
+    EXPECT_THAT(Import(m).message(), HasSubstr("needs a split input or num_outputs"));
+    auto m2 = Model(13);
+    SetInt(AddNode(m2, "Split", "sp", {"x"}, {"a", "b"}), "num_outputs", 2);
+    AddOutput(m2, "a");
+    EXPECT_THAT(Import(m2).message(), HasSubstr("attribute 'num_outputs' exists from opset 18"));
+    auto m3 = Model(13);
+    SetInt(AddNode(m3, "Split", "sp", {"x"}, {"a", "b"}), "axis", 1);  // 3 does not split in 2
+    AddOutput(m3, "a");
+    EXPECT_THAT(Import(m3).message(), HasSubstr("does not split into 2 equal parts"));
+  }
+  {
+    auto m = Model(9);
+    AddInt64s(m, "k", {1});
+    AddNode(m, "TopK", "t", {"x", "k"}, {"v", "i"});
+    AddOutput(m, "v");
+    EXPECT_THAT(Import(m).message(), HasSubstr("input 1 (K) exists from opset 10"));
+    auto m2 = Model(10);
+    AddInt64s(m2, "k", {1});
+    SetInt(AddNode(m2, "TopK", "t", {"x", "k"}, {"v", "i"}), "largest", 0);
+    AddOutput(m2, "v");
+    EXPECT_THAT(Import(m2).message(), HasSubstr("attribute 'largest' exists from opset 11"));
+  }
+  {
+    auto m = Model(10);
+    SetInts(AddNode(m, "Pad", "p", {"x", "pads"}, {"y"}), "pads", {0, 0, 0, 0});
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(), HasSubstr("input 1 (pads) exists from opset 11"));
+    auto m2 = Model(18);
+    AddInt64s(m2, "pads", {0, 1, 0, 1});
+    SetString(AddNode(m2, "Pad", "p", {"x", "pads"}, {"y"}), "mode", "wrap");
+    AddOutput(m2, "y");
+    EXPECT_THAT(Import(m2).message(), HasSubstr("mode 'wrap' exists from opset 19"));
+  }
+  {
+    auto m = Model(11);
+    SetInts(AddNode(m, "Slice", "s", {"x"}, {"y"}), "starts", {0});
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(), HasSubstr("attribute 'starts' exists only before opset 10"));
+  }
+  {
+    auto m = Model(11);
+    AddNode(m, "Clip", "c", {"x"}, {"y"})->add_attribute()->set_name("min");
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(), HasSubstr("attribute 'min' exists only before opset 11"));
+  }
+  {
+    auto m = Model(10);
+    AddNode(m, "Gemm", "gm", {"x", "x"}, {"y"});
+    SetInt(m.mutable_graph()->mutable_node(0), "transB", 1);
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(), HasSubstr("input 2 (C) is required before opset 11"));
+  }
+  {
+    auto m = Model(10);
+    AddNode(m, "Equal", "eq", {"x", "x"}, {"y"});
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(), HasSubstr("Equal on f32 exists from opset 11"));
+  }
+  {
+    auto m = Model(7);
+    auto* in = m.mutable_graph()->add_input();
+    in->set_name("z");
+    auto* tt = in->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(::onnx::TensorProto::FLOAT);
+    tt->mutable_shape()->add_dim()->set_dim_value(3);
+    AddNode(m, "Max", "mx", {"x", "z"}, {"y"});
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(), HasSubstr("broadcasting exists from opset 8"));
+  }
+}
+
+TEST(OnnxErrors, TrainingOnlyAndUnsupportedVersionedForms) {
+  using Edit = std::function<void(::onnx::NodeProto*)>;
+  auto bn = [](int opset, int outputs, const Edit& edit) {
+    auto m = Model(opset);
+    for (const char* p : {"s", "b", "mean", "var"}) {
+      AddInit(m, p, {3})->set_raw_data(std::string(12, '\0'));
+    }
+    std::vector<std::string> outs = {"y", "o1", "o2"};
+    outs.resize(static_cast<size_t>(outputs));
+    edit(AddNode(m, "BatchNormalization", "bn", {"x", "s", "b", "mean", "var"}, outs));
+    AddOutput(m, "y");
+    return Import(m);
+  };
+  EXPECT_THAT(bn(15, 1, [](auto* n) { SetInt(n, "training_mode", 1); }).message(),
+              HasSubstr("training_mode=1 is not supported"));
+  EXPECT_THAT(bn(9, 3, [](auto*) {}).message(),
+              HasSubstr("output 1 ('o1') exists only in training"));
+  EXPECT_THAT(bn(13, 1, [](auto* n) { SetInt(n, "training_mode", 0); }).message(),
+              HasSubstr("attribute 'training_mode' exists from opset 14"));
+  EXPECT_THAT(bn(9, 1, [](auto* n) { SetInt(n, "spatial", 1); }).message(),
+              HasSubstr("attribute 'spatial' exists only before opset 9"));
+  auto resize = [](int opset, const Edit& edit) {
+    auto m = Model(opset);
+    auto* t = AddInit(m, "scales", {2});
+    t->add_float_data(0.5f);
+    t->add_float_data(0.5f);
+    edit(AddNode(m, "Resize", "rz", {"x", "", "scales"}, {"y"}));
+    AddOutput(m, "y");
+    return Import(m);
+  };
+  EXPECT_THAT(resize(18,
+                     [](auto* n) {
+                       SetInt(n, "antialias", 1);
+                       SetString(n, "mode", "linear");
+                     })
+                  .message(),
+              HasSubstr("antialias=1 when downscaling"));
+  EXPECT_THAT(resize(17, [](auto* n) { SetInt(n, "antialias", 1); }).message(),
+              HasSubstr("attribute 'antialias' exists from opset 18"));
+  EXPECT_THAT(resize(13,
+                     [](auto* n) {
+                       SetString(n, "coordinate_transformation_mode", "tf_half_pixel_for_nn");
+                     })
+                  .message(),
+              HasSubstr("coordinate_transformation_mode 'tf_half_pixel_for_nn' is not defined in "
+                        "opset 13"));
+  EXPECT_THAT(resize(18,
+                     [](auto* n) {
+                       SetString(n, "coordinate_transformation_mode", "half_pixel_symmetric");
+                     })
+                  .message(),
+              HasSubstr("'half_pixel_symmetric' is not defined in opset 18"));
+  absl::Status cubic = resize(19, [](auto* n) { SetString(n, "mode", "cubic"); });
+  EXPECT_EQ(cubic.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(cubic.message(), HasSubstr("mode 'cubic' is not supported"));
+  EXPECT_THAT(
+      resize(13,
+             [](auto* n) { SetString(n, "coordinate_transformation_mode", "tf_crop_and_resize"); })
+          .message(),
+      HasSubstr("coordinate_transformation_mode 'tf_crop_and_resize' is not supported"));
+  {
+    auto m = Model(12);
+    auto* t = AddInit(m, "t", {});
+    t->set_data_type(::onnx::TensorProto::BOOL);
+    t->add_int32_data(1);
+    AddNode(m, "Dropout", "d", {"x", "", "t"}, {"y"});
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(), HasSubstr("training_mode=true is not supported"));
   }
 }
 

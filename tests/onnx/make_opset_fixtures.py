@@ -1,0 +1,315 @@
+#!/usr/bin/python3
+"""Single-operator ONNX models at opsets 7 to 22, for the importer's versioned rules
+(tests/onnx/onnx_import_test.cc, OnnxOpsets).
+
+    /usr/bin/python3 tests/onnx/make_opset_fixtures.py
+
+Debian's python3-onnx (1.12) and numpy only. Each case is one node at a given default-domain
+opset, saved as tests/onnx/opsets/<case>/model.onnx with its inputs and expected outputs in the
+ONNX test-data layout (test_data_set_0/*.pb), like make_op_fixtures.py's ops/. The expected
+outputs come from numpy code written here from the operator's definition in onnx/docs/Changelog.md
+for that version (attribute vs input forms, Softmax's 2-D coercion before 13, Split's uneven last
+chunk, Resize's coordinate transformations, ...), independently of kiln. onnx.checker checks the
+models up to opset 17 (what onnx 1.12 knows); later ones are written unchecked.
+
+Inputs that kiln needs at import time (axes, pads, scales, ...) are initializers; the others are
+graph inputs.
+"""
+import os
+import shutil
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "opsets")
+rng = np.random.default_rng(7)
+CASES = []
+
+
+def f32(*shape, lo=-2.0, hi=2.0):
+    return rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def i64(*values):
+    return np.array(values, dtype=np.int64)
+
+
+def case(name, op, opset, inputs, expected, attrs=None, consts=None):
+    """inputs: (name, array) graph inputs, (name, None) for an initializer from `consts`, or
+    (None, None) for an omitted optional input. expected: one array or a list (one per output)."""
+    CASES.append(dict(name=name, op=op, opset=opset, inputs=inputs, attrs=attrs or {},
+                      consts=consts or {},
+                      expected=expected if isinstance(expected, list) else [expected]))
+
+
+def elem_type(a):
+    return helper.np_dtype_to_tensor_dtype(a.dtype) if hasattr(helper, "np_dtype_to_tensor_dtype") \
+        else onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[np.dtype(a.dtype)]
+
+
+def build(c):
+    folder = os.path.join(ROOT, c["name"])
+    os.makedirs(os.path.join(folder, "test_data_set_0"))
+    in_names, graph_inputs, feeds, inits = [], [], [], []
+    for nm, arr in c["inputs"]:
+        if nm is None:
+            in_names.append("")
+            continue
+        in_names.append(nm)
+        if arr is None:
+            inits.append(numpy_helper.from_array(np.asarray(c["consts"][nm]), nm))
+        else:
+            arr = np.asarray(arr)
+            graph_inputs.append(helper.make_tensor_value_info(nm, elem_type(arr), list(arr.shape)))
+            feeds.append((nm, arr))
+    expected = [np.asarray(e) for e in c["expected"]]
+    expected = [e.astype(np.float32) if e.dtype == np.float64 else e for e in expected]
+    out_names = [f"y{i}" for i in range(len(expected))]
+    outputs = [helper.make_tensor_value_info(n, elem_type(e), list(e.shape))
+               for n, e in zip(out_names, expected)]
+    node = helper.make_node(c["op"], in_names, out_names, name=c["name"], **c["attrs"])
+    graph = helper.make_graph([node], c["name"], graph_inputs, outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", c["opset"])],
+                              producer_name="kiln make_opset_fixtures.py")
+    # The IR version released with the opset (onnx/helper.py's VERSION_TABLE); 4 for 7-9 so that
+    # initializers need not be listed as graph inputs.
+    v = c["opset"]
+    model.ir_version = (4 if v < 10 else 5 if v < 11 else 6 if v < 12 else 7 if v < 15 else
+                        8 if v < 19 else 9 if v < 21 else 10)
+    if c["opset"] <= 17:
+        onnx.checker.check_model(model)
+    onnx.save(model, os.path.join(folder, "model.onnx"))
+    for i, (nm, arr) in enumerate(feeds):
+        with open(os.path.join(folder, "test_data_set_0", f"input_{i}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(arr, nm).SerializeToString())
+    for i, e in enumerate(expected):
+        with open(os.path.join(folder, "test_data_set_0", f"output_{i}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(e, out_names[i]).SerializeToString())
+
+
+# ---- Reference code, from the operator definitions ----------------------------------------------
+
+def softmax(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def coerced(fn, x, axis):
+    """Softmax-1/11 family: x as 2-D [prod(dims before axis), prod(dims from axis)], fn over
+    axis 1, reshaped back."""
+    axis = axis + x.ndim if axis < 0 else axis
+    flat = x.reshape(int(np.prod(x.shape[:axis])), -1)
+    return fn(flat).reshape(x.shape)
+
+
+def hardmax_rows(x2):
+    out = np.zeros_like(x2)
+    out[np.arange(x2.shape[0]), np.argmax(x2, axis=1)] = 1
+    return out
+
+
+def resize_ref(x, out_shape, scales, ctm, mode, nearest):
+    """Resize written from the Changelog's formulas, axis by axis (separable for nearest and
+    linear). nearest 'legacy': Upsample/Resize-10's floor (enlarging) / ceil (shrinking)."""
+    y = x.astype(np.float64)
+    for a in range(x.ndim):
+        n_in, n_out, sc = x.shape[a], out_shape[a], scales[a]
+        if n_in == n_out and sc == 1.0:
+            continue
+        xo = np.arange(n_out, dtype=np.float64)
+        if ctm == "asymmetric":
+            xi = xo / sc
+        elif ctm == "half_pixel":
+            xi = (xo + 0.5) / sc - 0.5
+        elif ctm == "pytorch_half_pixel":
+            xi = (xo + 0.5) / sc - 0.5 if n_out > 1 else np.zeros(n_out)
+        elif ctm == "align_corners":
+            xi = xo * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros(n_out)
+        elif ctm == "tf_half_pixel_for_nn":
+            xi = (xo + 0.5) / sc
+        elif ctm == "half_pixel_symmetric":
+            adjustment = n_out / (sc * n_in)
+            center = n_in / 2
+            offset = center * (1 - adjustment)
+            xi = offset + (xo + 0.5) / sc - 0.5
+        else:
+            raise ValueError(ctm)
+        if mode == "nearest":
+            if nearest == "legacy":
+                idx = np.ceil(xi) if sc < 1 else np.floor(xi)
+            elif nearest == "floor":
+                idx = np.floor(xi)
+            elif nearest == "ceil":
+                idx = np.ceil(xi)
+            elif nearest == "round_prefer_ceil":
+                idx = np.floor(xi + 0.5)
+            else:  # round_prefer_floor
+                idx = np.ceil(xi - 0.5)
+            idx = np.clip(idx, 0, n_in - 1).astype(np.int64)
+            y = np.take(y, idx, axis=a)
+        else:
+            xi = np.clip(xi, 0, n_in - 1)
+            lo = np.floor(xi).astype(np.int64)
+            hi = np.minimum(lo + 1, n_in - 1)
+            w = (xi - lo).reshape([-1 if i == a else 1 for i in range(x.ndim)])
+            y = np.take(y, lo, axis=a) * (1 - w) + np.take(y, hi, axis=a) * w
+    return y.astype(x.dtype)
+
+
+# ---- Opset 7 (and 8): attribute forms ----------------------------------------------------------
+x = f32(2, 3, 4)
+ux = f32(1, 2, 2, 3)
+case("upsample7_nearest", "Upsample", 7, [("x", ux)],
+     np.repeat(np.repeat(ux, 2, axis=2), 3, axis=3), {"mode": "nearest", "scales": [1.0, 1.0, 2.0, 3.0]})
+case("upsample7_linear", "Upsample", 7, [("x", ux)],
+     resize_ref(ux, (1, 2, 4, 6), [1, 1, 2, 2], "asymmetric", "linear", None),
+     {"mode": "linear", "scales": [1.0, 1.0, 2.0, 2.0]})
+case("upsample7_nearest_fractional", "Upsample", 7, [("x", ux)],
+     resize_ref(ux, (1, 2, 3, 7), [1, 1, 1.5, 2.5], "asymmetric", "nearest", "legacy"),
+     {"scales": [1.0, 1.0, 1.5, 2.5]})
+case("softmax7_coerced", "Softmax", 7, [("x", x * 3)], coerced(lambda a: softmax(a, 1), x * 3, 1))
+case("logsoftmax7_coerced_axis2", "LogSoftmax", 7, [("x", x * 3)],
+     coerced(lambda a: np.log(softmax(a, 1)), x * 3, 2), {"axis": 2})
+tie_free = np.arange(24, dtype=np.float32).reshape(2, 3, 4)[:, :, ::-1] * np.float32(0.5) + f32(2, 3, 4, lo=0, hi=0.1)
+case("hardmax7_coerced", "Hardmax", 7, [("x", tie_free)], coerced(hardmax_rows, tie_free, 1))
+case("unsqueeze7_attr", "Unsqueeze", 7, [("x", f32(2, 3))], None, {"axes": [0, 3]})
+CASES[-1]["expected"] = [CASES[-1]["inputs"][0][1].reshape(1, 2, 3, 1)]
+x1 = f32(2, 1, 3, 1)
+case("squeeze7_attr", "Squeeze", 7, [("x", x1)], x1.reshape(2, 3, 1), {"axes": [1]})
+case("reduce_sum7_attr", "ReduceSum", 7, [("x", x)], x.sum(axis=(0, 2)), {"axes": [0, 2], "keepdims": 0})
+case("reduce_mean7_attr", "ReduceMean", 7, [("x", x)], x.mean(axis=1, keepdims=True), {"axes": [1]})
+case("reduce_max7_all", "ReduceMax", 7, [("x", x)], x.max(keepdims=True))
+px = f32(1, 2, 3, 4)
+case("pad7_attr", "Pad", 7, [("x", px)], np.pad(px, ((0, 0), (1, 0), (2, 1), (0, 3)), constant_values=1.5),
+     {"pads": [0, 1, 2, 0, 0, 0, 1, 3], "value": 1.5})
+case("pad7_reflect", "Pad", 7, [("x", px)], np.pad(px, ((0, 0), (0, 0), (1, 1), (2, 0)), mode="reflect"),
+     {"pads": [0, 0, 1, 2, 0, 0, 1, 0], "mode": "reflect"})
+case("clip7_attr", "Clip", 7, [("x", x)], np.clip(x, -0.5, 0.75), {"min": -0.5, "max": 0.75})
+case("clip7_max_only", "Clip", 7, [("x", x)], np.minimum(x, 0.25), {"max": 0.25})
+sx = f32(5, 6, 4)
+case("slice7_attr", "Slice", 7, [("x", sx)], sx[1:4, :, -3:100],
+     {"starts": [1, -3], "ends": [4, 100], "axes": [0, 2]})
+case("slice7_attr_default_axes", "Slice", 7, [("x", sx)], sx[0:2, 2:5], {"starts": [0, 2], "ends": [2, 5]})
+tk = np.array([[1, 5, 3, 4], [8, 2, 6, 0]], np.float32)
+case("topk7_attr", "TopK", 7, [("x", tk)],
+     [np.array([[5, 4], [8, 6]], np.float32), np.array([[1, 3], [0, 2]], np.int64)], {"k": 2})
+sp = f32(4, 6)
+case("split7_attr", "Split", 7, [("x", sp)], [sp[:, :1], sp[:, 1:6]], {"axis": 1, "split": [1, 5]})
+case("split7_equal", "Split", 7, [("x", sp)], list(np.split(sp, 2, axis=0)))
+case("dropout7_mask_is_float", "Dropout", 7, [("x", x)], [x, np.ones_like(x)], {"ratio": 0.3})
+bnx = f32(2, 3, 2, 2)
+bp = [f32(3, 2, 2), f32(3, 2, 2), f32(3, 2, 2), f32(3, 2, 2, lo=0.5, hi=2)]
+case("batchnorm7_spatial0", "BatchNormalization", 7,
+     [("x", bnx), ("s", None), ("b", None), ("m", None), ("v", None)],
+     (bnx - bp[2]) / np.sqrt(bp[3] + 1e-3) * bp[0] + bp[1], {"spatial": 0, "epsilon": 1e-3},
+     consts=dict(zip("sbmv", bp)))
+ga, gb, gc = f32(3, 4), f32(4, 5), f32(5)
+case("gemm7_c_required", "Gemm", 7, [("a", ga), ("b", gb), ("c", gc)], 2.0 * ga @ gb + 0.5 * gc,
+     {"alpha": 2.0, "beta": 0.5})
+v1, v2 = f32(2, 3), f32(2, 3)
+case("max7_same_shapes", "Max", 7, [("a", v1), ("b", v2)], np.maximum(v1, v2))
+case("sum8_broadcast", "Sum", 8, [("a", v1), ("b", f32(3))], None)
+CASES[-1]["expected"] = [v1 + CASES[-1]["inputs"][1][1]]
+case("flatten7", "Flatten", 7, [("x", x)], x.reshape(2, 12))
+case("concat7", "Concat", 7, [("a", x), ("b", f32(2, 1, 4))], None, {"axis": 1})
+CASES[-1]["expected"] = [np.concatenate([x, CASES[-1]["inputs"][1][1]], 1)]
+ci = np.array([[1, 2, 2], [0, 1, 3]], np.int32)
+case("equal7_int", "Equal", 7, [("a", ci), ("b", np.array([1, 1, 3], np.int32))], ci == np.array([1, 1, 3]))
+case("pow7", "Pow", 7, [("a", f32(2, 3, lo=0.5, hi=2)), ("b", f32(3))], None)
+CASES[-1]["expected"] = [np.power(CASES[-1]["inputs"][0][1], CASES[-1]["inputs"][1][1])]
+
+# ---- Opset 9 and 10 ------------------------------------------------------------------------------
+case("upsample9_scales_input", "Upsample", 9, [("x", ux), ("s", None)],
+     np.repeat(ux, 2, axis=3), consts={"s": np.array([1, 1, 1, 2], np.float32)})
+bs = [f32(3), f32(3), f32(3), f32(3, lo=0.5, hi=2)]
+case("batchnorm9", "BatchNormalization", 9, [("x", bnx), ("s", None), ("b", None), ("m", None), ("v", None)],
+     (bnx - bs[2].reshape(1, 3, 1, 1)) / np.sqrt(bs[3].reshape(1, 3, 1, 1) + 1e-5) * bs[0].reshape(1, 3, 1, 1)
+     + bs[1].reshape(1, 3, 1, 1), consts=dict(zip("sbmv", bs)))
+rx = f32(1, 1, 4, 6)
+case("resize10_nearest", "Resize", 10, [("x", rx), ("s", None)],
+     resize_ref(rx, (1, 1, 6, 15), [1, 1, 1.5, 2.5], "asymmetric", "nearest", "legacy"),
+     consts={"s": np.array([1, 1, 1.5, 2.5], np.float32)})
+case("resize10_nearest_down", "Resize", 10, [("x", rx), ("s", None)],
+     resize_ref(rx, (1, 1, 2, 4), [1, 1, 0.5, 0.7], "asymmetric", "nearest", "legacy"),
+     consts={"s": np.array([1, 1, 0.5, 0.7], np.float32)})
+case("resize10_linear", "Resize", 10, [("x", rx), ("s", None)],
+     resize_ref(rx, (1, 1, 8, 9), [1, 1, 2, 1.5], "asymmetric", "linear", None),
+     {"mode": "linear"}, consts={"s": np.array([1, 1, 2, 1.5], np.float32)})
+case("slice10_inputs_steps", "Slice", 10, [("x", sx), ("s", None), ("e", None), ("a", None), ("st", None)],
+     sx[:, 5:0:-2], consts={"s": i64(5), "e": i64(0), "a": i64(1), "st": i64(-2)})
+case("topk10_k_input", "TopK", 10, [("x", tk), ("k", None)],
+     [np.array([[5], [8]], np.float32), np.array([[1], [0]], np.int64)], consts={"k": i64(1)})
+case("dropout10_mask_is_bool", "Dropout", 10, [("x", x)], [x, np.ones(x.shape, bool)])
+
+# ---- Opsets 11 to 13 -----------------------------------------------------------------------------
+case("resize11_tf_half_pixel_for_nn", "Resize", 11, [("x", rx), ("r", None), ("s", None)],
+     resize_ref(rx, (1, 1, 6, 9), [1, 1, 1.5, 1.5], "tf_half_pixel_for_nn", "nearest", "round_prefer_floor"),
+     {"coordinate_transformation_mode": "tf_half_pixel_for_nn"},
+     consts={"r": np.zeros(0, np.float32), "s": np.array([1, 1, 1.5, 1.5], np.float32)})
+case("resize11_sizes_empty_scales", "Resize", 11, [("x", rx), ("r", None), ("s", None), ("z", None)],
+     resize_ref(rx, (1, 1, 3, 8), [1, 1, 3 / 4, 8 / 6], "half_pixel", "linear", None),
+     {"mode": "linear"}, consts={"r": np.zeros(0, np.float32), "s": np.zeros(0, np.float32),
+                                 "z": i64(1, 1, 3, 8)})
+case("clip11_inputs", "Clip", 11, [("x", x), ("lo", None), ("hi", None)], np.clip(x, -1.0, 0.5),
+     consts={"lo": np.float32(-1.0), "hi": np.float32(0.5)})
+case("pad11_inputs", "Pad", 11, [("x", px), ("p", None), ("v", None)],
+     np.pad(px, ((0, 0), (0, 0), (1, 1), (0, 2)), constant_values=-2.0),
+     consts={"p": i64(0, 0, 1, 0, 0, 0, 1, 2), "v": np.float32(-2.0)})
+case("split11_negative_axis", "Split", 11, [("x", sp)], [sp[:, :2], sp[:, 2:]], {"axis": -1, "split": [2, 4]})
+case("softmax11_coerced_negative_axis", "Softmax", 11, [("x", x * 3)],
+     coerced(lambda a: softmax(a, 1), x * 3, -2), {"axis": -2})
+case("dropout12_inputs", "Dropout", 12, [("x", x), ("r", None), ("t", None)], [x, np.ones(x.shape, bool)],
+     consts={"r": np.float32(0.2), "t": np.array(False)})
+case("softmax13_one_axis", "Softmax", 13, [("x", x * 3)], softmax(x * 3, 1), {"axis": 1})
+case("split13_input", "Split", 13, [("x", sp), ("s", None)], [sp[:3], sp[3:]], consts={"s": i64(3, 1)})
+case("squeeze13_input", "Squeeze", 13, [("x", x1), ("a", None)], x1.reshape(2, 1, 3), consts={"a": i64(-1)})
+case("reduce_sum13_noop_empty", "ReduceSum", 13, [("x", x)], x, {"noop_with_empty_axes": 1})
+case("reduce_mean13_attr", "ReduceMean", 13, [("x", x)], x.mean(axis=-1), {"axes": [-1], "keepdims": 0})
+
+# ---- Opsets 18 to 22 -----------------------------------------------------------------------------
+case("reduce_mean18_input", "ReduceMean", 18, [("x", x), ("a", None)], x.mean(axis=(0, 2), keepdims=True),
+     consts={"a": i64(0, -1)})
+case("reduce_max18_noop_empty", "ReduceMax", 18, [("x", x)], x, {"noop_with_empty_axes": 1})
+case("reduce_l2_18_all", "ReduceL2", 18, [("x", x)], np.sqrt((x * x).sum(keepdims=True)))
+s7 = f32(7, 3)
+case("split18_num_outputs_uneven", "Split", 18, [("x", s7)], [s7[:3], s7[3:6], s7[6:]], {"num_outputs": 3})
+case("pad18_axes_input", "Pad", 18, [("x", px), ("p", None), (None, None), ("a", None)],
+     np.pad(px, ((0, 0), (0, 0), (0, 0), (2, 1))), consts={"p": i64(2, 1), "a": i64(-1)})
+case("resize18_axes_not_larger", "Resize", 18, [("x", rx), (None, None), (None, None), ("z", None)],
+     resize_ref(rx, (1, 1, 6, 9), [1, 1, 1.5, 1.5], "half_pixel", "nearest", "round_prefer_floor"),
+     {"axes": [2, 3], "keep_aspect_ratio_policy": "not_larger"}, consts={"z": i64(7, 9)})
+case("resize18_axes_not_smaller", "Resize", 18, [("x", rx), (None, None), (None, None), ("z", None)],
+     resize_ref(rx, (1, 1, 7, 11), [1, 1, 1.75, 1.75], "asymmetric", "linear", None),
+     {"axes": [3, 2], "keep_aspect_ratio_policy": "not_smaller", "mode": "linear",
+      "coordinate_transformation_mode": "asymmetric"}, consts={"z": i64(9, 7)})
+case("resize19_half_pixel_symmetric", "Resize", 19, [("x", rx), (None, None), ("s", None)],
+     resize_ref(rx, (1, 1, 9, 8), [1, 1, 2.3, 1.4], "half_pixel_symmetric", "linear", None),
+     {"mode": "linear", "coordinate_transformation_mode": "half_pixel_symmetric"},
+     consts={"s": np.array([1, 1, 2.3, 1.4], np.float32)})
+case("cast19_saturate", "Cast", 19, [("x", x * 3)], (x * 3).astype(np.int64), {"to": TensorProto.INT64, "saturate": 1})
+case("reduce_min20_input", "ReduceMin", 20, [("x", x), ("a", None)], x.min(axis=1), {"keepdims": 0},
+     consts={"a": i64(1)})
+case("softmax22", "Softmax", 22, [("x", x * 3)], softmax(x * 3, -1))
+case("batchnorm22", "BatchNormalization", 22, [("x", bnx), ("s", None), ("b", None), ("m", None), ("v", None)],
+     (bnx - bs[2].reshape(1, 3, 1, 1)) / np.sqrt(bs[3].reshape(1, 3, 1, 1) + 1e-5) * bs[0].reshape(1, 3, 1, 1)
+     + bs[1].reshape(1, 3, 1, 1), {"momentum": 0.8}, consts=dict(zip("sbmv", bs)))
+case("resize22_nearest_sizes", "Resize", 22, [("x", rx), (None, None), (None, None), ("z", None)],
+     resize_ref(rx, (1, 1, 5, 4), [1, 1, 5 / 4, 4 / 6], "half_pixel", "nearest", "round_prefer_ceil"),
+     {"nearest_mode": "round_prefer_ceil"}, consts={"z": i64(1, 1, 5, 4)})
+
+
+def main():
+    shutil.rmtree(ROOT, ignore_errors=True)
+    os.makedirs(ROOT)
+    lines = ["# case op opset"]
+    for c in CASES:
+        build(c)
+        lines.append(f"{c['name']} {c['op']} {c['opset']}")
+    with open(os.path.join(ROOT, "cases.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"{len(CASES)} cases, opsets {sorted({c['opset'] for c in CASES})}")
+
+
+if __name__ == "__main__":
+    main()
