@@ -663,10 +663,17 @@ absl::StatusOr<ImportedModel> Importer::Run(const ::onnx::ModelProto& model) {
     }
   }
   if (!unsupported.empty()) {
+    // Operators whose output shape depends on the values of their inputs: no static shape.
+    static const std::set<std::string> kDataDependent = {"NonZero", "NonMaxSuppression", "Unique"};
     std::vector<std::string> parts;
     for (const auto& [op, nodes] : unsupported) {
       parts.push_back(absl::StrCat(op, " (", nodes.size() == 1 ? "node " : "nodes ",
                                    absl::StrJoin(nodes, ", "), ")"));
+      if (kDataDependent.count(op)) {
+        absl::StrAppend(&parts.back(),
+                        ": its output shape depends on the input data, and kiln compiles static "
+                        "shapes");
+      }
     }
     return absl::UnimplementedError(
         absl::StrCat("unsupported ONNX operators: ", absl::StrJoin(parts, "; "),

@@ -1629,17 +1629,29 @@ absl::Status LayerNorm(Importer& im, const NodeProto& n) {
   TRY(NodeId scale, im.Input(n, 1));
   if (!ir::IsFloat(im.dtype(x))) return Bad("needs a float input");
   TRY(int64_t axis, NormAxis(AttrInt(n, "axis", -1), im.rank(x)));
+  // stash_type: the statistics' type and precision (float by default); the normalized values
+  // are cast back to X's type before the scale and bias, as the ONNX function does.
+  TRY(ir::DType stash,
+      DTypeFromOnnx(static_cast<int32_t>(AttrInt(n, "stash_type", 1)), "attribute 'stash_type'"));
+  if (!ir::IsFloat(stash)) return Bad("stash_type must be a float type");
+  const ir::DType t = im.dtype(x);
+  x = im.Cast(x, stash);
   const Shape s = im.shape(x);
   std::vector<int64_t> axes;
   for (int64_t i = axis; i < im.rank(x); ++i) axes.push_back(i);
   const double count = static_cast<double>(Product(s, static_cast<size_t>(axis), s.size()));
   const double eps = AttrFloat(n, "epsilon", 1e-5f);
-  NodeId mean = im.Broadcast(Scaled(im, im.Reduce(Op::kReduceSum, x, axes), 1.0 / count), s);
+  NodeId mean_r = Scaled(im, im.Reduce(Op::kReduceSum, x, axes), 1.0 / count);
+  NodeId mean = im.Broadcast(mean_r, s);
   NodeId d = im.Binary(Op::kSub, x, mean);
   NodeId var = Scaled(im, im.Reduce(Op::kReduceSum, im.Binary(Op::kMul, d, d), axes), 1.0 / count);
-  NodeId inv = im.Broadcast(im.Unary(Op::kRsqrt, Shifted(im, var, eps)), s);
+  NodeId inv_r = im.Unary(Op::kRsqrt, Shifted(im, var, eps));
+  NodeId inv = im.Broadcast(inv_r, s);
   TRY(NodeId sc, im.BroadcastTo(scale, s));
-  NodeId y = im.Binary(Op::kMul, im.Binary(Op::kMul, d, inv), sc);
+  NodeId y = im.Binary(Op::kMul, im.Cast(im.Binary(Op::kMul, d, inv), t), sc);
+  // Mean and InvStdDev keep the reduced axes as 1s.
+  im.SetOutput(n, 1, mean_r);
+  im.SetOutput(n, 2, inv_r);
   if (Importer::HasInput(n, 2)) {
     TRY(NodeId bias, im.Input(n, 2));
     TRY(bias, im.BroadcastTo(bias, s));
@@ -2148,6 +2160,413 @@ absl::Status Einsum(Importer& im, const NodeProto& n) {
   return absl::OkStatus();
 }
 
+// ---- Issue 15: LRN, Gelu, Mish, scatters, quantization, Compress ------------------------------
+
+// LRN across channels (x is [N, C, D1, ...]): the window of `size` channels around c is
+// [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)], clipped to the input, as a window_sum
+// of the squares padded with zeros; y = x / (bias + alpha / size * sum)^beta.
+absl::Status Lrn(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  if (!ir::IsFloat(im.dtype(x))) {
+    return Bad(absl::StrCat("needs a float input, not ", ir::TypeToString(im.type(x))));
+  }
+  if (im.rank(x) < 3) return Bad("needs an input of rank >= 3 ([N, C, D1, ...])");
+  const int64_t size = AttrInt(n, "size", 0);
+  if (size < 1 || size > (1 << 20)) {
+    return Bad(absl::StrCat("attribute 'size' must be a positive integer, not ", size));
+  }
+  const double alpha = AttrFloat(n, "alpha", 1e-4f), beta = AttrFloat(n, "beta", 0.75f),
+               bias = AttrFloat(n, "bias", 1.0f);
+  const size_t r = static_cast<size_t>(im.rank(x));
+  ir::Attrs a;
+  a.window.assign(r, 1);
+  a.strides.assign(r, 1);
+  a.low.assign(r, 0);
+  a.high.assign(r, 0);
+  a.dilation.assign(r, 1);
+  a.window[1] = size;
+  a.low[1] = (size - 1) / 2;
+  a.high[1] = size - 1 - a.low[1];
+  NodeId sum = im.Fold(im.b().WindowReduce(Op::kWindowSum, im.Binary(Op::kMul, x, x), a));
+  NodeId base = Shifted(im, Scaled(im, sum, alpha / static_cast<double>(size)), bias);
+  NodeId denom = beta == 1.0 ? base : im.Binary(Op::kPow, base, im.Like(beta, base));
+  im.SetOutput(n, 0, im.Binary(Op::kDiv, x, denom));
+  return absl::OkStatus();
+}
+
+// Gelu (opset 20): x * Phi(x) with the exact erf form, or the tanh approximation.
+absl::Status Gelu(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  if (!ir::IsFloat(im.dtype(x))) {
+    return Bad(absl::StrCat("needs a float input, not ", ir::TypeToString(im.type(x))));
+  }
+  const std::string approximate = AttrString(n, "approximate", "none");
+  NodeId inner;
+  if (approximate == "none") {
+    inner = im.Unary(Op::kErf, Scaled(im, x, 1.0 / std::sqrt(2.0)));
+  } else if (approximate == "tanh") {
+    NodeId cube = im.Binary(Op::kMul, im.Binary(Op::kMul, x, x), x);
+    NodeId arg = im.Binary(Op::kAdd, x, Scaled(im, cube, 0.044715));
+    inner = im.Unary(Op::kTanh, Scaled(im, arg, std::sqrt(2.0 / 3.14159265358979323846)));
+  } else {
+    return Bad(
+        absl::StrCat("attribute 'approximate' must be 'none' or 'tanh', not '", approximate, "'"));
+  }
+  im.SetOutput(n, 0, Scaled(im, im.Binary(Op::kMul, x, Shifted(im, inner, 1.0)), 0.5));
+  return absl::OkStatus();
+}
+
+// Mish (opset 18): x * tanh(softplus(x)), softplus written without overflow.
+absl::Status Mish(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  if (!ir::IsFloat(im.dtype(x))) {
+    return Bad(absl::StrCat("needs a float input, not ", ir::TypeToString(im.type(x))));
+  }
+  NodeId e = im.Unary(Op::kExp, im.Unary(Op::kNeg, im.Unary(Op::kAbs, x)));
+  NodeId softplus = im.Binary(Op::kAdd, im.Binary(Op::kMax, x, im.Like(0, x)),
+                              im.Unary(Op::kLog, Shifted(im, e, 1.0)));
+  im.SetOutput(n, 0, im.Binary(Op::kMul, x, im.Unary(Op::kTanh, softplus)));
+  return absl::OkStatus();
+}
+
+enum class ScatterRed { kNone, kAdd, kMul, kMax, kMin };
+
+// The `reduction` attribute, checked against the opset that introduced it (add/mul in 16,
+// max/min in 18).
+absl::StatusOr<ScatterRed> ScatterReduction(Importer& im, const NodeProto& n) {
+  const std::string r = AttrString(n, "reduction", "none");
+  ScatterRed red;
+  int64_t since;
+  if (r == "none") return ScatterRed::kNone;
+  if (r == "add") {
+    red = ScatterRed::kAdd, since = 16;
+  } else if (r == "mul") {
+    red = ScatterRed::kMul, since = 16;
+  } else if (r == "max") {
+    red = ScatterRed::kMax, since = 18;
+  } else if (r == "min") {
+    red = ScatterRed::kMin, since = 18;
+  } else {
+    return Bad(absl::StrCat("bad reduction '", r, "' (none, add, mul, max, min)"));
+  }
+  if (im.opset() < since) {
+    return Bad(absl::StrCat("reduction '", r, "' needs opset ", since, " (the model imports opset ",
+                            im.opset(), ")"));
+  }
+  return red;
+}
+
+// ScatterElements along `axis` with in-range i64 indices (`index` and `src` of one shape, no
+// larger than x off the axis). none and add go through the IR's scatter_add (none: where any
+// index hits, the scattered sum; ONNX leaves duplicate indices undefined there); mul, max and
+// min compare every index with every position along the axis (x's elements × index's axis
+// length of work), as the IR has no other scatter.
+absl::StatusOr<NodeId> ScatterAlong(Importer& im, NodeId x, NodeId index, NodeId src, int64_t axis,
+                                    ScatterRed red) {
+  const Shape xs = im.shape(x), is = im.shape(index);
+  if (im.shape(src) != is) {
+    return Bad(absl::StrCat("updates ", ir::TypeToString(im.type(src)),
+                            " must have the indices' shape ", ir::ShapeToString(is)));
+  }
+  if (im.dtype(src) != im.dtype(x)) {
+    return Bad(absl::StrCat("updates ", ir::TypeToString(im.type(src)), " and data ",
+                            ir::TypeToString(im.type(x)), " differ in type"));
+  }
+  if (is.size() != xs.size()) {
+    return Bad(absl::StrCat("indices ", ir::ShapeToString(is), " and data ", ir::ShapeToString(xs),
+                            " differ in rank"));
+  }
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (static_cast<int64_t>(i) != axis && is[i] > xs[i]) {
+      return Bad(absl::StrCat("indices ", ir::ShapeToString(is), " exceed data ",
+                              ir::ShapeToString(xs), " on axis ", i));
+    }
+  }
+  if (ir::NumElements(is) == 0) return x;
+  const ir::DType t = im.dtype(x);
+  // scatter_add takes no bool: scatter bools as u8 0/1 (max = or, min = and, mul = and).
+  const bool is_bool = t == ir::DType::kBool;
+  NodeId xw = is_bool ? im.Cast(x, ir::DType::kU8) : x;
+  NodeId uw = is_bool ? im.Cast(src, ir::DType::kU8) : src;
+  NodeId y;
+  if (red == ScatterRed::kAdd) {
+    if (is_bool) return Unsupported("reduction 'add' on bool data is not supported");
+    y = im.Fold(im.b().ScatterAdd(xw, index, uw, axis));
+  } else if (red == ScatterRed::kNone) {
+    NodeId hits = im.Fold(im.b().ScatterAdd(im.Full(0, ir::DType::kI32, xs), index,
+                                            im.Full(1, ir::DType::kI32, is), axis));
+    NodeId hit = im.Binary(Op::kGt, hits, im.Like(0, hits));
+    NodeId vals = im.Fold(im.b().ScatterAdd(im.Like(0, xw), index, uw, axis));
+    y = im.Select(hit, vals, xw);
+  } else {
+    const int64_t r = static_cast<int64_t>(xs.size());
+    const int64_t d = xs[static_cast<size_t>(axis)], k = is[static_cast<size_t>(axis)];
+    if (ir::NumElements(xs) > (int64_t{1} << 28) / std::max<int64_t>(k, 1)) {
+      return Unsupported(absl::StrCat("reduction mul/max/min costs data × index-axis elements; ",
+                                      ir::ShapeToString(xs), " × ", k, " is above 2^28"));
+    }
+    // The axis last: x [off..., d], index/src [off'..., k] padded off the axis to x's extent
+    // (index -1 matches no position), then compared as [off..., d, k] and reduced over k.
+    std::vector<int64_t> perm, inverse(static_cast<size_t>(r));
+    for (int64_t i = 0; i < r; ++i) {
+      if (i != axis) perm.push_back(i);
+    }
+    perm.push_back(axis);
+    for (int64_t i = 0; i < r; ++i) inverse[static_cast<size_t>(perm[static_cast<size_t>(i)])] = i;
+    NodeId xp = im.Permute(xw, perm), ip = im.Permute(index, perm), up = im.Permute(uw, perm);
+    const Shape xps = im.shape(xp), ips = im.shape(ip);
+    std::vector<int64_t> low(static_cast<size_t>(r), 0), high(static_cast<size_t>(r), 0);
+    bool pad = false;
+    for (size_t i = 0; i + 1 < static_cast<size_t>(r); ++i) {
+      high[i] = xps[i] - ips[i];
+      pad = pad || high[i] > 0;
+    }
+    if (pad) {
+      ip = im.Fold(im.b().Pad(ip, low, high, -1));
+      up = im.Fold(im.b().Pad(up, low, high, 0));
+    }
+    Shape off(xps.begin(), xps.end() - 1);
+    Shape big = off, one_k = off;
+    big.insert(big.end(), {d, k});
+    one_k.insert(one_k.end(), {1, k});
+    NodeId pos = im.b().Iota({ir::DType::kI64, big}, r - 1);
+    NodeId match = im.Binary(Op::kEq, im.Broadcast(im.Reshape(ip, one_k), big), pos);
+    const double inf = std::numeric_limits<double>::infinity();
+    const double identity = red == ScatterRed::kMul ? 1.0 : red == ScatterRed::kMax ? -inf : inf;
+    const Op reduce = red == ScatterRed::kMul   ? Op::kReduceProd
+                      : red == ScatterRed::kMax ? Op::kReduceMax
+                                                : Op::kReduceMin;
+    const Op combine = red == ScatterRed::kMul   ? Op::kMul
+                       : red == ScatterRed::kMax ? Op::kMax
+                                                 : Op::kMin;
+    NodeId ub = im.Broadcast(im.Reshape(up, one_k), big);
+    NodeId vals = im.Select(match, ub, im.Full(identity, im.dtype(ub), big));
+    NodeId reduced = im.Reshape(im.Reduce(reduce, vals, {r}), xps);
+    y = im.Permute(im.Binary(combine, xp, reduced), inverse);
+  }
+  return is_bool ? im.Cast(y, ir::DType::kBool) : y;
+}
+
+// Indices as i64 with negative values counted from the end of an axis of `size`.
+NodeId NonNegativeIndex(Importer& im, NodeId index, NodeId size) {
+  NodeId i = im.Cast(index, ir::DType::kI64);
+  return im.Select(im.Binary(Op::kLt, i, im.Like(0, i)), im.Binary(Op::kAdd, i, size), i);
+}
+
+// Import-time range check of constant indices (a run-time scatter would only see the linear
+// index of ScatterND, where an out-of-range component can land on another element).
+absl::Status CheckKnownIndices(Importer& im, NodeId index, const Shape& dims) {
+  std::optional<ir::TensorData> known = im.KnownValue(index);
+  if (!known || dims.empty()) return absl::OkStatus();
+  const std::vector<int64_t> v = known->ToInt64s();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const int64_t d = dims[i % dims.size()];
+    if (v[i] < -d || v[i] >= d) {
+      return Bad(absl::StrCat("index ", v[i], " (element ", i, " of the indices) is out of range ",
+                              "for an axis of size ", d));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ScatterElements (opsets 11-18) and the deprecated Scatter (9-10, no reduction).
+absl::Status ScatterElements(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(NodeId index, im.Input(n, 1));
+  TRY(NodeId src, im.Input(n, 2));
+  if (!ir::IsInteger(im.dtype(index))) return Bad("indices must be integers");
+  TRY(int64_t axis, NormAxis(AttrInt(n, "axis", 0), im.rank(x)));
+  TRY(ScatterRed red, ScatterReduction(im, n));
+  const int64_t d = im.shape(x)[static_cast<size_t>(axis)];
+  // An index tensor checks against one axis: every element against d.
+  if (absl::Status s = CheckKnownIndices(im, index, {d}); !s.ok()) return s;
+  NodeId fixed = NonNegativeIndex(
+      im, index, im.Full(static_cast<double>(d), ir::DType::kI64, im.shape(index)));
+  TRY(NodeId y, ScatterAlong(im, x, fixed, src, axis, red));
+  im.SetOutput(n, 0, y);
+  return absl::OkStatus();
+}
+
+// ScatterND: indices [q..., k] address data's first k axes; each update is data[k:]-shaped.
+// Lowered as ScatterElements on data viewed as [prod(dims[:k]), prod(dims[k:])] with each
+// update's row index (the linearized index tuple) broadcast along the row.
+absl::Status ScatterND(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(NodeId index, im.Input(n, 1));
+  TRY(NodeId src, im.Input(n, 2));
+  if (!ir::IsInteger(im.dtype(index))) return Bad("indices must be integers");
+  TRY(ScatterRed red, ScatterReduction(im, n));
+  const Shape xs = im.shape(x), is = im.shape(index);
+  if (is.empty()) return Bad("indices must have rank >= 1");
+  const int64_t k = is.back();
+  if (k > static_cast<int64_t>(xs.size())) {
+    return Bad(absl::StrCat("indices ", ir::ShapeToString(is), " address ", k,
+                            " axes of data of rank ", xs.size()));
+  }
+  Shape q(is.begin(), is.end() - 1), want = q;
+  want.insert(want.end(), xs.begin() + k, xs.end());
+  if (im.shape(src) != want) {
+    return Bad(absl::StrCat("updates ", ir::TypeToString(im.type(src)), " must have shape ",
+                            ir::ShapeToString(want), " (indices.shape[:-1] + data.shape[", k,
+                            ":])"));
+  }
+  const Shape lead(xs.begin(), xs.begin() + k);
+  if (absl::Status s = CheckKnownIndices(im, index, lead); !s.ok()) return s;
+  const int64_t m = Product(xs, 0, static_cast<size_t>(k)),
+                rest = Product(xs, static_cast<size_t>(k), xs.size()), u = ir::NumElements(q);
+  ir::TensorData dims(ir::DType::kI64, {1, k}), strides(ir::DType::kI64, {1, k});
+  for (int64_t j = k - 1, stride = 1; j >= 0; --j) {
+    dims.SetInt64(j, lead[static_cast<size_t>(j)]);
+    strides.SetInt64(j, stride);
+    stride *= lead[static_cast<size_t>(j)];
+  }
+  NodeId tuples = im.Reshape(im.Cast(index, ir::DType::kI64), {u, k});
+  NodeId fixed = NonNegativeIndex(im, tuples, im.Broadcast(im.Const(std::move(dims)), {u, k}));
+  NodeId row = im.Reduce(
+      Op::kReduceSum,
+      im.Binary(Op::kMul, fixed, im.Broadcast(im.Const(std::move(strides)), {u, k})), {1});
+  TRY(NodeId y, ScatterAlong(im, im.Reshape(x, {m, rest}), im.Broadcast(row, {u, rest}),
+                             im.Reshape(src, {u, rest}), 0, red));
+  im.SetOutput(n, 0, im.Reshape(y, xs));
+  return absl::OkStatus();
+}
+
+// A quantization scale or zero point broadcast to x's shape: per tensor (a scalar or a
+// one-element 1-D tensor) or per axis (1-D along `axis`, opset 13+). Blocked quantization (opset
+// 21's block_size) is refused.
+absl::StatusOr<NodeId> QuantParam(Importer& im, const NodeProto& n, NodeId p, NodeId x,
+                                  const char* what) {
+  if (AttrInt(n, "block_size", 0) != 0) {
+    return Unsupported("blocked quantization (block_size > 0) is not supported");
+  }
+  const Shape xs = im.shape(x);
+  const int64_t count = im.type(p).num_elements();
+  if (im.rank(p) == 0 || (im.rank(p) == 1 && count == 1)) {
+    return im.Broadcast(im.Reshape(p, Shape(xs.size(), 1)), xs);
+  }
+  if (im.rank(p) != 1) {
+    return Unsupported(absl::StrCat(what, " ", ir::TypeToString(im.type(p)),
+                                    ": only per-tensor and per-axis (1-D) quantization is "
+                                    "supported, not blocked"));
+  }
+  if (im.opset() < 13) return Bad(absl::StrCat(what, " must be a scalar before opset 13"));
+  TRY(int64_t axis, NormAxis(AttrInt(n, "axis", 1), im.rank(x)));
+  if (count != xs[static_cast<size_t>(axis)]) {
+    return Bad(absl::StrCat(what, " has ", count, " values, but axis ", axis, " of ",
+                            ir::TypeToString(im.type(x)), " has ", xs[static_cast<size_t>(axis)]));
+  }
+  Shape ps(xs.size(), 1);
+  ps[static_cast<size_t>(axis)] = count;
+  return im.Broadcast(im.Reshape(p, ps), xs);
+}
+
+// QuantizeLinear, computed in float: saturate(round_half_even(x / scale) + zero_point) into
+// uint8, the only 8-bit type kiln has (int8 and float8 zero points are refused where their
+// tensors are read).
+absl::Status QuantizeLinear(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(NodeId scale, im.Input(n, 1));
+  if (!ir::IsFloat(im.dtype(scale))) return Bad("y_scale must be a float tensor");
+  ir::DType out = ir::DType::kU8;
+  NodeId zp = ir::kInvalidNode;
+  if (Importer::HasInput(n, 2)) {
+    TRY(zp, im.Input(n, 2));
+    out = im.dtype(zp);
+  }
+  if (const auto* a = FindAttr(n, "output_dtype"); a && a->i() != 0) {
+    TRY(ir::DType d, DTypeFromOnnx(static_cast<int32_t>(a->i()), "attribute 'output_dtype'"));
+    if (zp != ir::kInvalidNode && d != out) {
+      return Bad("attribute 'output_dtype' differs from y_zero_point's type");
+    }
+    out = d;
+  }
+  if (out != ir::DType::kU8) {
+    return Unsupported(absl::StrCat("quantizing to ", ir::DTypeName(out),
+                                    " is not supported (kiln quantizes to uint8)"));
+  }
+  const ir::DType work = im.dtype(x) == ir::DType::kF64 ? ir::DType::kF64 : ir::DType::kF32;
+  NodeId xw = im.Cast(x, work);
+  TRY(NodeId s, QuantParam(im, n, im.Cast(scale, work), xw, "y_scale"));
+  NodeId q = im.Unary(Op::kRound, im.Binary(Op::kDiv, xw, s));
+  if (zp != ir::kInvalidNode) {
+    TRY(NodeId z, QuantParam(im, n, im.Cast(zp, work), xw, "y_zero_point"));
+    q = im.Binary(Op::kAdd, q, z);
+  }
+  q = im.Binary(Op::kMin, im.Binary(Op::kMax, q, im.Like(0, q)), im.Like(255, q));
+  im.SetOutput(n, 0, im.Cast(q, out));
+  return absl::OkStatus();
+}
+
+// DequantizeLinear: (x - zero_point) * scale in the scale's type (float, or float16/bfloat16
+// from opset 19).
+absl::Status DequantizeLinear(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(NodeId scale, im.Input(n, 1));
+  if (!ir::IsInteger(im.dtype(x))) {
+    return Bad(absl::StrCat("x must be quantized integers, not ", ir::TypeToString(im.type(x))));
+  }
+  const ir::DType t = im.dtype(scale);
+  if (!ir::IsFloat(t)) return Bad("x_scale must be a float tensor");
+  if (const auto* a = FindAttr(n, "output_dtype"); a && a->i() != 0) {
+    TRY(ir::DType d, DTypeFromOnnx(static_cast<int32_t>(a->i()), "attribute 'output_dtype'"));
+    if (d != t) return Unsupported("attribute 'output_dtype' other than x_scale's type");
+  }
+  // int32 inputs can exceed float's 24-bit integers.
+  const ir::DType work =
+      t == ir::DType::kF64 || im.dtype(x) != ir::DType::kU8 ? ir::DType::kF64 : ir::DType::kF32;
+  NodeId xw = im.Cast(x, work);
+  if (Importer::HasInput(n, 2)) {
+    TRY(NodeId zp, im.Input(n, 2));
+    if (im.dtype(zp) != im.dtype(x)) return Bad("x_zero_point's type differs from x's");
+    TRY(NodeId z, QuantParam(im, n, im.Cast(zp, work), xw, "x_zero_point"));
+    xw = im.Binary(Op::kSub, xw, z);
+  }
+  TRY(NodeId s, QuantParam(im, n, im.Cast(scale, work), xw, "x_scale"));
+  im.SetOutput(n, 0, im.Cast(im.Binary(Op::kMul, xw, s), t));
+  return absl::OkStatus();
+}
+
+// Compress with a condition known at import time (the selected positions are then constant);
+// a condition computed from model inputs would make the output's shape data-dependent.
+absl::Status Compress(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(NodeId c, im.Input(n, 1));
+  absl::StatusOr<ir::TensorData> cond = im.ConstInput(n, 1);
+  if (!cond.ok()) {
+    return Unsupported(
+        "the condition depends on a model input, so the output shape depends on the input "
+        "data; kiln compiles static shapes (the condition must be a constant)");
+  }
+  if (im.rank(c) != 1) return Bad("condition must be 1-D");
+  NodeId src = x;
+  int64_t axis = 0;
+  if (FindAttr(n, "axis")) {
+    TRY(axis, NormAxis(AttrInt(n, "axis", 0), im.rank(x)));
+  } else {
+    src = im.Reshape(x, {im.type(x).num_elements()});
+  }
+  const Shape s = im.shape(src);
+  const int64_t d = s[static_cast<size_t>(axis)];
+  if (cond->num_elements() > d) {
+    return Bad(absl::StrCat("condition has ", cond->num_elements(), " values, the axis ", d));
+  }
+  std::vector<int64_t> idx;
+  for (int64_t i = 0; i < cond->num_elements(); ++i) {
+    if (cond->GetDouble(i) != 0) idx.push_back(i);
+  }
+  NodeId y;
+  if (idx.empty()) {
+    std::vector<int64_t> zeros(s.size(), 0);
+    Shape limits = s;
+    limits[static_cast<size_t>(axis)] = 0;
+    y = im.Slice(src, zeros, limits);
+  } else {
+    y = GatherConst(im, src, axis, idx);
+  }
+  im.SetOutput(n, 0, y);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const std::map<std::string, Lowering>& Lowerings() {
@@ -2312,6 +2731,16 @@ const std::map<std::string, Lowering>& Lowerings() {
     m["Resize"] = Resize;
     m["Upsample"] = Upsample;
     m["Einsum"] = Einsum;
+    // Issue 15.
+    m["LRN"] = Lrn;
+    m["Gelu"] = Gelu;
+    m["Mish"] = Mish;
+    m["ScatterElements"] = ScatterElements;
+    m["Scatter"] = ScatterElements;
+    m["ScatterND"] = ScatterND;
+    m["QuantizeLinear"] = QuantizeLinear;
+    m["DequantizeLinear"] = DequantizeLinear;
+    m["Compress"] = Compress;
     return t;
   }();
   return *table;

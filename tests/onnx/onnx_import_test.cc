@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "codegen/cpu/graph_compiler.h"
 #include "frontend/onnx/import.h"
 #include "gmock/gmock.h"
@@ -728,6 +730,172 @@ TEST(OnnxErrors, FuzzRegressions) {
     ++count;
   }
   EXPECT_GT(count, 0);
+}
+
+// ---- Issue 15: LRN, Gelu, Mish, scatters, quantization, Compress, data-dependent shapes -------
+
+int64_t ModelOpset(const std::string& path) {
+  ::onnx::ModelProto proto;
+  std::ifstream in(path, std::ios::binary);
+  if (!proto.ParseFromIstream(&in)) return -1;
+  for (const auto& o : proto.opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") return o.version();
+  }
+  return -1;
+}
+
+// The numpy-only cases of make_op_fixtures_more.py, on both backends. Cases at opsets the
+// importer does not take yet (Gelu 20, Mish 18, the scatter reductions max/min 18, Scatter 10)
+// must fail with exactly the importer's opset error, and are counted as skipped.
+TEST(OnnxOps, MoreCasesMatchTheirOracle) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(kDir + "ops_more")) {
+    if (e.is_directory()) names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  ASSERT_GE(names.size(), 30u);
+  std::vector<std::string> gated;
+  for (const std::string& name : names) {
+    const std::string folder = kDir + "ops_more/" + name;
+    absl::StatusOr<ImportedModel> m = ImportFile(folder + "/model.onnx");
+    const std::string opset_error =
+        "ONNX opset " + std::to_string(ModelOpset(folder + "/model.onnx")) + " is not supported";
+    if (!m.ok() && m.status().message().find(opset_error) != std::string::npos) {
+      gated.push_back(name);
+      continue;
+    }
+    RunAndCompare(folder, true);
+  }
+  if (!gated.empty()) {
+    std::cout << "[  NOTE    ] " << gated.size()
+              << " cases skipped, their opset is not imported yet: " << absl::StrJoin(gated, ", ")
+              << "\n";
+  }
+}
+
+void AddTypedInput(::onnx::ModelProto& m, const std::string& name, int elem_type,
+                   std::vector<int64_t> dims) {
+  auto* in = m.mutable_graph()->add_input();
+  in->set_name(name);
+  auto* tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(elem_type);
+  for (int64_t d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
+}
+
+::onnx::TensorProto* AddInts(::onnx::ModelProto& m, const std::string& name,
+                             std::vector<int64_t> dims, std::vector<int64_t> values) {
+  auto* t = AddInit(m, name, std::move(dims));
+  t->set_data_type(::onnx::TensorProto::INT64);
+  for (int64_t v : values) t->add_int64_data(v);
+  return t;
+}
+
+void SetAttr(::onnx::NodeProto* n, const std::string& name, int64_t value) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(::onnx::AttributeProto::INT);
+  a->set_i(value);
+}
+
+void SetAttr(::onnx::NodeProto* n, const std::string& name, const std::string& value) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(::onnx::AttributeProto::STRING);
+  a->set_s(value);
+}
+
+TEST(OnnxErrors, DataDependentShapesSayWhy) {
+  {
+    auto m = Model();
+    AddNode(m, "NonZero", "nz", {"x"}, {"a"});
+    AddNode(m, "Unique", "u", {"x"}, {"b"});
+    AddNode(m, "Erf", "e", {"x"}, {"c"});
+    AddOutput(m, "a");
+    AddOutput(m, "b");
+    absl::Status s = Import(m);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(s.message(),
+                HasSubstr("NonZero (node nz): its output shape depends on the input data, and "
+                          "kiln compiles static shapes"));
+    EXPECT_THAT(s.message(), HasSubstr("Unique (node u): its output shape depends on the input"));
+  }
+  {
+    // Compress selects by a model input: the output's length is data-dependent.
+    auto m = Model();
+    AddTypedInput(m, "c", ::onnx::TensorProto::BOOL, {3});
+    SetAttr(AddNode(m, "Compress", "cp", {"x", "c"}, {"y"}), "axis", 1);
+    AddOutput(m, "y");
+    absl::Status s = Import(m);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(s.message(),
+                HasSubstr("node 'cp' (Compress): the condition depends on a model input, so the "
+                          "output shape depends on the input data"));
+  }
+  {
+    // TopK's K from a model input: the output shape would follow the value.
+    auto m = Model();
+    AddTypedInput(m, "k", ::onnx::TensorProto::INT64, {1});
+    AddNode(m, "TopK", "tk", {"x", "k"}, {"v", "i"});
+    AddOutput(m, "v");
+    EXPECT_THAT(Import(m).message(),
+                HasSubstr("node 'tk' (TopK): input 1 ('k') must be known at import time"));
+  }
+}
+
+TEST(OnnxErrors, NewOperatorsCheckTheirAttributes) {
+  {
+    auto m = Model(16);
+    AddInts(m, "i", {1, 3}, {0, 1, 0});
+    AddInit(m, "u", {1, 3})->set_raw_data(std::string(12, '\0'));
+    SetAttr(AddNode(m, "ScatterElements", "se", {"x", "i", "u"}, {"y"}), "reduction", "max");
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(),
+                HasSubstr("node 'se' (ScatterElements): reduction 'max' needs opset 18 (the model "
+                          "imports opset 16)"));
+  }
+  {
+    auto m = Model(16);
+    AddInts(m, "i", {1, 2}, {1, 3});  // axis 1 has 3 elements
+    AddInit(m, "u", {1})->set_raw_data(std::string(4, '\0'));
+    AddNode(m, "ScatterND", "snd", {"x", "i", "u"}, {"y"});
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(),
+                HasSubstr("node 'snd' (ScatterND): index 3 (element 1 of the indices) is out of "
+                          "range for an axis of size 3"));
+  }
+  {
+    auto m = Model();
+    AddInts(m, "i", {2, 1}, {0, 1});
+    AddInit(m, "u", {2})->set_raw_data(std::string(8, '\0'));  // needs [2, 3]
+    AddNode(m, "ScatterND", "snd", {"x", "i", "u"}, {"y"});
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(), HasSubstr("must have shape [2,3]"));
+  }
+  {
+    auto m = Model();
+    AddNode(m, "LRN", "lrn", {"x"}, {"y"});
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(), HasSubstr("node 'lrn' (LRN): needs an input of rank >= 3"));
+  }
+  {
+    auto m = Model();
+    auto* s = AddInit(m, "s", {});
+    s->add_float_data(0.5f);
+    SetAttr(AddNode(m, "QuantizeLinear", "q", {"x", "s"}, {"y"}), "block_size", 2);
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(),
+                HasSubstr("node 'q' (QuantizeLinear): blocked quantization (block_size > 0)"));
+  }
+  {
+    auto m = Model();
+    auto* s = AddInit(m, "s", {2});
+    s->add_float_data(0.5f);
+    s->add_float_data(0.25f);
+    SetAttr(AddNode(m, "QuantizeLinear", "q", {"x", "s"}, {"y"}), "axis", 1);
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(),
+                HasSubstr("y_scale has 2 values, but axis 1 of f32[2,3] has 3"));
+  }
 }
 
 }  // namespace
