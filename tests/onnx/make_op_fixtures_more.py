@@ -18,8 +18,8 @@ import os
 import shutil
 
 import numpy as np
-import onnx
-from onnx import helper, numpy_helper
+
+from node_fixture import write_node_case
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ops_more")
 rng = np.random.default_rng(15)
@@ -43,41 +43,9 @@ def case(name, op, inputs, expected, attrs=None, consts=None, opset=13):
 
 
 def build(c):
-    folder = os.path.join(ROOT, c["name"])
-    os.makedirs(os.path.join(folder, "test_data_set_0"))
     expected = c["expected"] if isinstance(c["expected"], list) else [c["expected"]]
-    expected = [np.asarray(e) for e in expected]
-    in_names, graph_inputs, feeds, inits = [], [], [], []
-    for nm, arr in c["inputs"]:
-        if nm is None:
-            in_names.append("")
-            continue
-        in_names.append(nm)
-        if arr is None:
-            inits.append(numpy_helper.from_array(np.asarray(c["consts"][nm]), nm))
-        else:
-            arr = np.asarray(arr)
-            graph_inputs.append(helper.make_tensor_value_info(
-                nm, onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[arr.dtype], list(arr.shape)))
-            feeds.append((nm, arr))
-    out_names = [f"y{i}" for i in range(len(expected))]
-    outputs = [helper.make_tensor_value_info(n, onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[e.dtype],
-                                             list(e.shape))
-               for n, e in zip(out_names, expected)]
-    node = helper.make_node(c["op"], in_names, out_names, name=c["name"], **c["attrs"])
-    graph = helper.make_graph([node], c["name"], graph_inputs, outputs, initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", c["opset"])],
-                              producer_name="kiln make_op_fixtures_more.py")
-    model.ir_version = 8
-    if c["opset"] <= CHECKER_MAX_OPSET:
-        onnx.checker.check_model(model)
-    onnx.save(model, os.path.join(folder, "model.onnx"))
-    for i, (nm, arr) in enumerate(feeds):
-        with open(os.path.join(folder, "test_data_set_0", f"input_{i}.pb"), "wb") as f:
-            f.write(numpy_helper.from_array(arr, nm).SerializeToString())
-    for i, e in enumerate(expected):
-        with open(os.path.join(folder, "test_data_set_0", f"output_{i}.pb"), "wb") as f:
-            f.write(numpy_helper.from_array(e, out_names[i]).SerializeToString())
+    write_node_case(ROOT, c, [np.asarray(e) for e in expected], "kiln make_op_fixtures_more.py",
+                    ir_version=8, check=c["opset"] <= CHECKER_MAX_OPSET)
 
 
 # ---- LRN (the spec's square sum over a clipped channel window) ----------------------------------

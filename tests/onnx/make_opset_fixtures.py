@@ -19,8 +19,9 @@ import os
 import shutil
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto
+
+from node_fixture import write_node_case
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "opsets")
 rng = np.random.default_rng(7)
@@ -43,49 +44,15 @@ def case(name, op, opset, inputs, expected, attrs=None, consts=None):
                       expected=expected if isinstance(expected, list) else [expected]))
 
 
-def elem_type(a):
-    return helper.np_dtype_to_tensor_dtype(a.dtype) if hasattr(helper, "np_dtype_to_tensor_dtype") \
-        else onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[np.dtype(a.dtype)]
-
-
 def build(c):
-    folder = os.path.join(ROOT, c["name"])
-    os.makedirs(os.path.join(folder, "test_data_set_0"))
-    in_names, graph_inputs, feeds, inits = [], [], [], []
-    for nm, arr in c["inputs"]:
-        if nm is None:
-            in_names.append("")
-            continue
-        in_names.append(nm)
-        if arr is None:
-            inits.append(numpy_helper.from_array(np.asarray(c["consts"][nm]), nm))
-        else:
-            arr = np.asarray(arr)
-            graph_inputs.append(helper.make_tensor_value_info(nm, elem_type(arr), list(arr.shape)))
-            feeds.append((nm, arr))
     expected = [np.asarray(e) for e in c["expected"]]
     expected = [e.astype(np.float32) if e.dtype == np.float64 else e for e in expected]
-    out_names = [f"y{i}" for i in range(len(expected))]
-    outputs = [helper.make_tensor_value_info(n, elem_type(e), list(e.shape))
-               for n, e in zip(out_names, expected)]
-    node = helper.make_node(c["op"], in_names, out_names, name=c["name"], **c["attrs"])
-    graph = helper.make_graph([node], c["name"], graph_inputs, outputs, initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", c["opset"])],
-                              producer_name="kiln make_opset_fixtures.py")
     # The IR version released with the opset (onnx/helper.py's VERSION_TABLE); 4 for 7-9 so that
     # initializers need not be listed as graph inputs.
     v = c["opset"]
-    model.ir_version = (4 if v < 10 else 5 if v < 11 else 6 if v < 12 else 7 if v < 15 else
-                        8 if v < 19 else 9 if v < 21 else 10)
-    if c["opset"] <= 17:
-        onnx.checker.check_model(model)
-    onnx.save(model, os.path.join(folder, "model.onnx"))
-    for i, (nm, arr) in enumerate(feeds):
-        with open(os.path.join(folder, "test_data_set_0", f"input_{i}.pb"), "wb") as f:
-            f.write(numpy_helper.from_array(arr, nm).SerializeToString())
-    for i, e in enumerate(expected):
-        with open(os.path.join(folder, "test_data_set_0", f"output_{i}.pb"), "wb") as f:
-            f.write(numpy_helper.from_array(e, out_names[i]).SerializeToString())
+    ir_version = (4 if v < 10 else 5 if v < 11 else 6 if v < 12 else 7 if v < 15 else
+                  8 if v < 19 else 9 if v < 21 else 10)
+    write_node_case(ROOT, c, expected, "kiln make_opset_fixtures.py", ir_version, check=v <= 17)
 
 
 # ---- Reference code, from the operator definitions ----------------------------------------------
