@@ -1,6 +1,6 @@
 # kiln developer entry points. CMake + Ninja via CMakePresets.json; Bazel offline via .bazelrc.
 #   make demo       install deps, build, train the Fashion-MNIST MLP (examples/fashion_mnist)
-#   make test       install deps, build, run every CTest test
+#   make test       install deps, build, make the tests' Python venv, run every CTest test
 #   make test-asan  same under AddressSanitizer + UBSan (all tests but the package, docs and cross tests)
 #   make bazel-test bazel test //... (offline, Debian's bazel-bootstrap)
 #   make format     clang-format -i on every C++ file
@@ -10,7 +10,7 @@ SHELL := /bin/bash
 JOBS ?= 2
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build demo test build-asan test-asan bazel-test format format-check clean
+.PHONY: all deps configure build venv demo test build-asan test-asan bazel-test format format-check clean
 
 all: build
 
@@ -31,7 +31,14 @@ demo: configure
 	cmake --build --preset default --target fashion_mnist_mlp
 	build/default/examples/fashion_mnist/fashion_mnist_mlp --epochs $(DEMO_EPOCHS) --dir runs/mlp
 
-test: build
+# The tests' Python venv (scripts/make_venv.sh: pinned onnx and numpy from PyPI, once) for the
+# ONNX conformance test (tests/onnx/conformance). Where it cannot be made (no network) make test
+# warns and that test skips; in CI (CI set) it is an error.
+venv: deps
+	@scripts/make_venv.sh build/venv || { if [[ -n "$$CI" ]]; then exit 1; fi; \
+	  echo "make: warning: no Python venv in build/venv: onnx.conformance will skip"; }
+
+test: build venv
 	ctest --preset default -j$(JOBS) $(CTEST_ARGS)
 
 build-asan: deps

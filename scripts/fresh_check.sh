@@ -20,7 +20,8 @@
 #                    DIR/root is removed first if a previous run left it
 #   --cache DIR      host folder of the caches bind-mounted into the root (default
 #                    /var/cache/kiln-fresh): ccache, Bazel's --disk_cache, apt's and debootstrap's
-#                    downloaded .deb files. They change no result, only the time.
+#                    downloaded .deb files, pip's downloaded wheels (scripts/make_venv.sh, run by
+#                    `make test`). They change no result, only the time.
 #   --no-cache       no caches: every stage cold
 #   --mirror URL     Debian mirror for debootstrap (default: the first bookworm URI of
 #                    /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list)
@@ -311,7 +312,8 @@ ROOT_ENV=(HOME=/root USER=root LOGNAME=root SHELL=/bin/bash TERM="${TERM:-dumb}"
           DEBIAN_FRONTEND=noninteractive CI=true DEMO_EPOCHS="$EPOCHS")
 if [[ -n "$CACHE" ]]; then
   # base_dir: paths under /root are hashed relative, so entries are reused across clones.
-  ROOT_ENV+=(CCACHE_DIR="$CHROOT_CACHE/ccache" CCACHE_BASEDIR=/root CCACHE_MAXSIZE=20G)
+  ROOT_ENV+=(CCACHE_DIR="$CHROOT_CACHE/ccache" CCACHE_BASEDIR=/root CCACHE_MAXSIZE=20G
+            PIP_CACHE_DIR="$CHROOT_CACHE/pip")
 fi
 in_root() {
   chroot "$ROOT" /usr/bin/env -i "${ROOT_ENV[@]}" /bin/bash -c "$1" </dev/null
@@ -340,7 +342,7 @@ fi
 
 DEBOOTSTRAP_ARGS=(--variant=minbase)
 if [[ -n "$CACHE" ]]; then
-  mkdir -p "$CACHE/debootstrap" "$CACHE/apt/partial" "$CACHE/ccache" "$CACHE/bazel"
+  mkdir -p "$CACHE/debootstrap" "$CACHE/apt/partial" "$CACHE/ccache" "$CACHE/bazel" "$CACHE/pip"
   DEBOOTSTRAP_ARGS+=(--cache-dir="$CACHE/debootstrap")
 fi
 # apt in minbase fetches https only with the CA certificates a real install has.
@@ -369,7 +371,7 @@ setup_root() {
   echo "mounted /proc, /sys, /dev, /dev/pts, /dev/shm"
   if [[ -n "$CACHE" ]]; then
     mount --bind "$CACHE/apt" "$ROOT/var/cache/apt/archives"
-    for c in ccache bazel; do
+    for c in ccache bazel pip; do
       mkdir -p "$ROOT$CHROOT_CACHE/$c"
       mount --bind "$CACHE/$c" "$ROOT$CHROOT_CACHE/$c"
     done
@@ -379,7 +381,7 @@ setup_root() {
       printf '%s\n' "build --disk_cache=$CHROOT_CACHE/bazel" "test --nocache_test_results" \
         >"$ROOT/root/.bazelrc"
     fi
-    echo "caches: $CACHE/{apt,ccache,bazel} on $CHROOT_CACHE in the root"
+    echo "caches: $CACHE/{apt,ccache,bazel,pip} on $CHROOT_CACHE in the root"
   fi
   # The commit under test (SHA, fixed at the start: later commits are not tested) in a bare
   # repository that the README's `git clone` line clones.

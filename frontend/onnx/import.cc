@@ -840,6 +840,13 @@ absl::StatusOr<ImportedModel> ImportBytes(std::string_view bytes, const ImportOp
   return importer.Run(model);
 }
 
+std::vector<std::string> SupportedOperators() {
+  std::vector<std::string> ops;
+  // Lowerings() is a std::map: the names come out sorted.
+  for (const auto& entry : internal::Lowerings()) ops.push_back(entry.first);
+  return ops;
+}
+
 absl::StatusOr<ImportedModel> ImportFile(const std::string& path, const ImportOptions& options) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));

@@ -98,4 +98,9 @@ absl::StatusOr<ir::TensorData> ReadTensorProto(std::string_view bytes);
 /// The same for a file (errors are prefixed with the path).
 absl::StatusOr<ir::TensorData> ReadTensorProtoFile(const std::string& path);
 
+/// The default-domain ONNX operators the importer has a lowering for, sorted by name ("Abs",
+/// "Add", ...). docs/onnx.md says which attributes, dtypes and opsets each one takes; a model
+/// using only these operators may still be refused for those reasons.
+std::vector<std::string> SupportedOperators();
+
 }  // namespace kiln::onnx

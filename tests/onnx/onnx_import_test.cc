@@ -342,6 +342,24 @@ TEST(OnnxErrors, EveryUnsupportedOperatorInOneMessage) {
   EXPECT_THAT(s.message(), ::testing::Not(HasSubstr("Relu")));
 }
 
+// SupportedOperators() (what the conformance runner, tests/onnx/conformance, holds kiln to) is
+// exactly what the importer accepts: each listed operator passes the unsupported-operator check
+// (its one-node model fails later, for its missing inputs, if at all), and others do not.
+TEST(OnnxImport, SupportedOperatorsAreTheImportersTable) {
+  std::vector<std::string> ops = SupportedOperators();
+  EXPECT_TRUE(std::is_sorted(ops.begin(), ops.end()));
+  EXPECT_EQ(std::adjacent_find(ops.begin(), ops.end()), ops.end());
+  EXPECT_THAT(ops, ::testing::IsSupersetOf({"Add", "Conv", "MatMul", "Reshape", "TopK"}));
+  EXPECT_THAT(ops, ::testing::Not(::testing::Contains("NonZero")));
+  for (const std::string& op : ops) {
+    auto m = Model();
+    AddNode(m, op, "n", {"x"}, {"y"});
+    AddOutput(m, "y");
+    absl::Status s = Import(m);
+    EXPECT_THAT(s.message(), ::testing::Not(HasSubstr("unsupported ONNX operators"))) << op;
+  }
+}
+
 TEST(OnnxErrors, MissingAndUndefinedInputsNameTheNode) {
   auto m = Model();
   AddNode(m, "Add", "add1", {"x", "nowhere"}, {"y"});
