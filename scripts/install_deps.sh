@@ -18,6 +18,7 @@ BASE_PACKAGES=(
   dataset-fashion-mnist
   llvm-16-dev
   nlohmann-json3-dev
+  libicu-dev  # frontend/text: the BERT tokenizer's Unicode data (NFD, categories, case mapping)
   graphviz
   libonnx-dev libprotobuf-dev
   python3-onnx   # tests/onnx/export_check.py (onnx.checker on exported models)

