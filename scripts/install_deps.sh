@@ -23,6 +23,7 @@ BASE_PACKAGES=(
   python3-onnx   # tests/onnx/export_check.py (onnx.checker on exported models)
   mlir-16-tools  # tests/mlir: mlir-opt-16, mlir-translate-16, mlir-cpu-runner-16 check the MLIR export
   libmlir-16-dev  # libmlir_runner_utils.so, libmlir_c_runner_utils.so for mlir-cpu-runner-16
+  libopenmpi-dev openmpi-bin  # kiln_dist (frontend/dist): MPI collectives; tests/dist runs mpirun
   libcli11-dev
   qemu-user g++-aarch64-linux-gnu
   nodejs  # runs the wasm32 kernel of tests/cross/wasm
