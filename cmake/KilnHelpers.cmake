@@ -97,6 +97,7 @@ function(kiln_add_library name)
     FILES_MATCHING
       PATTERN "*.h" PATTERN "*.hpp" PATTERN "*.inc" PATTERN "*.def"
       PATTERN "kiln" EXCLUDE
+      PATTERN "dist" EXCLUDE  # frontend/dist: kiln_dist (MPI) is not installed yet
       PATTERN "CMakeFiles" EXCLUDE)
   # The umbrella folder: frontend/kiln/kiln.h -> include/kiln/kiln.h.
   if(IS_DIRECTORY "${CMAKE_CURRENT_SOURCE_DIR}/kiln")

@@ -59,6 +59,16 @@ DataLoader::DataLoader(DatasetPtr dataset, DataLoaderConfig config, std::source_
   if (config_.workers < 0) fail(absl::StrCat("workers ", config_.workers, " must be >= 0"));
   if (config_.prefetch < 0) fail(absl::StrCat("prefetch ", config_.prefetch, " must be >= 0"));
   if (config_.prefetch == 0) config_.prefetch = 2 * std::max(config_.workers, 1);
+  if (config_.sampler) {
+    const DistributedSampler& s = *config_.sampler;
+    if (s.num_replicas < 1) {
+      fail(absl::StrCat("DistributedSampler: num_replicas ", s.num_replicas, " must be >= 1"));
+    }
+    if (s.rank < 0 || s.rank >= s.num_replicas) {
+      fail(absl::StrCat("DistributedSampler: rank ", s.rank, " is not in [0, ", s.num_replicas,
+                        ")"));
+    }
+  }
 }
 
 DataLoader::~DataLoader() { Stop(); }
@@ -73,8 +83,23 @@ DataLoader& DataLoader::operator=(DataLoader&& other) noexcept {
   return *this;
 }
 
+std::vector<int64_t> DistributedSampler::shard(const std::vector<int64_t>& order) const {
+  const auto n = static_cast<int64_t>(order.size());
+  std::vector<int64_t> out;
+  if (n == 0) return out;
+  const int64_t per_rank = shard_size(n);
+  out.reserve(static_cast<size_t>(per_rank));
+  // Index i of the padded order is order[i % n]: torch's padding, which repeats the order from
+  // its start as often as needed (several times when n < num_replicas).
+  for (int64_t k = 0; k < per_rank; ++k) {
+    out.push_back(order[static_cast<size_t>((rank + k * num_replicas) % n)]);
+  }
+  return out;
+}
+
 int64_t DataLoader::num_batches() const {
-  const int64_t n = dataset_->size();
+  const int64_t n =
+      config_.sampler ? config_.sampler->shard_size(dataset_->size()) : dataset_->size();
   return config_.drop_last ? n / config_.batch_size
                            : (n + config_.batch_size - 1) / config_.batch_size;
 }
@@ -93,13 +118,14 @@ std::vector<int64_t> DataLoader::order(int64_t epoch) const {
       std::swap(order[i - 1], order[j]);
     }
   }
+  if (config_.sampler) return config_.sampler->shard(order);
   return order;
 }
 
 Batch DataLoader::BuildBatch(const Dataset& dataset, int64_t batch_size,
                              const std::vector<int64_t>& order, int64_t batch) {
   const int64_t begin = batch * batch_size;
-  const int64_t end = std::min<int64_t>(begin + batch_size, dataset.size());
+  const int64_t end = std::min<int64_t>(begin + batch_size, static_cast<int64_t>(order.size()));
   const int64_t rows = end - begin;
   const ExampleSpec& spec = dataset.spec();
   ir::Shape input_shape{rows};

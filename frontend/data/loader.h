@@ -66,6 +66,32 @@ struct Batch {
 
 class DataLoader;
 
+/// Which part of an epoch one process of a data-parallel job reads (torch's DistributedSampler):
+/// every rank draws the same permutation of the dataset from (seed, epoch), pads it to a
+/// multiple of `num_replicas` by repeating its first indices (or, with drop_last, cuts it to the
+/// largest multiple), and takes every num_replicas-th index starting at `rank`. Every rank thus
+/// reads the same number of examples, the shards of one epoch are disjoint up to the padding,
+/// and together they cover the dataset. The sampler holds no MPI state: pass
+/// ProcessGroup::rank() and world_size() (frontend/dist).
+struct DistributedSampler {
+  DistributedSampler(int64_t num_replicas, int64_t rank) : num_replicas(num_replicas), rank(rank) {}
+  /// Cut the epoch to a multiple of num_replicas instead of padding it.
+  DistributedSampler& with_drop_last(bool value = true) {
+    drop_last = value;
+    return *this;
+  }
+  /// Examples per rank for a dataset of `n`.
+  int64_t shard_size(int64_t n) const {
+    return drop_last ? n / num_replicas : (n + num_replicas - 1) / num_replicas;
+  }
+  /// This rank's indices, in order, from one epoch's order of the whole dataset.
+  std::vector<int64_t> shard(const std::vector<int64_t>& order) const;
+
+  int64_t num_replicas;
+  int64_t rank;
+  bool drop_last = false;
+};
+
 /// DataLoader settings: DataLoaderConfig(batch_size).with_*(...).init(dataset).
 struct DataLoaderConfig {
   explicit DataLoaderConfig(int64_t batch_size) : batch_size(batch_size) {}
@@ -79,6 +105,12 @@ struct DataLoaderConfig {
   /// Leave out the last batch when it is short.
   DataLoaderConfig& with_drop_last(bool value = true) {
     drop_last = value;
+    return *this;
+  }
+  /// Read only this rank's shard of every epoch (data-parallel training). The shuffle (if any)
+  /// is drawn from (seed, epoch) before sharding, so give every rank the same seed.
+  DataLoaderConfig& with_sampler(DistributedSampler value) {
+    sampler = value;
     return *this;
   }
   /// Worker threads building batches (0: the consumer builds each batch in next()).
@@ -101,6 +133,7 @@ struct DataLoaderConfig {
   bool drop_last = false;
   int workers = 0;
   int prefetch = 0;  // 0: 2 * max(workers, 1)
+  std::optional<DistributedSampler> sampler;
 };
 
 class DataLoader {
@@ -119,7 +152,7 @@ class DataLoader {
   const DataLoaderConfig& config() const { return config_; }
 
   /// The example indices of `epoch`, in the order they are batched (identity when not
-  /// shuffled; drop_last's left-out tail included).
+  /// shuffled; drop_last's left-out tail included). With a sampler: this rank's shard.
   std::vector<int64_t> order(int64_t epoch) const;
 
   /// Starts `epoch` (stopping an epoch in progress) and starts the workers.
