@@ -310,6 +310,11 @@ set -m  # every stage a job of its own process group (see stage)
 ROOT_ENV=(HOME=/root USER=root LOGNAME=root SHELL=/bin/bash TERM="${TERM:-dumb}"
           PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
           DEBIAN_FRONTEND=noninteractive CI=true DEMO_EPOCHS="$EPOCHS")
+# This machine's way to PyPI (an index mirror, a proxy), where it has one.
+for var in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST http_proxy https_proxy no_proxy \
+           HTTP_PROXY HTTPS_PROXY NO_PROXY; do
+  [[ -z "${!var:-}" ]] || ROOT_ENV+=("$var=${!var}")
+done
 if [[ -n "$CACHE" ]]; then
   # base_dir: paths under /root are hashed relative, so entries are reused across clones.
   ROOT_ENV+=(CCACHE_DIR="$CHROOT_CACHE/ccache" CCACHE_BASEDIR=/root CCACHE_MAXSIZE=20G
@@ -360,6 +365,18 @@ setup_root() {
     echo "apt source: $f"
   done
   cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
+  # This machine's local trust anchors (a TLS-inspecting proxy's CA, say), like its mirror and
+  # resolver: without them pip cannot reach PyPI from the root where this machine can. The
+  # ca-certificates package (scripts/install_deps.sh) adds them to the root's bundle when it
+  # installs; if debootstrap already included it, they are added now.
+  if compgen -G "/usr/local/share/ca-certificates/*" >/dev/null; then
+    mkdir -p "$ROOT/usr/local/share/ca-certificates"
+    cp -rL /usr/local/share/ca-certificates/. "$ROOT/usr/local/share/ca-certificates/"
+    echo "local CA certificates: $(cd /usr/local/share/ca-certificates && echo *)"
+    if [[ -x "$ROOT/usr/sbin/update-ca-certificates" ]]; then
+      chroot "$ROOT" /usr/sbin/update-ca-certificates
+    fi
+  fi
   # No services start inside a chroot (the usual policy-rc.d of build roots).
   printf '#!/bin/sh\nexit 101\n' >"$ROOT/usr/sbin/policy-rc.d"
   chmod 755 "$ROOT/usr/sbin/policy-rc.d"

@@ -23,6 +23,7 @@ BASE_PACKAGES=(
   libonnx-dev libprotobuf-dev
   python3-onnx   # tests/onnx/export_check.py (onnx.checker on exported models)
   python3-venv   # scripts/make_venv.sh: the venv (onnx from PyPI) of tests/onnx/conformance
+  ca-certificates  # pip reaches PyPI over https (its postinst adds local CAs to the bundle)
   mlir-16-tools  # tests/mlir: mlir-opt-16, mlir-translate-16, mlir-cpu-runner-16 check the MLIR export
   libmlir-16-dev  # libmlir_runner_utils.so, libmlir_c_runner_utils.so for mlir-cpu-runner-16
   libopenmpi-dev openmpi-bin  # kiln_dist (frontend/dist): MPI collectives; tests/dist runs mpirun
