@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <span>
 #include <sstream>
@@ -238,123 +239,6 @@ std::optional<std::vector<int64_t>> AttrInts(const ::onnx::NodeProto& node,
   return std::vector<int64_t>(a->ints().begin(), a->ints().end());
 }
 
-std::string OpsetMismatch(const std::string& op, int64_t opset) {
-  // The default-domain operators whose first version is above kMinOpset, with that version
-  // (onnx/docs/Changelog.md); every other operator exists in all the opsets kiln imports.
-  static const auto* first = new std::map<std::string, int64_t>{
-      {"Acosh", 9},
-      {"AffineGrid", 20},
-      {"Asinh", 9},
-      {"Atanh", 9},
-      {"Attention", 23},
-      {"Bernoulli", 15},
-      {"BitShift", 11},
-      {"BitwiseAnd", 18},
-      {"BitwiseNot", 18},
-      {"BitwiseOr", 18},
-      {"BitwiseXor", 18},
-      {"BlackmanWindow", 17},
-      {"CastLike", 15},
-      {"Celu", 12},
-      {"CenterCropPad", 18},
-      {"Col2Im", 18},
-      {"Compress", 9},
-      {"ConcatFromSequence", 11},
-      {"ConstantOfShape", 9},
-      {"ConvInteger", 10},
-      {"Cosh", 9},
-      {"CumSum", 11},
-      {"DFT", 17},
-      {"DeformConv", 19},
-      {"DequantizeLinear", 10},
-      {"Det", 11},
-      {"DynamicQuantizeLinear", 11},
-      {"Einsum", 12},
-      {"Erf", 9},
-      {"Expand", 8},
-      {"EyeLike", 9},
-      {"GatherElements", 11},
-      {"GatherND", 11},
-      {"Gelu", 20},
-      {"GreaterOrEqual", 12},
-      {"GridSample", 16},
-      {"GroupNormalization", 18},
-      {"HammingWindow", 17},
-      {"HannWindow", 17},
-      {"HardSwish", 14},
-      {"ImageDecoder", 20},
-      {"IsInf", 10},
-      {"IsNaN", 9},
-      {"LayerNormalization", 17},
-      {"LessOrEqual", 12},
-      {"MatMulInteger", 10},
-      {"MaxUnpool", 9},
-      {"MeanVarianceNormalization", 9},
-      {"MelWeightMatrix", 17},
-      {"Mish", 18},
-      {"Mod", 10},
-      {"NegativeLogLikelihoodLoss", 12},
-      {"NonMaxSuppression", 10},
-      {"NonZero", 9},
-      {"OneHot", 9},
-      {"Optional", 15},
-      {"OptionalGetElement", 15},
-      {"OptionalHasElement", 15},
-      {"QLinearConv", 10},
-      {"QLinearMatMul", 10},
-      {"QuantizeLinear", 10},
-      {"RMSNormalization", 23},
-      {"Range", 11},
-      {"RegexFullMatch", 20},
-      {"Resize", 10},
-      {"ReverseSequence", 10},
-      {"RoiAlign", 10},
-      {"RotaryEmbedding", 23},
-      {"Round", 11},
-      {"STFT", 17},
-      {"Scan", 8},
-      {"Scatter", 9},
-      {"ScatterElements", 11},
-      {"ScatterND", 11},
-      {"SequenceAt", 11},
-      {"SequenceConstruct", 11},
-      {"SequenceEmpty", 11},
-      {"SequenceErase", 11},
-      {"SequenceInsert", 11},
-      {"SequenceLength", 11},
-      {"SequenceMap", 17},
-      {"Shrink", 9},
-      {"Sign", 9},
-      {"Sinh", 9},
-      {"SoftmaxCrossEntropyLoss", 12},
-      {"SplitToSequence", 11},
-      {"StringConcat", 20},
-      {"StringNormalizer", 10},
-      {"StringSplit", 20},
-      {"Swish", 24},
-      {"TensorScatter", 24},
-      {"TfIdfVectorizer", 9},
-      {"ThresholdedRelu", 10},
-      {"Trilu", 14},
-      {"Unique", 11},
-      {"Where", 9},
-  };
-  // Operators deprecated (removed) in a version: the model must use the replacement.
-  static const auto* removed = new std::map<std::string, std::pair<int64_t, const char*>>{
-      {"Upsample", {10, "Resize"}},
-      {"Scatter", {11, "ScatterElements"}},
-  };
-  if (auto it = first->find(op); it != first->end() && opset < it->second) {
-    return absl::StrCat(op, " exists from opset ", it->second, ", but the model imports opset ",
-                        opset);
-  }
-  if (auto it = removed->find(op); it != removed->end() && opset >= it->second.first) {
-    return absl::StrCat(op, " was removed in opset ", it->second.first, " (use ", it->second.second,
-                        "), and the model imports opset ", opset);
-  }
-  return "";
-}
-
 // ---- Importer: values --------------------------------------------------------------------------
 
 int Importer::NumInputs(const ::onnx::NodeProto& node) {
@@ -468,6 +352,26 @@ ir::NodeId Importer::Fold(ir::NodeId id) {
   auto out = ir::Interpret(g, {});
   if (!out.ok()) return id;  // e.g. an out-of-range index: left for run time to report
   return b_.Constant(std::move((*out)[0]));
+}
+
+ir::NodeId Importer::Reduce(ir::Op op, ir::NodeId x, std::vector<int64_t> axes) {
+  // ONNX (18 on) defines the max and min of an empty set as -inf and +inf, which the IR's
+  // reductions, having no identity for them, refuse.
+  const bool extremum = op == ir::Op::kReduceMax || op == ir::Op::kReduceMin;
+  if (extremum && ir::IsFloat(dtype(x))) {
+    ir::Shape out = shape(x);
+    bool empty = false;
+    for (int64_t a : axes) {
+      if (a < 0 || a >= static_cast<int64_t>(out.size())) continue;  // the builder reports it
+      empty = empty || out[static_cast<size_t>(a)] == 0;
+      out[static_cast<size_t>(a)] = 1;
+    }
+    if (empty) {
+      const double inf = std::numeric_limits<double>::infinity();
+      return Full(op == ir::Op::kReduceMax ? -inf : inf, dtype(x), std::move(out));
+    }
+  }
+  return Fold(b_.Reduce(op, x, std::move(axes)));
 }
 
 ir::NodeId Importer::Permute(ir::NodeId x, std::vector<int64_t> perm) {
@@ -679,6 +583,18 @@ absl::StatusOr<ImportedModel> Importer::Run(const ::onnx::ModelProto& model) {
         absl::StrCat("unsupported ONNX operators: ", absl::StrJoin(parts, "; "),
                      " (docs/onnx.md lists the supported ones)"));
   }
+  // Then every supported operator whose version in the model's opset is not the definition that
+  // its lowering implements (opsets kMinOpset to kMaxOpset), in one message.
+  std::vector<std::string> outside;
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const auto& node = graph.node(i);
+    if (!node.domain().empty() && node.domain() != "ai.onnx") continue;
+    if (std::string why = VersionOutsideKiln(node, opset_); !why.empty()) {
+      outside.push_back(absl::StrCat(Describe(node, i), ": ", why));
+    }
+  }
+  if (!outside.empty()) return absl::UnimplementedError(absl::StrJoin(outside, "; "));
+
   if (graph.sparse_initializer_size() > 0) {
     return absl::UnimplementedError("sparse initializers are not supported");
   }
@@ -831,10 +747,14 @@ absl::StatusOr<ImportedModel> ImportBytes(std::string_view bytes, const ImportOp
   if (opset < 0) {
     return absl::InvalidArgumentError("the ONNX model imports no default-domain opset");
   }
-  if (opset < internal::kMinOpset || opset > internal::kMaxOpset) {
-    return absl::UnimplementedError(
-        absl::StrCat("ONNX opset ", opset, " is not supported (kiln imports opsets ",
-                     internal::kMinOpset, " to ", internal::kMaxOpset, ")"));
+  if (opset < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ONNX model imports opset ", opset, " (opsets start at 1)"));
+  }
+  if (opset > internal::NewestKnownOpset()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "ONNX opset ", opset, " is newer than kiln's operator table (opsets 1 to ",
+        internal::NewestKnownOpset(), ", from ", internal::OperatorTableSource(), ")"));
   }
   internal::Importer importer(options, opset);
   return importer.Run(model);

@@ -1,4 +1,4 @@
-// ONNX import: a `.onnx` model (ModelProto, default-domain opsets 7 to 22) → an ir::Graph over
+// ONNX import: a `.onnx` model (ModelProto, default-domain opsets 1 to 28) → an ir::Graph over
 // static shapes.
 //
 //   absl::StatusOr<kiln::onnx::ImportedModel> m = kiln::onnx::ImportFile("model.onnx");
@@ -17,7 +17,11 @@
 // axes: an attribute before opset 13, an input from 13; Softmax before 13: over the input coerced
 // to 2-D). An operator that the opset does not have yet (Gelu in an opset-17 model) or no longer
 // has (Upsample from 10), or an attribute or input that its version lacks, is an error naming the
-// node and the opset; so is a model whose opset is outside 7-22.
+// node and the opset. kiln implements the operators as opsets 7 to 22 define them; a model of an
+// older or newer opset (up to the newest of the onnx package that generated operator_versions.inc)
+// imports when each of its operators is defined there as in the nearest of those opsets, up to
+// new element types and new optional attributes that the node does not set (Relu-6 at opset 6,
+// Cast-25 at opset 28); otherwise the error names the node and both versions.
 //
 // Protobuf and ONNX headers stay out of this header on purpose (they are large and need
 // ONNX_ML / ONNX_NAMESPACE defines); everything here is plain kiln types.

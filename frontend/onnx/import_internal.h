@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "frontend/onnx/external_data.h"
 #include "frontend/onnx/import.h"
+#include "frontend/onnx/operator_versions.h"
 #include "ir/builder.h"
 #include "onnx/onnx_pb.h"
 
@@ -27,15 +28,6 @@ absl::StatusOr<ir::TensorData> TensorFromProto(const ::onnx::TensorProto& proto,
                                                ExternalDataSource* external = nullptr);
 /// ONNX elem_type → DType, or an error naming `what`.
 absl::StatusOr<ir::DType> DTypeFromOnnx(int32_t elem_type, const std::string& what);
-
-/// The default-domain opsets kiln imports; each lowering follows its operator's versions in
-/// this range (Importer::opset()).
-inline constexpr int64_t kMinOpset = 7;
-inline constexpr int64_t kMaxOpset = 22;
-
-/// Why `op` (default domain) does not exist in `opset` ("Gelu exists from opset 20, but the model
-/// imports opset 17"), or "" when it does.
-std::string OpsetMismatch(const std::string& op, int64_t opset);
 
 class Importer;
 /// Lowers one node: reads its inputs with Importer::Input/ConstInput, defines its outputs.
@@ -90,9 +82,7 @@ class Importer {
   ir::NodeId Binary(ir::Op op, ir::NodeId a, ir::NodeId c) { return Fold(b_.Binary(op, a, c)); }
   ir::NodeId Select(ir::NodeId c, ir::NodeId t, ir::NodeId f) { return Fold(b_.Select(c, t, f)); }
   ir::NodeId Cast(ir::NodeId x, ir::DType d) { return dtype(x) == d ? x : Fold(b_.Cast(x, d)); }
-  ir::NodeId Reduce(ir::Op op, ir::NodeId x, std::vector<int64_t> axes) {
-    return Fold(b_.Reduce(op, x, std::move(axes)));
-  }
+  ir::NodeId Reduce(ir::Op op, ir::NodeId x, std::vector<int64_t> axes);
   ir::NodeId Reshape(ir::NodeId x, ir::Shape s) {
     return shape(x) == s ? x : Fold(b_.Reshape(x, std::move(s)));
   }

@@ -168,8 +168,8 @@ absl::StatusOr<NodeId> Div(Importer& im, const NodeProto&, NodeId a, NodeId b) {
 
 absl::StatusOr<NodeId> Mod(Importer& im, const NodeProto& n, NodeId a, NodeId b) {
   const bool fmod = AttrInt(n, "fmod", 0) != 0;
-  if (!fmod && ir::IsFloat(im.dtype(a))) {
-    return Bad("fmod must be 1 for floating-point inputs (ONNX's rule)");
+  if (!fmod && ir::IsFloat(im.dtype(a)) && im.opset() < 28) {
+    return Bad("fmod must be 1 for floating-point inputs before opset 28 (ONNX's rule)");
   }
   NodeId r = im.Binary(Op::kMod, a, b);  // floored: the divisor's sign
   if (!fmod) return r;
@@ -1489,13 +1489,16 @@ absl::Status ConvTranspose(Importer& im, const NodeProto& n) {
       target = xs[i + 2] * strides[i];
     }
     if (target >= 0) {
+      // A negative total (an output_shape longer than the full transposed convolution) pads the
+      // end with zeros: the halves round down, as in the spec's Python (//), not toward zero.
       const int64_t total = strides[i] * (xs[i + 2] - 1) + outpad[i] + dk - target;
+      const int64_t half = total >= 0 ? total / 2 : -((1 - total) / 2);
       if (auto_pad == "SAME_UPPER") {
-        pads[i] = total / 2;
-        pads[i + k] = total - total / 2;
+        pads[i] = half;
+        pads[i + k] = total - half;
       } else {
-        pads[i] = total - total / 2;
-        pads[i + k] = total / 2;
+        pads[i] = total - half;
+        pads[i + k] = half;
       }
     }
   }
@@ -1673,7 +1676,9 @@ absl::Status LpNorm(Importer& im, const NodeProto& n) {
   } else {
     return Bad("p must be 1 or 2");
   }
-  im.SetOutput(n, 0, im.Binary(Op::kDiv, x, im.Broadcast(norm, im.shape(x))));
+  // A zero vector stays zero (0/0 would be NaN), as in ONNX's reference and onnxruntime.
+  NodeId safe = im.Select(im.Binary(Op::kEq, norm, im.Like(0, norm)), im.Like(1, norm), norm);
+  im.SetOutput(n, 0, im.Binary(Op::kDiv, x, im.Broadcast(safe, im.shape(x))));
   return absl::OkStatus();
 }
 
@@ -1785,8 +1790,12 @@ absl::StatusOr<NodeId> Interpolate(Importer& im, NodeId x, const Shape& out,
         return center * (1 - adjustment) + (xo + 0.5) / sc - 0.5;
       }
       if (ctm == "pytorch_half_pixel") return o > 1 ? (xo + 0.5) / sc - 0.5 : 0.0;
-      if (ctm == "align_corners")
-        return o == 1 ? 0.0 : xo * static_cast<double>(in - 1) / static_cast<double>(o - 1);
+      if (ctm == "align_corners") {
+        // The resized length is in * scale, which need not be a whole number when the model
+        // gives scales (ONNX's reference and onnxruntime), not the output's length.
+        const double resized = static_cast<double>(in) * sc;
+        return resized == 1.0 ? 0.0 : xo * static_cast<double>(in - 1) / (resized - 1);
+      }
       if (ctm == "asymmetric") return xo / sc;
       if (ctm == "tf_half_pixel_for_nn") return (xo + 0.5) / sc;
       return xo / sc;

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Single-operator ONNX models at opsets 7 to 22, for the importer's versioned rules
+"""Single-operator ONNX models at opsets 6 to 28, for the importer's versioned rules
 (tests/onnx/onnx_import_test.cc, OnnxOpsets).
 
     /usr/bin/python3 tests/onnx/make_opset_fixtures.py
@@ -264,6 +264,37 @@ case("batchnorm22", "BatchNormalization", 22, [("x", bnx), ("s", None), ("b", No
 case("resize22_nearest_sizes", "Resize", 22, [("x", rx), (None, None), (None, None), ("z", None)],
      resize_ref(rx, (1, 1, 5, 4), [1, 1, 5 / 4, 4 / 6], "half_pixel", "nearest", "round_prefer_ceil"),
      {"nearest_mode": "round_prefer_ceil"}, consts={"z": i64(1, 1, 5, 4)})
+
+
+# ---- Older and newer opsets than kiln's definitions (7 to 22) ----------------------------------
+# They import where the version the model's opset selects is the one of the nearest of opsets 7
+# and 22, up to new element types and attributes the node leaves unset
+# (frontend/onnx/operator_versions.h). Drawn after every case above, which stay byte-identical.
+def conv2d(x, w, stride, pad):
+    n, c, h, wd = x.shape
+    k = w.shape[2]
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - k) // stride + 1, (wd + 2 * pad - k) // stride + 1
+    y = np.zeros((n, w.shape[0], oh, ow), np.float64)
+    for i in range(oh):
+        for j in range(ow):
+            patch = xp[:, :, i * stride:i * stride + k, j * stride:j * stride + k]
+            y[:, :, i, j] = np.einsum("nchw,ochw->no", patch, w)
+    return y.astype(np.float32)
+
+
+ox = f32(2, 3, 4)
+cvx, cvw = f32(1, 2, 5, 5), f32(3, 2, 3, 3)
+case("relu6", "Relu", 6, [("x", ox)], np.maximum(ox, 0))
+case("conv6_strides_pads", "Conv", 6, [("x", cvx), ("w", None)], conv2d(cvx, cvw, 2, 1),
+     {"strides": [2, 2], "pads": [1, 1, 1, 1]}, consts={"w": cvw})
+case("softmax6_coerced", "Softmax", 6, [("x", ox * 3)], coerced(lambda a: softmax(a, 1), ox * 3, 1))
+case("transpose23", "Transpose", 23, [("x", ox)], ox.transpose(2, 0, 1), {"perm": [2, 0, 1]})
+case("cast24_no_round_mode", "Cast", 24, [("x", ox * 3)], (ox * 3).astype(np.int32),
+     {"to": TensorProto.INT32})
+case("reshape25", "Reshape", 25, [("x", ox), ("s", None)], ox.reshape(4, 6), consts={"s": i64(4, -1)})
+case("relu28", "Relu", 28, [("x", ox)], np.maximum(ox, 0))
+case("softmax28", "Softmax", 28, [("x", ox * 3)], softmax(ox * 3, -1))
 
 
 def main():

@@ -170,9 +170,8 @@ TEST(OnnxOpsets, EveryCaseMatchesItsOracle) {
     absl::StatusOr<ImportedModel> m = ImportFile(kDir + "opsets/" + name + "/model.onnx");
     if (m.ok()) opsets.insert(m->opset_version);
   }
-  // The oldest and the newest opsets kiln imports are among them.
-  EXPECT_TRUE(opsets.count(7));
-  EXPECT_TRUE(opsets.count(22));
+  // The oldest and newest opsets of kiln's definitions are among them, and older and newer ones.
+  for (int64_t opset : {6, 7, 22, 23, 28}) EXPECT_TRUE(opsets.count(opset)) << opset;
 }
 
 TEST(OnnxImport, WeightsAreNamedParameters) {
@@ -467,20 +466,35 @@ TEST(OnnxErrors, InconsistentNodesNameTheNode) {
 TEST(OnnxErrors, MalformedBytesAndOpsets) {
   EXPECT_THAT(ImportBytes("this is not a model").status().message(), HasSubstr("protobuf"));
   EXPECT_THAT(ImportBytes("").status().message(), HasSubstr("no graph"));
-  for (int opset : {6, 23}) {
+  for (int opset : {1, 6, 7, 22, 23, 28}) {
     auto m = Model(opset);
     AddNode(m, "Relu", "r", {"x"}, {"y"});
     AddOutput(m, "y");
     absl::Status s = Import(m);
-    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
-    EXPECT_EQ(s.message(), absl::StrCat("ONNX opset ", opset,
-                                        " is not supported (kiln imports opsets 7 to 22)"));
+    if (opset == 1) {
+      // Relu-1 (consumed_inputs) is not Relu-6, the definition of opset 7.
+      EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+      EXPECT_THAT(s.message(), HasSubstr("node 'r' (Relu): Relu-1 (the version in opset 1) "
+                                         "differs from Relu-6 (opset 7), the oldest definition "
+                                         "kiln implements; export the model at opset 7 or newer"));
+    } else {
+      EXPECT_TRUE(s.ok()) << opset << ": " << s;
+    }
   }
-  for (int opset : {7, 22}) {
-    auto m = Model(opset);
+  {
+    auto m = Model(29);
     AddNode(m, "Relu", "r", {"x"}, {"y"});
     AddOutput(m, "y");
-    EXPECT_TRUE(Import(m).ok()) << opset;
+    absl::Status s = Import(m);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(s.message(), HasSubstr("ONNX opset 29 is newer than kiln's operator table "
+                                       "(opsets 1 to 28, from onnx "));
+  }
+  {
+    auto m = Model(0);
+    AddNode(m, "Relu", "r", {"x"}, {"y"});
+    AddOutput(m, "y");
+    EXPECT_EQ(Import(m).code(), absl::StatusCode::kInvalidArgument);
   }
   EXPECT_EQ(ImportFile("tests/onnx/does_not_exist.onnx").status().code(),
             absl::StatusCode::kNotFound);
@@ -549,6 +563,52 @@ TEST(OnnxErrors, OperatorNotInTheModelsOpset) {
     AddOutput(m, "y");
     EXPECT_THAT(Import(m).message(),
                 HasSubstr("node 'up' (Upsample): Upsample was removed in opset 10 (use Resize)"));
+  }
+}
+
+// A model older or newer than the opsets whose definitions kiln implements (7 to 22) imports
+// only where each operator's version means the same (OnnxOpsets runs those that do); the others
+// are refused in one message, naming the node and both versions.
+TEST(OnnxErrors, OperatorVersionOutsideKilnsDefinitions) {
+  {
+    // Add-6 (broadcast attribute) and Gemm-6 differ from the Add-7 and Gemm-7 of opset 7.
+    auto m = Model(6);
+    AddNode(m, "Add", "add", {"x", "x"}, {"a"});
+    AddNode(m, "Relu", "r", {"a"}, {"y"});
+    AddOutput(m, "y");
+    absl::Status s = Import(m);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+    EXPECT_EQ(s.message(),
+              "node 'add' (Add): Add-6 (the version in opset 6) differs from Add-7 (opset 7), the "
+              "oldest definition kiln implements; export the model at opset 7 or newer");
+  }
+  {
+    // DepthToSpace-28 changed what it computes after DepthToSpace-13 (opset 22's).
+    auto m = Model(28);
+    AddNode(m, "DepthToSpace", "d2s", {"x"}, {"y"})->add_attribute()->set_name("blocksize");
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(),
+                HasSubstr("node 'd2s' (DepthToSpace): DepthToSpace-28 (the version in opset 28) "
+                          "changed the operator after DepthToSpace-13 (opset 22), the newest "
+                          "definition kiln implements"));
+  }
+  {
+    // Cast-24 means Cast-21 unless the node sets the attribute it added.
+    auto m = Model(24);
+    auto* cast = AddNode(m, "Cast", "c", {"x"}, {"y"});
+    auto* to = cast->add_attribute();
+    to->set_name("to");
+    to->set_type(::onnx::AttributeProto::INT);
+    to->set_i(::onnx::TensorProto::INT32);
+    AddOutput(m, "y");
+    EXPECT_TRUE(Import(m).ok());
+    auto* round = cast->add_attribute();
+    round->set_name("round_mode");
+    round->set_type(::onnx::AttributeProto::STRING);
+    round->set_s("up");
+    EXPECT_THAT(Import(m).message(),
+                HasSubstr("node 'c' (Cast): attribute 'round_mode' exists from Cast-24, newer "
+                          "than the Cast-21 (opset 22) that kiln implements"));
   }
 }
 

@@ -146,12 +146,18 @@ std::string ElementTypeName(const std::string& name) {
 
 // The reason group of a kiln error (`stage`: "import", "test data", "run").
 std::string ErrorGroup(const std::string& stage, const std::string& msg) {
-  static const std::regex kOpset("ONNX opset (-?[0-9]+) is not supported");
   static const std::regex kDtype("element type (\\S+) is not supported");
   std::smatch m;
-  if (std::regex_search(msg, m, kOpset)) {
-    return std::stoll(m[1]) > 17 ? "opset > 17 (versioning work in progress)"
-                                 : "opset < 13 (versioning work in progress)";
+  // frontend/onnx/operator_versions.h: the operator's version in the model's opset is not one
+  // of the definitions kiln implements.
+  if (msg.find("is newer than kiln's operator table") != std::string::npos) {
+    return "opset newer than the operator table";
+  }
+  if (msg.find("the oldest definition kiln implements") != std::string::npos) {
+    return "operator version before opset 7";
+  }
+  if (msg.find("kiln implements") != std::string::npos) {
+    return "operator version after opset 22";
   }
   if (std::regex_search(msg, m, kDtype)) {
     return "dtype " + ElementTypeName(m[1]) + " unsupported";
