@@ -134,6 +134,23 @@ INSTANTIATE_TEST_SUITE_P(Onnx, Models,
                          ::testing::Values("mlp", "cnn", "transformer", "transformer13", "resblock",
                                            "dwsep", "upsample"));
 
+// The same models exported by PyTorch 2.x with its defaults (make_torch2_fixtures.py: the
+// dynamo exporter, opset 20, IR 10, weights as external data, a symbolic batch).
+class Torch2Models : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Torch2Models, ReferenceAndCpuMatchPyTorch) {
+  RunAndCompare(kDir + "models_torch2/" + GetParam(), true);
+  absl::StatusOr<Case> c = Load(kDir + "models_torch2/" + GetParam());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.opset_version, 20);
+  EXPECT_THAT(c->model.producer, HasSubstr("pytorch"));
+  EXPECT_TRUE(fs::exists(kDir + "models_torch2/" + GetParam() + "/model.onnx.data"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Onnx, Torch2Models,
+                         ::testing::Values("mlp", "cnn", "transformer", "resblock", "dwsep",
+                                           "upsample"));
+
 std::vector<std::string> OpCases() {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(kDir + "ops")) {
