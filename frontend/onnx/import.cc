@@ -786,6 +786,24 @@ absl::StatusOr<ImportedModel> ImportFile(const std::string& path, const ImportOp
   return m;
 }
 
+absl::StatusOr<std::vector<std::string>> ModelInputNames(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  ::onnx::ModelProto model;
+  if (!model.ParseFromIstream(&in)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not an ONNX model: protobuf parsing failed"));
+  }
+  // Inputs that are also initializers (IR version < 4 lists weights as inputs) are weights.
+  std::set<std::string> initializers;
+  for (const auto& t : model.graph().initializer()) initializers.insert(t.name());
+  std::vector<std::string> names;
+  for (const auto& input : model.graph().input()) {
+    if (!initializers.count(input.name())) names.push_back(input.name());
+  }
+  return names;
+}
+
 absl::StatusOr<ir::TensorData> ReadTensorProto(std::string_view bytes) {
   ::onnx::TensorProto proto;
   if (bytes.size() > static_cast<size_t>(INT_MAX) ||

@@ -98,6 +98,10 @@ absl::StatusOr<ImportedModel> ImportFile(const std::string& path,
 /// Decodes a serialized TensorProto (the ONNX test-data layout's input_0.pb / output_0.pb, or
 /// numpy_helper.from_array(...).SerializeToString()) with the same checks as initializers (a
 /// tensor stored as external data is an error: the ONNX test-data layout keeps data inside).
+/// The real inputs of the model at `path` (graph inputs that are not initializers), in order,
+/// without importing it (for choosing ImportOptions::input_shapes).
+absl::StatusOr<std::vector<std::string>> ModelInputNames(const std::string& path);
+
 absl::StatusOr<ir::TensorData> ReadTensorProto(std::string_view bytes);
 /// The same for a file (errors are prefixed with the path).
 absl::StatusOr<ir::TensorData> ReadTensorProtoFile(const std::string& path);

@@ -1005,6 +1005,55 @@ absl::Status Gather(Importer& im, const NodeProto& n) {
   return absl::OkStatus();
 }
 
+// GatherND as one gather: data viewed as [B, M, R] (B the batch_dims' product, M the indexed
+// dims', R the rest), the last index axis turned into a flat row index over the M rows.
+absl::Status GatherND(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(NodeId ind, im.Input(n, 1));
+  if (im.dtype(ind) != ir::DType::kI64) return Bad("indices must be int64");
+  TRY_OK(AttrSince(im, n, "batch_dims", 12));
+  const int64_t b = AttrInt(n, "batch_dims", 0);
+  const Shape ds = im.shape(x), is = im.shape(ind);
+  const auto r = static_cast<int64_t>(ds.size()), q = static_cast<int64_t>(is.size());
+  if (q < 1 || r < 1) return Bad("data and indices must have rank >= 1");
+  if (b < 0 || b >= std::min(q, r)) {
+    return Bad(absl::StrCat("batch_dims ", b, " must be below the ranks of data (", r,
+                            ") and indices (", q, ")"));
+  }
+  const int64_t k = is.back();
+  if (k < 1 || k > r - b) {
+    return Bad(absl::StrCat("the last indices dimension (", k, ") must be 1 to ", r - b,
+                            " for data ", ir::ShapeToString(ds), " and batch_dims ", b));
+  }
+  for (int64_t i = 0; i < b; ++i) {
+    if (ds[static_cast<size_t>(i)] != is[static_cast<size_t>(i)]) {
+      return Bad(absl::StrCat("batch dimension ", i, " differs: data ", ir::ShapeToString(ds),
+                              ", indices ", ir::ShapeToString(is)));
+    }
+  }
+  const auto ub = static_cast<size_t>(b), uk = static_cast<size_t>(k);
+  const int64_t batch = Product(ds, 0, ub), rows = Product(ds, ub, ub + uk),
+                rest = Product(ds, ub + uk, ds.size()), count = Product(is, ub, is.size() - 1);
+  NodeId idx = im.Reshape(ind, {batch, count, k});
+  NodeId flat = im.Full(0, ir::DType::kI64, {batch, count, 1});
+  int64_t stride = rows;
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t dim = ds[ub + static_cast<size_t>(j)];
+    stride /= dim;
+    NodeId part = im.Slice(idx, {0, 0, j}, {batch, count, j + 1});
+    part = im.Select(im.Binary(Op::kLt, part, im.Like(0, part)),
+                     im.Binary(Op::kAdd, part, im.Like(static_cast<double>(dim), part)), part);
+    flat = im.Binary(Op::kAdd, flat,
+                     im.Binary(Op::kMul, part, im.Like(static_cast<double>(stride), part)));
+  }
+  Shape out(is.begin(), is.end() - 1);
+  out.insert(out.end(), ds.begin() + b + k, ds.end());
+  NodeId g = im.Fold(im.b().Gather(im.Reshape(x, {batch, rows, rest}),
+                                   im.Broadcast(flat, {batch, count, rest}), 1));
+  im.SetOutput(n, 0, im.Reshape(g, out));
+  return absl::OkStatus();
+}
+
 absl::Status GatherElements(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY(NodeId ind, im.Input(n, 1));
@@ -2703,6 +2752,7 @@ const std::map<std::string, Lowering>& Lowerings() {
     m["Pad"] = Pad;
     m["Gather"] = Gather;
     m["GatherElements"] = GatherElements;
+    m["GatherND"] = GatherND;
     m["Trilu"] = Trilu;
     m["CumSum"] = CumSum;
     m["DepthToSpace"] = DepthToSpace;

