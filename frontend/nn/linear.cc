@@ -1,6 +1,7 @@
 #include "frontend/nn/linear.h"
 
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "frontend/tensor_ops.h"
@@ -19,7 +20,21 @@ TensorRef LinearForward(const TensorRef& x, const TensorRef& weight, const Tenso
         "linear", absl::StrCat("the input's last dim must be ", d_input, " (the layer's d_input)"),
         {tx, tw}, loc);
   }
-  TensorRef y = kiln::detail::MatMul(x, kiln::detail::SwapDims(weight, 0, 1, "linear", loc), loc);
+  const TensorRef weight_t = kiln::detail::SwapDims(weight, 0, 1, "linear", loc);
+  TensorRef y;
+  if (tx.rank() > 2) {
+    // One [rows, in] x [in, out] GEMM over every leading dim, as torch's F.linear does, rather
+    // than a batched matmul against a broadcast weight: one packing of W, one large kernel.
+    int64_t count = 1;
+    for (size_t i = 0; i + 1 < tx.shape.size(); ++i) count *= tx.shape[i];
+    std::vector<int64_t> rows = {count, d_input};
+    std::vector<int64_t> out(tx.shape.begin(), tx.shape.end() - 1);
+    out.push_back(tw.shape[0]);
+    y = kiln::detail::Reshape(
+        kiln::detail::MatMul(kiln::detail::Reshape(x, rows, loc), weight_t, loc), out, loc);
+  } else {
+    y = kiln::detail::MatMul(x, weight_t, loc);
+  }
   if (bias != nullptr) y = kiln::detail::Binary(ir::Op::kAdd, y, bias, "linear", loc);
   return y;
 }
