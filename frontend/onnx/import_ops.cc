@@ -4,6 +4,7 @@
 // input that the version does not have is an error, not silently ignored. docs/onnx.md is the
 // table of what is supported; keep the two in step.
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <limits>
@@ -1809,10 +1810,24 @@ Lowering GlobalPool(bool max) {
 
 // How Resize / Upsample map an output coordinate to an input one.
 struct ResizeRule {
-  std::string mode;          // nearest or linear
+  std::string mode;          // nearest, linear or cubic
   std::string ctm;           // coordinate_transformation_mode
   std::string nearest_mode;  // floor, ceil, round_prefer_floor/ceil, or legacy (see below)
+  double cubic_coeff_a = -0.75;
+  bool exclude_outside = false;
+  bool antialias = false;  // linear and cubic: widen the filter when downscaling (opset 18)
 };
+
+// The weight of a tap at distance d from the sampled position, for the filters of linear and
+// cubic resizing: the triangle, and Keys' cubic convolution with the spec's coefficient A (-0.75
+// as PyTorch's bicubic, -0.5 as TensorFlow's).
+double ResizeFilter(bool cubic, double a, double d) {
+  d = std::abs(d);
+  if (!cubic) return std::max(0.0, 1 - d);
+  if (d <= 1) return ((a + 2) * d - (a + 3)) * d * d + 1;
+  if (d < 2) return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a;
+  return 0;
+}
 
 // Resizes x to `out`, axis by axis; scales[a] is the scale the coordinate transformation of axis a
 // uses (out/in for sizes, or the given scale). nearest_mode "legacy" is Upsample's and Resize-10's
@@ -1886,6 +1901,54 @@ absl::StatusOr<NodeId> Interpolate(Importer& im, NodeId x, const Shape& out,
       } else {
         y = GatherConst(im, y, static_cast<int64_t>(a), idx);
       }
+    } else if (rule.mode == "cubic" || (rule.antialias && scales[a] < 1)) {
+      // Weighted taps, one gather each (indices clamped: the spec's edge padding), as ONNX's
+      // reference computes them: the filter (support 1 for linear, 2 for cubic) is widened by
+      // 1/scale when antialiasing a downscale, and its weights then normalised; exclude_outside
+      // drops the taps outside the input and renormalises the rest.
+      const bool cubic = rule.mode == "cubic";
+      const double scale = rule.antialias ? std::min(scales[a], 1.0) : 1.0;
+      const double support = cubic ? 2.0 : 1.0;
+      const int64_t first = static_cast<int64_t>(std::floor(-support / scale)) + 1;
+      const int64_t count = 2 - 2 * first;
+      if (count > 64) return Unsupported("Resize with antialias downscaling by more than 1/32");
+      std::vector<std::vector<int64_t>> taps(static_cast<size_t>(count));
+      std::vector<std::vector<double>> weights(static_cast<size_t>(count));
+      for (int64_t i = 0; i < o; ++i) {
+        const double xf = original(i);
+        const double f = std::floor(xf);
+        std::vector<double> w(static_cast<size_t>(count));
+        double total = 0, kept = 0;
+        for (int64_t k = 0; k < count; ++k) {
+          const double t = f + static_cast<double>(first + k);
+          double v = ResizeFilter(cubic, rule.cubic_coeff_a, (t - xf) * scale);
+          total += v;
+          if (rule.exclude_outside && (t < 0 || t > static_cast<double>(in - 1))) v = 0;
+          kept += v;
+          w[static_cast<size_t>(k)] = v;
+        }
+        const double norm = rule.exclude_outside ? kept : (rule.antialias ? total : 1.0);
+        for (int64_t k = 0; k < count; ++k) {
+          const double t =
+              std::clamp(f + static_cast<double>(first + k), 0.0, static_cast<double>(in - 1));
+          taps[static_cast<size_t>(k)].push_back(static_cast<int64_t>(t));
+          weights[static_cast<size_t>(k)].push_back(norm != 0 ? w[static_cast<size_t>(k)] / norm
+                                                              : 0.0);
+        }
+      }
+      NodeId sum = ir::kInvalidNode;
+      for (int64_t k = 0; k < count; ++k) {
+        NodeId g = GatherConst(im, y, static_cast<int64_t>(a), taps[static_cast<size_t>(k)]);
+        Shape ws(im.shape(g).size(), 1);
+        ws[a] = o;
+        ir::TensorData wd(im.dtype(y), ws);
+        for (int64_t i = 0; i < o; ++i) {
+          wd.SetDouble(i, weights[static_cast<size_t>(k)][static_cast<size_t>(i)]);
+        }
+        NodeId term = im.Binary(Op::kMul, g, im.Broadcast(im.Const(std::move(wd)), im.shape(g)));
+        sum = k == 0 ? term : im.Binary(Op::kAdd, sum, term);
+      }
+      y = sum;
     } else {
       std::vector<int64_t> i0, i1;
       std::vector<double> wt;
@@ -1934,12 +1997,12 @@ absl::Status Resize(Importer& im, const NodeProto& n) {
   }
   ResizeRule rule;
   rule.mode = AttrString(n, "mode", "nearest");
-  if (rule.mode == "cubic") {
-    return Unsupported("mode 'cubic' is not supported (nearest and linear are)");
+  if (rule.mode != "nearest" && rule.mode != "linear" && (rule.mode != "cubic" || v < 11)) {
+    return Bad(absl::StrCat("bad mode '", rule.mode, "'",
+                            v < 11 ? " (Resize-10 has nearest and linear)" : ""));
   }
-  if (rule.mode != "nearest" && rule.mode != "linear") {
-    return Bad(absl::StrCat("bad mode '", rule.mode, "'"));
-  }
+  rule.cubic_coeff_a = AttrFloat(n, "cubic_coeff_a", -0.75f);
+  rule.exclude_outside = AttrInt(n, "exclude_outside", 0) != 0;
   if (v < 11) {
     rule.ctm = "asymmetric";
     rule.nearest_mode = "legacy";
@@ -2034,14 +2097,7 @@ absl::Status Resize(Importer& im, const NodeProto& n) {
     return Bad("needs scales or sizes");
   }
   TRY(out, ShapeFromInts(out));
-  if (AttrInt(n, "antialias", 0) != 0 && rule.mode == "linear") {
-    for (size_t d = 0; d < r; ++d) {
-      if (scales[d] < 1) {
-        return Unsupported(absl::StrCat("antialias=1 when downscaling (axis ", d, ", scale ",
-                                        scales[d], ") is not supported"));
-      }
-    }
-  }
+  rule.antialias = AttrInt(n, "antialias", 0) != 0 && rule.mode != "nearest";
   TRY(NodeId y, Interpolate(im, x, out, scales, rule));
   im.SetOutput(n, 0, y);
   return absl::OkStatus();
