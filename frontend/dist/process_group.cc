@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <mutex>
 #include <vector>
 
@@ -240,6 +241,13 @@ void ProcessGroup::barrier(Loc loc) const {
   if (rc != MPI_SUCCESS) {
     Fail("barrier", absl::StrCat("MPI_Barrier: ", MpiErrorString(rc)), loc, rank_, world_size_);
   }
+}
+
+void ProcessGroup::abort(const std::string& message, int code) const {
+  std::cerr << "rank " << rank_ << " of " << world_size_ << " (" << host_ << "): " << message
+            << std::endl;
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::abort();  // MPI_Abort does not return; should it, this process still must not go on
 }
 
 void ProcessGroup::all_reduce_data(ir::TensorData& data, ReduceOp op, Loc loc) const {
