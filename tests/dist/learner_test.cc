@@ -1,7 +1,8 @@
 // The Learner's data-parallel mode (LearnerConfig::with_data_parallel, frontend/train/learner.h)
 // on 1, 2 and 3 ranks (see collectives_test.cc): R ranks x batch 64 against one process x batch
 // 64R through the same Learner, the metrics every rank sees against that process's, files
-// written by rank 0 alone, resume from rank 0's checkpoint, and the loader check.
+// written by rank 0 alone, resume from rank 0's checkpoint, and the errors every rank must share
+// (the loader check, a failed write on rank 0, a NaN on one rank).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,11 +15,13 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "frontend/dist/ddp.h"
 #include "frontend/dist/process_group.h"
 #include "frontend/error.h"
+#include "frontend/train/safetensors.h"
 #include "kiln/kiln.h"
 #include "tests/dist/synthetic.h"
 
@@ -267,6 +270,71 @@ TEST(DistLearner, TrainLoaderWithoutThisRanksShardIsAnErrorOnEveryRank) {
     }
   }
   EXPECT_EQ(learner.step(), 0);
+}
+
+// A failed write on rank 0 (the checkpoint's rename, injected) fails every rank at the same point
+// with rank 0's message, instead of the others training on without it.
+TEST(DistLearner, FailedWriteOnRankZeroFailsEveryRank) {
+  const int ws = Pg().world_size();
+  const int rank = Pg().rank();
+  const std::string job = JobDir("write");
+  auto train_set = test_util::Synthetic(kBatch * ws * 2);
+  Mlp<B> model = test_util::MakeMlp<B>(1);
+  auto opt = optim::SgdConfig().with_lr(0.1).init();
+  auto train_loader = ShardedLoader(train_set, kBatch);
+  auto valid_loader = ShardedLoader(train_set, kBatch);
+  train::Learner learner(
+      model, opt, MlpStep<B>,
+      Quiet().with_checkpoint_dir(RankDir(job, rank)).with_data_parallel(data_parallel(Pg())));
+  if (rank == 0) {
+    train::SetAtomicWriteFailureHookForTesting([](std::string_view step) {
+      return step == "rename" ? absl::UnavailableError("injected rename failure")
+                              : absl::OkStatus();
+    });
+  }
+  try {
+    learner.fit(train_loader, valid_loader);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("injected rename failure"), std::string::npos) << what;
+    if (rank != 0) {
+      EXPECT_NE(what.find("rank 0 failed: "), std::string::npos) << what;
+    }
+  }
+  train::SetAtomicWriteFailureHookForTesting(nullptr);
+  EXPECT_EQ(learner.epoch(), 1);  // the epoch ran; its checkpoint did not land
+  Pg().barrier();
+  EXPECT_FALSE(fs::exists(RankDir(job, 0) + "/last.safetensors"));
+  Pg().barrier();
+  if (rank == 0) fs::remove_all(job);
+}
+
+// A NaN loss on one rank stops every rank at the same step: the guard reads the ranks' mean.
+TEST(DistLearner, NanOnOneRankStopsEveryRankAtTheSameStep) {
+  const int ws = Pg().world_size();
+  const int rank = Pg().rank();
+  const int bad_rank = ws - 1;
+  auto train_set = test_util::Synthetic(kBatch * ws * 4);
+  Mlp<B> model = test_util::MakeMlp<B>(1);
+  auto opt = optim::SgdConfig().with_lr(0.1).init();
+  auto train_loader = ShardedLoader(train_set, kBatch);
+  auto valid_loader = ShardedLoader(train_set, kBatch);
+  int64_t calls = 0;
+  auto step = [&](Mlp<B>& m, const data::Batch& batch) {
+    train::StepOutput<B> out = MlpStep<B>(m, batch);
+    if (++calls == 3 && rank == bad_rank) out.loss = out.loss.mul(std::nan(""));
+    return out;
+  };
+  train::Learner learner(model, opt, step, Quiet().with_data_parallel(data_parallel(Pg())));
+  try {
+    learner.fit(train_loader, valid_loader);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the loss is NaN at step 3 (epoch 1)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(learner.step(), 3);
 }
 
 }  // namespace
