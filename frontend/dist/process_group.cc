@@ -7,9 +7,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iostream>
 #include <mutex>
 #include <vector>
 
@@ -244,8 +244,11 @@ void ProcessGroup::barrier(Loc loc) const {
 }
 
 void ProcessGroup::abort(const std::string& message, int code) const {
-  std::cerr << "rank " << rank_ << " of " << world_size_ << " (" << host_ << "): " << message
-            << std::endl;
+  // One write: mpirun interleaves the ranks' output at write() granularity.
+  const std::string text =
+      absl::StrCat("rank ", rank_, " of ", world_size_, " (", host_, "): ", message, "\n");
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, code);
   std::abort();  // MPI_Abort does not return; should it, this process still must not go on
 }

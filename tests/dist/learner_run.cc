@@ -19,6 +19,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
@@ -46,6 +47,12 @@ constexpr uint64_t kInitSeed = 100;
                "       learner_run check FILE --epoch E\n"
                "       learner_run compare A B --tol T\n";
   std::exit(2);
+}
+
+void Say(const std::string& line) {
+  const std::string text = line + "\n";
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
 }
 
 std::map<std::string, std::string> Flags(int argc, char** argv, int first) {
@@ -78,8 +85,9 @@ int Train(int argc, char** argv) {
     Usage("--global-batch " + std::to_string(global_batch) + " is not a multiple of the " +
           std::to_string(pg.world_size()) + " ranks");
   }
-  std::cerr << "rank " << pg.rank() << " of " << pg.world_size() << " on " << pg.host()
-            << std::endl;
+  // Whole lines in one write each: mpirun interleaves the ranks' stderr at write() granularity.
+  Say("rank " + std::to_string(pg.rank()) + " of " + std::to_string(pg.world_size()) + " on " +
+      pg.host());
   // A different initialisation on every rank: the Learner starts them all from rank 0's.
   Mlp<B> model = MakeMlp<B>(kInitSeed + static_cast<uint64_t>(pg.rank()));
   auto opt = kiln::optim::SgdConfig().with_lr(0.1).with_momentum(0.9).init();
@@ -97,7 +105,7 @@ int Train(int argc, char** argv) {
   auto step = [&](Mlp<B>& m, const kiln::data::Batch& batch) {
     const int64_t step = steps_done() + 1;
     if (pg.rank() == kill_rank && step == kill_step) {
-      std::cerr << "rank " << pg.rank() << ": SIGKILL in step " << step << std::endl;
+      Say("rank " + std::to_string(pg.rank()) + ": SIGKILL in step " + std::to_string(step));
       std::raise(SIGKILL);
     }
     if (pg.rank() == throw_rank && step == throw_step) {
