@@ -27,6 +27,7 @@ BASE_PACKAGES=(
   mlir-16-tools  # tests/mlir: mlir-opt-16, mlir-translate-16, mlir-cpu-runner-16 check the MLIR export
   libmlir-16-dev  # libmlir_runner_utils.so, libmlir_c_runner_utils.so for mlir-cpu-runner-16
   libopenmpi-dev openmpi-bin  # kiln_dist (frontend/dist): MPI collectives; tests/dist runs mpirun
+  iproute2  # ip: tests/dist/netns_test.sh puts the two ranks in network namespaces joined by a veth
   libcli11-dev
   qemu-user g++-aarch64-linux-gnu
   nodejs  # runs the wasm32 kernel of tests/cross/wasm

@@ -1,7 +1,9 @@
 #include "frontend/dist/ddp.h"
 
 #include <cstring>
+#include <memory>
 #include <span>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -92,4 +94,67 @@ GradientSyncStats AllReduceGradients(const ProcessGroup& pg, const std::vector<T
   return stats;
 }
 
+namespace {
+
+class MpiDataParallel final : public train::DataParallel {
+ public:
+  MpiDataParallel(const ProcessGroup& pg, DdpConfig config) : pg_(pg), config_(config) {}
+
+  int rank() const override { return pg_.rank(); }
+  int world_size() const override { return pg_.world_size(); }
+
+  std::vector<TensorRef> broadcast(const std::vector<TensorRef>& refs, int root,
+                                   const std::source_location& loc) const override {
+    return BroadcastRefs(pg_, refs, root, loc);
+  }
+  void all_reduce_gradients(const std::vector<TensorRef>& params, Gradients& grads,
+                            const std::vector<TensorRef>& also_realize,
+                            const std::source_location& loc) const override {
+    AllReduceGradients(pg_, params, grads, config_, also_realize, loc);
+  }
+  void all_reduce_sum(std::vector<double>& values, const std::source_location& loc) const override {
+    ir::TensorData data =
+        ir::TensorData::Uninitialized(ir::DType::kF64, {static_cast<int64_t>(values.size())});
+    std::memcpy(data.data(), values.data(), values.size() * sizeof(double));
+    pg_.all_reduce_data(data, ReduceOp::kSum, loc);
+    std::memcpy(values.data(), data.data(), values.size() * sizeof(double));
+  }
+  void broadcast_bytes(std::string& bytes, int root,
+                       const std::source_location& loc) const override {
+    // The length first: broadcast_data needs the same shape on every rank.
+    ir::TensorData size = ir::TensorData::Uninitialized(ir::DType::kI64, {1});
+    const auto length = static_cast<int64_t>(bytes.size());
+    std::memcpy(size.data(), &length, sizeof(length));
+    pg_.broadcast_data(size, root, loc);
+    int64_t root_length = 0;
+    std::memcpy(&root_length, size.data(), sizeof(root_length));
+    ir::TensorData data = ir::TensorData::Uninitialized(ir::DType::kU8, {root_length});
+    if (pg_.rank() == root && root_length > 0) {
+      std::memcpy(data.data(), bytes.data(), static_cast<size_t>(root_length));
+    }
+    pg_.broadcast_data(data, root, loc);
+    bytes.assign(reinterpret_cast<const char*>(data.data()), static_cast<size_t>(root_length));
+  }
+  [[noreturn]] void abort(const std::string& message) const override { pg_.abort(message); }
+
+ private:
+  const ProcessGroup& pg_;
+  DdpConfig config_;
+};
+
+}  // namespace
 }  // namespace kiln::dist::detail
+
+namespace kiln::dist {
+
+std::shared_ptr<const train::DataParallel> data_parallel(const ProcessGroup& pg, DdpConfig config) {
+  if (!(config.bucket_cap_mb > 0)) {
+    kiln::detail::ThrowStatus(
+        absl::InvalidArgumentError(absl::StrCat("dist.data_parallel: bucket_cap_mb ",
+                                                config.bucket_cap_mb, " must be > 0")),
+        std::source_location::current());
+  }
+  return std::make_shared<detail::MpiDataParallel>(pg, config);
+}
+
+}  // namespace kiln::dist

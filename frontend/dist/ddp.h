@@ -18,6 +18,9 @@
 // loss over the R*b examples, as one process with batch R*b would, up to the order of the f32
 // additions (tests/dist/ddp_test.cc checks the parameters after 10 SGD steps).
 //
+// The Learner does all of this in its data-parallel mode: LearnerConfig().with_data_parallel(
+// data_parallel(pg, config)) (frontend/train/learner.h, docs/training.md "Data-parallel training").
+//
 // Gradients are reduced in buckets: consecutive parameters (in visit() order) of one dtype are
 // packed into one host buffer of at most bucket_cap_mb (a parameter larger than the cap is a
 // bucket of its own), and each bucket is one all_reduce. Fewer, larger messages amortise MPI's
@@ -27,12 +30,14 @@
 // two graphs (forward + backward, then the optimizer's update) where a single process has one.
 #pragma once
 
+#include <memory>
 #include <source_location>
 #include <vector>
 
 #include "frontend/autograd.h"
 #include "frontend/dist/process_group.h"
 #include "frontend/engine.h"
+#include "frontend/train/data_parallel.h"
 
 namespace kiln::dist {
 
@@ -96,5 +101,13 @@ GradientSyncStats all_reduce_gradients(const ProcessGroup& pg, const Module& mod
   return detail::AllReduceGradients(pg, params, grads, config, {also_realize.ref()...},
                                     std::source_location::current());
 }
+
+/// The Learner's data-parallel mode over `pg`
+/// (kiln::train::LearnerConfig().with_data_parallel(kiln::dist::data_parallel(pg))): parameters
+/// broadcast from rank 0, gradients averaged as all_reduce_gradients does with `config`'s
+/// buckets, metrics summed in f64, checkpoints sent from rank 0, and ProcessGroup::abort for an
+/// error on one rank. `pg` must outlive the Learner (the process group lives until exit).
+std::shared_ptr<const train::DataParallel> data_parallel(const ProcessGroup& pg,
+                                                         DdpConfig config = {});
 
 }  // namespace kiln::dist

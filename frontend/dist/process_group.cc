@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -240,6 +241,16 @@ void ProcessGroup::barrier(Loc loc) const {
   if (rc != MPI_SUCCESS) {
     Fail("barrier", absl::StrCat("MPI_Barrier: ", MpiErrorString(rc)), loc, rank_, world_size_);
   }
+}
+
+void ProcessGroup::abort(const std::string& message, int code) const {
+  // One write: mpirun interleaves the ranks' output at write() granularity.
+  const std::string text =
+      absl::StrCat("rank ", rank_, " of ", world_size_, " (", host_, "): ", message, "\n");
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::abort();  // MPI_Abort does not return; should it, this process still must not go on
 }
 
 void ProcessGroup::all_reduce_data(ir::TensorData& data, ReduceOp op, Loc loc) const {

@@ -75,6 +75,12 @@ class ProcessGroup {
   /// Waits until every rank reaches the barrier.
   void barrier(Loc loc = Loc::current()) const;
 
+  /// Prints "rank R of N (host): <message>" to stderr and ends every process of the job
+  /// (MPI_Abort with `code`; mpirun then stops the other ranks). For an error this rank alone
+  /// has: a rank that just exits leaves the others waiting in their next collective, and Open
+  /// MPI's MPI_Finalize itself waits for them.
+  [[noreturn]] void abort(const std::string& message, int code = 1) const;
+
   // ---- Host data (what the tensor collectives stage through) ------------------------------------
 
   /// Replaces `data` by the reduction of every rank's `data` (same dtype and shape everywhere).

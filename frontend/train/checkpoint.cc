@@ -199,8 +199,9 @@ std::map<std::string, ir::TensorData> ReadStateDict(const std::string& path,
   return out;
 }
 
-Checkpoint ReadCheckpoint(const std::string& path, std::source_location loc) {
-  absl::StatusOr<SafetensorsFile> file = ReadSafetensors(path);
+namespace {
+Checkpoint FromSafetensors(absl::StatusOr<SafetensorsFile> file, const std::string& path,
+                           const std::source_location& loc) {
   if (!file.ok()) detail::ThrowStatus(file.status(), loc);
   const auto& meta = file->metadata;
   auto get = [&](const char* key) -> const std::string* {
@@ -281,6 +282,16 @@ Checkpoint ReadCheckpoint(const std::string& path, std::source_location loc) {
     }
   }
   return ckpt;
+}
+}  // namespace
+
+Checkpoint ReadCheckpoint(const std::string& path, std::source_location loc) {
+  return FromSafetensors(ReadSafetensors(path), path, loc);
+}
+
+Checkpoint ParseCheckpoint(std::span<const std::byte> bytes, const std::string& source,
+                           std::source_location loc) {
+  return FromSafetensors(ParseSafetensors(bytes, source), source, loc);
 }
 
 }  // namespace kiln::train

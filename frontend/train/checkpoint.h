@@ -32,6 +32,7 @@
 #include <map>
 #include <optional>
 #include <source_location>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -115,6 +116,11 @@ void SaveCheckpoint(const std::string& path, const StateRefs& state, const Check
 /// Reads and checks a kiln checkpoint (format, version) without applying it. Throws kiln::Error.
 Checkpoint ReadCheckpoint(const std::string& path,
                           std::source_location loc = std::source_location::current());
+
+/// ReadCheckpoint of a file's bytes held in memory (e.g. received from another process);
+/// `source` names it in errors.
+Checkpoint ParseCheckpoint(std::span<const std::byte> bytes, const std::string& source,
+                           std::source_location loc = std::source_location::current());
 
 /// Reads any safetensors file as name -> tensor (a PyTorch state_dict, a kiln checkpoint's model
 /// part included). Throws kiln::Error.

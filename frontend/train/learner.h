@@ -26,20 +26,38 @@
 //              progress bar); walked once per epoch.
 //   Policy     how gradients are made: AutogradPolicy (loss.backward() via frontend/autograd.h,
 //              evaluation under NoGradGuard) by default; tests substitute their own.
+//
+// Data-parallel mode (LearnerConfig::with_data_parallel, docs/training.md "Data-parallel
+// training"): every rank of the job runs the same Learner on its shard of the data. fit() starts
+// from rank 0's parameters and buffers, every training step averages the gradients over the ranks
+// before the optimizer step (kiln::Gradients, so the default policy), and the loss the NaN guard
+// and the progress bar see is the mean over the ranks. The epoch's metrics are reduced across the
+// ranks (sums of loss x examples and of correct and total counts), so records() is the global
+// figure on every rank. Only rank 0 prints and writes files (progress, summary, metrics.csv/svg,
+// checkpoints); a failure to write fails every rank with rank 0's message. resume() reads the
+// checkpoint on rank 0 and broadcasts its bytes, so the other ranks need no access to the file
+// and a checkpoint of any world size resumes on any other. An error only one rank sees (its step
+// function threw, say) ends the whole job through DataParallel::abort instead of leaving the
+// other ranks waiting for it.
 #pragma once
 
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <source_location>
+#include <span>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -49,6 +67,7 @@
 #include "frontend/random.h"
 #include "frontend/tensor.h"
 #include "frontend/train/checkpoint.h"
+#include "frontend/train/data_parallel.h"
 #include "frontend/train/metrics.h"
 #include "frontend/train/progress.h"
 
@@ -91,6 +110,8 @@ struct LearnerConfig {
   /// One line per epoch ("epoch 1/5  train loss 0.5123 accuracy 0.8234 | valid ...  12.3 s");
   /// null prints nothing.
   std::ostream* summary_stream = &std::cout;
+  /// Data-parallel training over these collectives (null: one process).
+  std::shared_ptr<const DataParallel> data_parallel;
 
   LearnerConfig with_epochs(int64_t n) const {
     auto c = *this;
@@ -134,6 +155,16 @@ struct LearnerConfig {
     c.nan_guard = on;
     return c;
   }
+  /// Trains data-parallel over `collectives` (kiln::dist::data_parallel(pg, DdpConfig) in
+  /// frontend/dist/ddp.h). The train loader must then read this rank's shard
+  /// (DataLoaderConfig::with_sampler(data::DistributedSampler(world_size, rank)), one shuffle seed
+  /// on every rank): fit() checks a data::DataLoader's sampler. The valid loader may be sharded
+  /// or read everything on every rank; its metrics are reduced either way.
+  LearnerConfig with_data_parallel(std::shared_ptr<const DataParallel> collectives) const {
+    auto c = *this;
+    c.data_parallel = std::move(collectives);
+    return c;
+  }
 };
 
 struct FitResult {
@@ -164,68 +195,17 @@ class Learner {
   FitResult fit(TrainLoader& train, ValidLoader& valid, std::optional<int64_t> epochs = {},
                 std::source_location loc = std::source_location::current()) {
     const int64_t total = epochs.value_or(config_.epochs);
-    if (!config_.checkpoint_dir.empty())
-      std::filesystem::create_directories(config_.checkpoint_dir);
-    if (!metrics_) metrics_.emplace(path("metrics.csv"), loc);
-    FitResult result;
-    while (epoch_ < total && !monitor_.stopped()) {
-      const int64_t epoch = epoch_ + 1;
-      const auto started = std::chrono::steady_clock::now();
-      run_epoch(train, epoch, total, /*training=*/true, loc);
-      {
-        [[maybe_unused]] typename Policy::NoGrad no_grad;
-        run_epoch(valid, epoch, total, /*training=*/false, loc);
-      }
-      epoch_ = epoch;
-      ++result.epochs_run;
-      if (config_.summary_stream != nullptr) {
-        print_summary(
-            *config_.summary_stream, total,
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-      }
-      if (scheduler_ != nullptr && !scheduler_per_step_) set_lr(scheduler_->step());
-      const std::optional<double> monitored =
-          epoch_value(config_.monitor_split, config_.monitor_metric);
-      if (monitored) monitor_.update(*monitored);
-      if (!config_.checkpoint_dir.empty()) {
-        metrics_->write_svg(path("metrics.svg"), loc);
-        save(path("last.safetensors"), loc);
-        if (monitored && monitor_.improved()) save(path("best.safetensors"), loc);
-      }
-    }
-    result.last_epoch = epoch_;
-    result.stopped_early = config_.early_stopping.has_value() && monitor_.stopped();
-    result.best = monitor_.best();
-    result.best_epoch = monitor_.best_index() + 1;
-    return result;
+    return collectively([&] { return fit_epochs(train, valid, total, loc); });
   }
 
   /// Continues from a checkpoint: `checkpoint` or else <checkpoint_dir>/last.safetensors. Loads
   /// the model, the optimizer state, the RNG stream, the epoch and step counters, early
   /// stopping's counters and the metrics log. Returns false (changing nothing) when there is no
-  /// such file; throws kiln::Error when it does not match the model.
+  /// such file; throws kiln::Error when it does not match the model. Data-parallel: rank 0 reads
+  /// the file (its `checkpoint` argument and checkpoint_dir count) and sends it to the others.
   bool resume(std::string checkpoint = "",
               std::source_location loc = std::source_location::current()) {
-    if (checkpoint.empty()) checkpoint = path("last.safetensors");
-    if (checkpoint.empty() || !std::filesystem::exists(checkpoint)) return false;
-    Checkpoint ckpt = load_checkpoint(checkpoint, model_, loc);
-    optimizer_.load_state(ckpt.optimizer);
-    if (scheduler_ != nullptr && !ckpt.scheduler.empty()) {
-      scheduler_->load_state(ckpt.scheduler, loc);
-      set_lr(scheduler_->current());
-    }
-    if (ckpt.rng_state) manual_seed(*ckpt.rng_state);
-    epoch_ = ckpt.epoch.value_or(0);
-    step_ = ckpt.step.value_or(0);
-    std::map<std::string, std::string> stop_state;
-    for (const auto& [key, value] : ckpt.user) {
-      if (key.starts_with(kStopPrefix)) stop_state[key.substr(kStopPrefix.size())] = value;
-    }
-    if (!stop_state.empty()) monitor_.load_state(stop_state, loc);
-    if (!config_.checkpoint_dir.empty()) {
-      metrics_ = MetricsLogger::Resume(path("metrics.csv"), epoch_, loc);
-    }
-    return true;
+    return collectively([&] { return resume_from(std::move(checkpoint), loc); });
   }
 
   /// Drives the optimizer's learning rate from `scheduler` (which must outlive the learner):
@@ -239,7 +219,8 @@ class Learner {
     return *this;
   }
 
-  /// Records so far (also in <checkpoint_dir>/metrics.csv).
+  /// Records so far (also in <checkpoint_dir>/metrics.csv). Data-parallel: the global figures,
+  /// the same on every rank.
   const std::vector<MetricRecord>& records() const {
     static const std::vector<MetricRecord> kEmpty;
     return metrics_ ? metrics_->records() : kEmpty;
@@ -250,6 +231,251 @@ class Learner {
 
  private:
   static constexpr std::string_view kStopPrefix = "early_stopping.";
+
+  const DataParallel* dp() const { return config_.data_parallel.get(); }
+  // Rank 0 (or the only process) prints and writes files.
+  bool lead() const { return dp() == nullptr || dp()->rank() == 0; }
+
+  // Runs `body`. Data-parallel on more than one rank, an exception that not every rank is known
+  // to throw (agreed_ unset) ends the job: the other ranks would wait in a collective forever.
+  template <class Body>
+  auto collectively(Body body) -> decltype(body()) {
+    if (dp() == nullptr || dp()->world_size() == 1) return body();
+    agreed_ = false;
+    std::string what;
+    try {
+      return body();
+    } catch (const std::exception& e) {
+      if (agreed_) throw;
+      what = e.what();
+    } catch (...) {
+      if (agreed_) throw;
+      what = "an exception that is not a std::exception";
+    }
+    dp()->abort("kiln::train::Learner: " + what +
+                "\nThe other ranks cannot learn of this error, so the job is ended "
+                "(MPI_Abort) rather than left waiting for this rank.");
+    std::abort();  // DataParallel::abort does not return; the compiler cannot see it through
+                   // virtual
+  }
+
+  // Throws on every rank when `problem` is set on any: the first such rank's message, which the
+  // other ranks name. Collective.
+  void agree(const std::optional<std::string>& problem, const std::source_location& loc) {
+    if (dp() == nullptr) {
+      if (problem) detail::ThrowStatus(absl::FailedPreconditionError(*problem), loc);
+      return;
+    }
+    std::vector<double> failed(static_cast<size_t>(dp()->world_size()), 0.0);
+    failed[static_cast<size_t>(dp()->rank())] = problem ? 1 : 0;
+    dp()->all_reduce_sum(failed, loc);
+    int root = 0;
+    while (root < dp()->world_size() && failed[static_cast<size_t>(root)] == 0) ++root;
+    if (root == dp()->world_size()) return;
+    std::string message = problem.value_or("");
+    dp()->broadcast_bytes(message, root, loc);
+    agreed_ = true;
+    if (root != dp()->rank()) message = "rank " + std::to_string(root) + " failed: " + message;
+    detail::ThrowStatus(absl::FailedPreconditionError(message), loc);
+  }
+
+  // Runs `body` (rank 0's file writes) and turns an error in it into agree()'s error on every
+  // rank.
+  template <class Body>
+  void agree_on(Body body, const std::source_location& loc) {
+    std::optional<std::string> problem;
+    try {
+      body();
+    } catch (const std::exception& e) {
+      if (dp() == nullptr) throw;
+      problem = e.what();
+    }
+    agree(problem, loc);
+  }
+
+  template <class Loader>
+  std::optional<std::string> sampler_problem(const Loader& loader) const {
+    if constexpr (requires { loader.config().sampler; }) {
+      const auto& sampler = loader.config().sampler;
+      const std::string want = "DataLoaderConfig::with_sampler(data::DistributedSampler(" +
+                               std::to_string(dp()->world_size()) + ", " +
+                               std::to_string(dp()->rank()) + "))";
+      if (!sampler) {
+        if (dp()->world_size() == 1) return std::nullopt;
+        return "Learner (data-parallel, rank " + std::to_string(dp()->rank()) + " of " +
+               std::to_string(dp()->world_size()) +
+               "): the train loader has no DistributedSampler, so every rank would train on the "
+               "whole dataset; give it " +
+               want;
+      }
+      if (sampler->num_replicas != dp()->world_size() || sampler->rank != dp()->rank()) {
+        return "Learner (data-parallel, rank " + std::to_string(dp()->rank()) + " of " +
+               std::to_string(dp()->world_size()) + "): the train loader's DistributedSampler(" +
+               std::to_string(sampler->num_replicas) + ", " + std::to_string(sampler->rank) +
+               ") is not this rank's; give it " + want;
+      }
+    }
+    return std::nullopt;
+  }
+
+  // Every parameter and buffer of the model becomes rank 0's.
+  void broadcast_model(const std::source_location& loc) {
+    std::vector<detail::TensorRef> refs;
+    const auto collect = [&refs](const std::string&, const auto& t) { refs.push_back(t.ref()); };
+    model_.visit(collect);
+    if constexpr (requires { model_.visit_buffers(collect); }) model_.visit_buffers(collect);
+    std::vector<detail::TensorRef> values = dp()->broadcast(refs, 0, loc);
+    size_t i = 0;
+    const auto replace = [&](const std::string&, auto& t) {
+      t = std::decay_t<decltype(t)>(values[i++], loc);
+    };
+    model_.visit(replace);
+    if constexpr (requires { model_.visit_buffers(replace); }) model_.visit_buffers(replace);
+  }
+
+  template <class TrainLoader, class ValidLoader>
+  FitResult fit_epochs(TrainLoader& train, ValidLoader& valid, int64_t total,
+                       const std::source_location& loc) {
+    if (dp() != nullptr) {
+      agree(sampler_problem(train), loc);
+      broadcast_model(loc);
+    }
+    if (lead()) {
+      agree_on(
+          [&] {
+            if (!config_.checkpoint_dir.empty())
+              std::filesystem::create_directories(config_.checkpoint_dir);
+            if (!metrics_) metrics_.emplace(path("metrics.csv"), loc);
+          },
+          loc);
+    } else {
+      agree(std::nullopt, loc);
+      if (!metrics_) metrics_.emplace("", loc);  // the records, in memory only
+    }
+    FitResult result;
+    while (epoch_ < total && !monitor_.stopped()) {
+      const int64_t epoch = epoch_ + 1;
+      const auto started = std::chrono::steady_clock::now();
+      run_epoch(train, epoch, total, /*training=*/true, loc);
+      {
+        [[maybe_unused]] typename Policy::NoGrad no_grad;
+        run_epoch(valid, epoch, total, /*training=*/false, loc);
+      }
+      epoch_ = epoch;
+      ++result.epochs_run;
+      if (config_.summary_stream != nullptr && lead()) {
+        print_summary(
+            *config_.summary_stream, total,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      }
+      if (scheduler_ != nullptr && !scheduler_per_step_) set_lr(scheduler_->step());
+      const std::optional<double> monitored =
+          epoch_value(config_.monitor_split, config_.monitor_metric);
+      if (monitored) monitor_.update(*monitored);
+      if (lead()) {
+        agree_on(
+            [&] {
+              if (config_.checkpoint_dir.empty()) return;
+              metrics_->write_svg(path("metrics.svg"), loc);
+              save(path("last.safetensors"), loc);
+              if (monitored && monitor_.improved()) save(path("best.safetensors"), loc);
+            },
+            loc);
+      } else {
+        agree(std::nullopt, loc);
+      }
+    }
+    result.last_epoch = epoch_;
+    result.stopped_early = config_.early_stopping.has_value() && monitor_.stopped();
+    result.best = monitor_.best();
+    result.best_epoch = monitor_.best_index() + 1;
+    return result;
+  }
+
+  bool resume_from(std::string checkpoint, const std::source_location& loc) {
+    if (checkpoint.empty()) checkpoint = path("last.safetensors");
+    Checkpoint ckpt;
+    if (dp() == nullptr) {
+      if (checkpoint.empty() || !std::filesystem::exists(checkpoint)) return false;
+      ckpt = load_checkpoint(checkpoint, model_, loc);
+    } else {
+      // Rank 0 reads the file and sends "<found><path>\0<bytes>" to every rank.
+      std::string payload;
+      std::optional<std::string> problem;
+      if (lead()) {
+        payload = "0";
+        if (!checkpoint.empty() && std::filesystem::exists(checkpoint)) {
+          std::ifstream in(checkpoint, std::ios::binary);
+          if (!in) {
+            problem = "Learner.resume: cannot open " + checkpoint;
+          } else {
+            std::ostringstream bytes;
+            bytes << in.rdbuf();  // an empty file sets bytes' failbit: ParseCheckpoint names it
+            payload = "1" + checkpoint + std::string(1, '\0') + std::move(bytes).str();
+          }
+        }
+      }
+      agree(problem, loc);
+      dp()->broadcast_bytes(payload, 0, loc);
+      if (payload.empty() || payload[0] != '1') return false;
+      const size_t end = payload.find('\0');
+      const std::string source = "rank 0's " + payload.substr(1, end - 1);
+      const std::span<const std::byte> file(
+          reinterpret_cast<const std::byte*>(payload.data()) + end + 1, payload.size() - end - 1);
+      agree_on(
+          [&] {
+            ckpt = ParseCheckpoint(file, source, loc);
+            detail_ckpt::Assign(model_,
+                                ApplyState(module_state(model_), ckpt.model, true, source, loc));
+          },
+          loc);
+    }
+    optimizer_.load_state(ckpt.optimizer);
+    if (scheduler_ != nullptr && !ckpt.scheduler.empty()) {
+      scheduler_->load_state(ckpt.scheduler, loc);
+      set_lr(scheduler_->current());
+    }
+    if (ckpt.rng_state) manual_seed(*ckpt.rng_state);
+    epoch_ = ckpt.epoch.value_or(0);
+    step_ = ckpt.step.value_or(0);
+    std::map<std::string, std::string> stop_state;
+    for (const auto& [key, value] : ckpt.user) {
+      if (key.starts_with(kStopPrefix)) stop_state[key.substr(kStopPrefix.size())] = value;
+    }
+    if (!stop_state.empty()) monitor_.load_state(stop_state, loc);
+    if (dp() == nullptr) {
+      if (!config_.checkpoint_dir.empty()) {
+        metrics_ = MetricsLogger::Resume(path("metrics.csv"), epoch_, loc);
+      }
+      return true;
+    }
+    // Rank 0 continues its metrics log; the other ranks get its records.
+    std::string csv;
+    if (lead()) {
+      agree_on(
+          [&] {
+            if (!config_.checkpoint_dir.empty()) {
+              metrics_ = MetricsLogger::Resume(path("metrics.csv"), epoch_, loc);
+            }
+            if (metrics_) csv = MetricsCsv(metrics_->records());
+          },
+          loc);
+    } else {
+      agree(std::nullopt, loc);
+    }
+    dp()->broadcast_bytes(csv, 0, loc);
+    if (!lead()) {
+      metrics_.emplace("", loc);
+      if (!csv.empty()) {
+        absl::StatusOr<std::vector<MetricRecord>> records = ParseMetricsCsv(csv);
+        if (!records.ok()) detail::ThrowStatus(records.status(), loc);
+        for (const MetricRecord& r : *records) {
+          metrics_->log(r.epoch, r.step, r.split, r.metric, r.value);
+        }
+      }
+    }
+    return true;
+  }
 
   std::string path(const std::string& file) const {
     return config_.checkpoint_dir.empty() ? "" : config_.checkpoint_dir + "/" + file;
@@ -289,12 +515,14 @@ class Learner {
   void run_epoch(Loader& loader, int64_t epoch, int64_t total_epochs, bool training,
                  const std::source_location& loc) {
     const char* split = training ? "train" : "valid";
-    Mean loss_mean;
+    // The loss's mean over the examples (weighted by batch size when there are labels).
+    double loss_sum = 0;
+    int64_t loss_count = 0;
     Accuracy accuracy;
     std::vector<TopKAccuracy> top_k;
     for (int64_t k : config_.top_k) top_k.emplace_back(k);
     std::optional<ProgressBar> bar;
-    if (config_.progress && config_.progress_stream != nullptr) {
+    if (config_.progress && config_.progress_stream != nullptr && lead()) {
       const bool terminal = config_.progress_stream == &std::cerr && ::isatty(STDERR_FILENO) != 0;
       bar.emplace(size_of(loader), *config_.progress_stream, terminal,
                   ProgressBarConfig().with_label(EpochLabel(split, epoch, total_epochs)));
@@ -310,11 +538,13 @@ class Learner {
     }();
     for (auto&& batch : batches) {
       auto out = step_fn_(model_, batch);
-      double loss = 0;
+      double loss = 0;   // this rank's
+      double shown = 0;  // what the progress bar shows
       if (training) {
         ++step_;
         {
           auto gradients = Policy::backward(out.loss, loc);
+          if (dp() != nullptr) all_reduce_gradients(gradients, out, loc);
           optimizer_.step(model_, gradients);
         }
         // Neither the gradients (which hold the old parameters) nor the loss's and logits' tapes
@@ -326,12 +556,25 @@ class Learner {
         realize_step(out, loc);
         loss = static_cast<double>(out.loss.item(loc));
         if (scheduler_ != nullptr && scheduler_per_step_) set_lr(scheduler_->step());
-        if (config_.nan_guard) CheckFiniteLoss(loss, epoch, step_, learning_rate(), loc);
+        // Data-parallel, the guard and the bar follow the mean over the ranks, so a NaN on one
+        // rank stops every rank at the same step with the same message.
+        shown = loss;
+        if (dp() != nullptr) {
+          std::vector<double> sum{loss};
+          dp()->all_reduce_sum(sum, loc);
+          shown = sum[0] / dp()->world_size();
+        }
+        if (config_.nan_guard) {
+          agreed_ = true;
+          CheckFiniteLoss(shown, epoch, step_, learning_rate(), loc);
+          agreed_ = false;
+        }
       } else {
         std::vector<detail::TensorRef> refs{out.loss.ref()};
         if (out.logits) refs.push_back(out.logits->ref());
         detail::Realize(refs, loc);
         loss = static_cast<double>(out.loss.item(loc));
+        shown = loss;
       }
       int64_t weight = 1;
       if (out.logits && out.labels) {
@@ -341,17 +584,46 @@ class Learner {
         for (TopKAccuracy& acc : top_k) acc.update(logits, labels, loc);
         weight = labels.num_elements();
       }
-      loss_mean.update(loss, weight);
-      if (bar) bar->update(1, loss);
+      loss_sum += loss * static_cast<double>(weight);
+      loss_count += weight;
+      if (bar) bar->update(1, shown);
     }
     if (bar) bar->finish();
-    if (loss_mean.count() > 0) metrics_->log(epoch, step_, split, "loss", loss_mean.value());
-    if (accuracy.total() > 0) metrics_->log(epoch, step_, split, "accuracy", accuracy.value());
+    // [loss sum, loss count, then (correct, total) of accuracy and of each top-k].
+    std::vector<double> sums{loss_sum, static_cast<double>(loss_count),
+                             static_cast<double>(accuracy.correct()),
+                             static_cast<double>(accuracy.total())};
     for (const TopKAccuracy& acc : top_k) {
-      if (acc.total() > 0) {
-        metrics_->log(epoch, step_, split, "top" + std::to_string(acc.k()) + "_accuracy",
-                      acc.value());
+      sums.push_back(static_cast<double>(acc.correct()));
+      sums.push_back(static_cast<double>(acc.total()));
+    }
+    if (dp() != nullptr) dp()->all_reduce_sum(sums, loc);
+    if (sums[1] > 0) metrics_->log(epoch, step_, split, "loss", sums[0] / sums[1]);
+    if (sums[3] > 0) metrics_->log(epoch, step_, split, "accuracy", sums[2] / sums[3]);
+    for (size_t i = 0; i < top_k.size(); ++i) {
+      const double correct = sums[4 + 2 * i], count = sums[5 + 2 * i];
+      if (count > 0) {
+        metrics_->log(epoch, step_, split, "top" + std::to_string(top_k[i].k()) + "_accuracy",
+                      correct / count);
       }
+    }
+  }
+
+  template <class Grads, class Out>
+  void all_reduce_gradients(Grads& grads, const Out& out, const std::source_location& loc) {
+    if constexpr (std::is_same_v<Grads, Gradients>) {
+      std::vector<detail::TensorRef> params;
+      model_.visit([&params](const std::string&, const auto& t) { params.push_back(t.ref()); });
+      // The loss and logits are realized with the gradients: the forward pass runs once.
+      std::vector<detail::TensorRef> also{out.loss.ref()};
+      if (out.logits) also.push_back(out.logits->ref());
+      dp()->all_reduce_gradients(params, grads, also, loc);
+    } else {
+      agreed_ = true;
+      detail::ThrowStatus(absl::FailedPreconditionError(
+                              "Learner: data-parallel training averages kiln::Gradients; this "
+                              "Policy's backward() returns another type"),
+                          loc);
     }
   }
 
@@ -421,6 +693,8 @@ class Learner {
   std::optional<MetricsLogger> metrics_;
   int64_t epoch_ = 0;
   int64_t step_ = 0;
+  // Set just before throwing an error that every rank throws (see collectively()).
+  bool agreed_ = false;
 };
 
 }  // namespace kiln::train

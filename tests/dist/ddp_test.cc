@@ -16,6 +16,7 @@
 #include "frontend/dist/process_group.h"
 #include "frontend/error.h"
 #include "kiln/kiln.h"
+#include "tests/dist/synthetic.h"
 
 namespace kiln::dist {
 namespace {
@@ -114,35 +115,8 @@ TEST(DistributedSampler, BadRankIsAnError) {
 
 // ---- Parity: R ranks x batch b == 1 process x batch R*b ---------------------------------------
 
-template <class B>
-struct Mlp {
-  nn::Linear<B> fc1, fc2;
-  KILN_MODULE(Mlp, fc1, fc2);
-  Tensor<B, 2> forward(const Tensor<B, 2>& x) const {
-    return fc2.forward(activation::relu(fc1.forward(x)));
-  }
-};
-
-// Synthetic classification: 8 features in [-1, 1), label = argmax of a fixed linear map.
-data::DatasetPtr Synthetic(int64_t n) {
-  ir::TensorData inputs(ir::DType::kF32, {n, 8});
-  ir::TensorData targets(ir::DType::kI64, {n});
-  uint64_t state = 12345;
-  auto next = [&state] {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return static_cast<double>(state >> 11) * 0x1.0p-53 * 2 - 1;
-  };
-  for (int64_t i = 0; i < n; ++i) {
-    double score[4] = {0, 0, 0, 0};
-    for (int64_t f = 0; f < 8; ++f) {
-      const double x = next();
-      inputs.SetDouble(i * 8 + f, x);
-      for (int c = 0; c < 4; ++c) score[c] += x * ((f + c) % 3 - 1.0);
-    }
-    targets.SetInt64(i, std::max_element(score, score + 4) - score);
-  }
-  return std::make_shared<data::InMemoryDataset>(std::move(inputs), std::move(targets));
-}
+using test_util::Mlp;
+using test_util::Synthetic;
 
 template <class B, class Loader>
 void Train(Mlp<B>& model, Loader& loader, bool ddp, GradientSyncStats* stats) {
