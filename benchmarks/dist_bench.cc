@@ -22,6 +22,7 @@
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -80,7 +81,15 @@ struct AllReduceRow {
   int64_t bytes = 0;
   int64_t iterations = 0;
   double kiln_s = 0, mpi_s = 0;
+  // Rank 0's minor page faults per call: what a path's fresh host buffers cost beyond the copy.
+  double kiln_faults = 0, mpi_faults = 0;
 };
+
+int64_t MinorFaults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
 
 AllReduceRow TimeAllReduce(const kiln::dist::ProcessGroup& pg, int64_t bytes, double min_time) {
   const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
@@ -94,21 +103,28 @@ AllReduceRow TimeAllReduce(const kiln::dist::ProcessGroup& pg, int64_t bytes, do
     MPI_Allreduce(MPI_IN_PLACE, raw.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
                   MPI_COMM_WORLD);
   };
+  double faults = 0;  // of the last loop
   const auto loop = [&](const auto& call, int64_t iterations) {
     pg.barrier();
+    const int64_t faults_before = MinorFaults();
     const auto start = Clock::now();
     for (int64_t i = 0; i < iterations; ++i) call();
-    return MaxOverRanks(Seconds(start) / static_cast<double>(iterations));
+    const double seconds = Seconds(start);
+    faults = static_cast<double>(MinorFaults() - faults_before) / static_cast<double>(iterations);
+    return MaxOverRanks(seconds / static_cast<double>(iterations));
   };
   loop(kiln_call, 2);  // warm-up: first-touch pages, Open MPI's shared-memory segments
   loop(mpi_call, 2);
-  AllReduceRow row{bytes, 0, 0, 0};
+  AllReduceRow row;
+  row.bytes = bytes;
   // A third of the time per loop: three loops of each path.
   row.iterations = Iterations(min_time / 3, loop(kiln_call, 1), 3);
   std::vector<double> kiln_s, mpi_s;
   for (int repeat = 0; repeat < 3; ++repeat) {
     kiln_s.push_back(loop(kiln_call, row.iterations));
+    row.kiln_faults = faults;
     mpi_s.push_back(loop(mpi_call, row.iterations));
+    row.mpi_faults = faults;
   }
   row.kiln_s = Median(kiln_s);
   row.mpi_s = Median(mpi_s);
@@ -284,10 +300,10 @@ int Run(const kiln::dist::ProcessGroup& pg, int argc, char** argv) {
     std::printf(
         "%s\n    {\"bytes\": %lld, \"iterations\": %lld, \"kiln_s\": %.9g, \"mpi_s\": %.9g, "
         "\"kiln_algbw_GBps\": %.6g, \"mpi_algbw_GBps\": %.6g, \"kiln_busbw_GBps\": %.6g, "
-        "\"mpi_busbw_GBps\": %.6g}",
+        "\"mpi_busbw_GBps\": %.6g, \"kiln_faults_per_call\": %.4g, \"mpi_faults_per_call\": %.4g}",
         i ? "," : "", static_cast<long long>(r.bytes), static_cast<long long>(r.iterations),
         r.kiln_s, r.mpi_s, b / r.kiln_s / 1e9, b / r.mpi_s / 1e9, bus * b / r.kiln_s / 1e9,
-        bus * b / r.mpi_s / 1e9);
+        bus * b / r.mpi_s / 1e9, r.kiln_faults, r.mpi_faults);
   }
   std::printf("\n  ],\n  \"train\": [");
   for (size_t i = 0; i < train_rows.size(); ++i) {

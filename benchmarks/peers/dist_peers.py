@@ -86,12 +86,13 @@ def main():
 
     print("all_reduce, f32 sum, 2 ranks (2 x 1), time per call and bandwidth in GB/s")
     print("| bytes | kiln us | kiln algbw | kiln busbw | MPI us | MPI algbw | MPI busbw "
-          "| kiln / MPI |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| kiln / MPI | page faults per call, kiln / MPI |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in two["all_reduce"]:
-        print("| %d | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f |" % (
+        print("| %d | %.1f | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %.0f / %.0f |" % (
             r["bytes"], r["kiln_s"] * 1e6, r["kiln_algbw_GBps"], r["kiln_busbw_GBps"],
-            r["mpi_s"] * 1e6, r["mpi_algbw_GBps"], r["mpi_busbw_GBps"], r["kiln_s"] / r["mpi_s"]))
+            r["mpi_s"] * 1e6, r["mpi_algbw_GBps"], r["mpi_busbw_GBps"], r["kiln_s"] / r["mpi_s"],
+            r["kiln_faults_per_call"], r["mpi_faults_per_call"]))
 
     print("\ntraining steps, ms (median step; phases of rank 0)")
     print("| model | config | batch per rank | step | fwd+bwd | all-reduce | update "
