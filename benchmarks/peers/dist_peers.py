@@ -11,6 +11,8 @@ machine and prints the tables of docs/performance.md "Data-parallel training (is
   2 x 1   mpirun -np 2, KILN_NUM_THREADS=1 per rank: all_reduce (kiln's ProcessGroup path beside
           a plain MPI_Allreduce loop, Open MPI's own figure) and the training steps on half the
           global batch per rank
+all_reduce figures are the best of 3 loops of --min-time / 3 each (other work on a shared machine
+only adds time); step figures are medians over --min-time of steps.
 
 Open MPI runs as in tests/dist/CMakeLists.txt: the two variables that let root run mpirun,
 btl self,vader (shared memory), oversubscription allowed. Debian 12 packages neither the OSU
@@ -84,7 +86,7 @@ def main():
         if row["error"]:
             sys.exit("dist_peers: %s %s: %s" % (row["model"], row["mode"], row["error"]))
 
-    print("all_reduce, f32 sum, 2 ranks (2 x 1), time per call and bandwidth in GB/s")
+    print("all_reduce, f32 sum, 2 ranks (2 x 1), time per call (best of 3 loops), GB/s")
     print("| bytes | kiln us | kiln algbw | kiln busbw | MPI us | MPI algbw | MPI busbw "
           "| kiln / MPI | page faults per call, kiln / MPI |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
