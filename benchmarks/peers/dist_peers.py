@@ -19,7 +19,7 @@ btl self,vader (shared memory), oversubscription allowed. Debian 12 packages nei
 micro-benchmarks nor Intel's IMB, so the MPI reference is dist_bench's own MPI_Allreduce loop.
 
 The scaling model fits a latency alpha and a per-byte beta to the 2-rank all_reduce times
-(2 ranks: t = 2 alpha + n beta, from the smallest message and the two largest) and predicts a
+(2 ranks: t = 2 alpha + n beta; beta the slope over 1 MiB and up, alpha from 4 KiB) and predicts a
 ring all-reduce of each model's gradient bytes on P hosts, 2 (P-1) alpha + 2 (P-1)/P n beta per
 bucket, with (a) the measured shared-memory alpha, beta and (b) a network's (--net-alpha-us,
 --net-gbps); kiln's staging (kiln minus MPI at 2 ranks, from the two fits) is added as a per-rank
@@ -49,9 +49,14 @@ def run(command, threads):
 
 
 def fit(rows, key):
-    """alpha, beta of t = 2 alpha + n beta (a 2-rank ring all-reduce) from the rows' `key`."""
-    big, bigger = rows[-2], rows[-1]
-    beta = (bigger[key] - big[key]) / (bigger["bytes"] - big["bytes"])
+    """alpha, beta of t = 2 alpha + n beta (a 2-rank ring all-reduce) from the rows' `key`: beta
+    the least-squares slope over the messages of 1 MiB and more (where bandwidth dominates),
+    alpha from the smallest message."""
+    big = [r for r in rows if r["bytes"] >= 1 << 20]
+    mean_n = sum(r["bytes"] for r in big) / len(big)
+    mean_t = sum(r[key] for r in big) / len(big)
+    beta = (sum((r["bytes"] - mean_n) * (r[key] - mean_t) for r in big) /
+            sum((r["bytes"] - mean_n) ** 2 for r in big))
     small = rows[0]
     alpha = max(small[key] - small["bytes"] * beta, 0.0) / 2
     return alpha, beta
