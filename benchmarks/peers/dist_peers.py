@@ -19,12 +19,12 @@ btl self,vader (shared memory), oversubscription allowed. Debian 12 packages nei
 micro-benchmarks nor Intel's IMB, so the MPI reference is dist_bench's own MPI_Allreduce loop.
 
 The scaling model fits a latency alpha and a per-byte beta to the 2-rank all_reduce times
-(2 ranks: t = 2 alpha + n beta; beta the slope over 1 MiB and up, alpha from 4 KiB) and predicts a
-ring all-reduce of each model's gradient bytes on P hosts, 2 (P-1) alpha + 2 (P-1)/P n beta per
-bucket, with (a) the measured shared-memory alpha, beta and (b) a network's (--net-alpha-us,
---net-gbps); kiln's staging (kiln minus MPI at 2 ranks, from the two fits) is added as a per-rank
-constant. Efficiency under weak scaling (fixed per-rank batch): compute / (compute + comm), with
-compute the measured 2 x 1 step minus its all-reduce.
+(2 ranks: t = 2 alpha + n beta; beta the slope over 1 MiB and up, alpha half of 4 KiB's) and
+predicts a ring all-reduce of each model's gradient bytes on P hosts, 2 (P-1) alpha +
+2 (P-1)/P n beta per bucket, with (a) the measured shared-memory alpha, beta and (b) a
+network's (--net-alpha-us, --net-gbps); kiln's staging (kiln minus MPI at 2 ranks, from the two
+fits) is added as a per-rank constant. Efficiency under weak scaling (fixed per-rank batch):
+compute / (compute + comm), with compute the measured 2 x 1 step minus its all-reduce.
 """
 import argparse
 import json
@@ -51,14 +51,15 @@ def run(command, threads):
 def fit(rows, key):
     """alpha, beta of t = 2 alpha + n beta (a 2-rank ring all-reduce) from the rows' `key`: beta
     the least-squares slope over the messages of 1 MiB and more (where bandwidth dominates),
-    alpha from the smallest message."""
+    alpha half the smallest message's time (4 KiB is latency-bound; subtracting its bytes at the
+    large messages' beta, which is out of cache, would leave nothing)."""
     big = [r for r in rows if r["bytes"] >= 1 << 20]
     mean_n = sum(r["bytes"] for r in big) / len(big)
     mean_t = sum(r[key] for r in big) / len(big)
     beta = (sum((r["bytes"] - mean_n) * (r[key] - mean_t) for r in big) /
             sum((r["bytes"] - mean_n) ** 2 for r in big))
     small = rows[0]
-    alpha = max(small[key] - small["bytes"] * beta, 0.0) / 2
+    alpha = small[key] / 2
     return alpha, beta
 
 
@@ -78,13 +79,18 @@ def main():
                         help="the network's bandwidth in GB/s for the model (25 GbE: ~3)")
     parser.add_argument("--hosts", default="8,64")
     parser.add_argument("--json", help="write the raw results here")
+    parser.add_argument("--from-json", help="print the tables of an earlier --json; run nothing")
     args = parser.parse_args()
     bench = str(pathlib.Path(args.build) / "benchmarks" / "dist_bench")
     common = ["--min-time", args.min_time, "--max-bytes", args.max_bytes]
 
-    one = run([bench, "--part", "train"] + common, threads=2)
-    two = run([args.mpirun, "-np", "2", "-x", "KILN_NUM_THREADS", bench, "--part", "all"] + common,
-              threads=1)
+    if args.from_json:
+        saved = json.loads(pathlib.Path(args.from_json).read_text())
+        one, two = saved["1x2"], saved["2x1"]
+    else:
+        one = run([bench, "--part", "train"] + common, threads=2)
+        two = run([args.mpirun, "-np", "2", "-x", "KILN_NUM_THREADS", bench, "--part", "all"] +
+                  common, threads=1)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"1x2": one, "2x1": two}, indent=1))
     for row in one["train"] + two["train"]:
