@@ -380,12 +380,15 @@ setup_root() {
   # No services start inside a chroot (the usual policy-rc.d of build roots).
   printf '#!/bin/sh\nexit 101\n' >"$ROOT/usr/sbin/policy-rc.d"
   chmod 755 "$ROOT/usr/sbin/policy-rc.d"
+  # The root is a mount point of its own, as / is on a machine: `ip netns exec` (tests/dist's
+  # two-host test) remounts / as a slave and fails in a chroot whose / is a plain folder.
+  mount --bind "$ROOT" "$ROOT"
   mount -t proc proc "$ROOT/proc"
   mount --bind /sys "$ROOT/sys"
   mount --bind /dev "$ROOT/dev"
   mount --bind /dev/pts "$ROOT/dev/pts"
   mount --bind /dev/shm "$ROOT/dev/shm"
-  echo "mounted /proc, /sys, /dev, /dev/pts, /dev/shm"
+  echo "mounted the root on itself, /proc, /sys, /dev, /dev/pts, /dev/shm"
   if [[ -n "$CACHE" ]]; then
     mount --bind "$CACHE/apt" "$ROOT/var/cache/apt/archives"
     for c in ccache bazel pip; do

@@ -57,6 +57,11 @@ fail() {
 if ! ip netns add "$ns_a" 2> "$work/netns.log"; then
   skip "cannot create a network namespace ($(cat "$work/netns.log"))"
 fi
+# `ip netns exec` remounts / and /sys: in a chroot whose / is not a mount point it cannot.
+if ! ip netns exec "$ns_a" true 2> "$work/netns.log"; then
+  skip "ip netns exec does not work here, e.g. a chroot whose / is not a mount point" \
+    "($(tr '\n' ' ' < "$work/netns.log"))"
+fi
 ip netns add "$ns_b" || fail "ip netns add $ns_b"
 ip link add "$veth_a" type veth peer name "$veth_b" || fail "ip link add veth"
 ip link set "$veth_a" netns "$ns_a" || fail "moving $veth_a"
