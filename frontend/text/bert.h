@@ -253,19 +253,29 @@ Tensor<B, 2> l2_normalize(const Tensor<B, 2>& x,
   return x.div(norm, loc);
 }
 
+namespace internal {
+/// The pipeline behind sentence_embeddings, for any encoder with BertModel's forward(input_ids,
+/// attention_mask, token_type_ids, loc) -> [N, L, E] (BertModel, OnnxBertEncoder).
+template <class B, class Encoder>
+Tensor<B, 2> SentenceEmbeddings(const Encoder& encoder, const BatchEncoding& batch,
+                                const Device& device, std::source_location loc) {
+  auto ints = [&](const std::vector<int64_t>& values) {
+    return Tensor<B, 2, Int>::from_vector(values, {batch.batch, batch.length}, device, {}, loc);
+  };
+  const Tensor<B, 2, Int> mask = ints(batch.attention_mask);
+  const Tensor<B, 3> tokens =
+      encoder.forward(ints(batch.input_ids), mask, ints(batch.token_type_ids), loc);
+  return l2_normalize(mean_pool(tokens, mask, loc), loc);
+}
+}  // namespace internal
+
 /// sentence-transformers' all-MiniLM-L6-v2 pipeline on an encoded batch: BERT, mean pooling over
 /// the mask, L2 normalisation -> [batch, hidden] unit rows.
 template <class B>
 Tensor<B, 2> sentence_embeddings(const BertModel<B>& model, const BatchEncoding& batch,
                                  const Device& device,
                                  std::source_location loc = std::source_location::current()) {
-  auto ints = [&](const std::vector<int64_t>& values) {
-    return Tensor<B, 2, Int>::from_vector(values, {batch.batch, batch.length}, device, {}, loc);
-  };
-  const Tensor<B, 2, Int> mask = ints(batch.attention_mask);
-  const Tensor<B, 3> tokens =
-      model.forward(ints(batch.input_ids), mask, ints(batch.token_type_ids), loc);
-  return l2_normalize(mean_pool(tokens, mask, loc), loc);
+  return internal::SentenceEmbeddings<B>(model, batch, device, loc);
 }
 
 /// Where sentence-transformers' all-MiniLM-L6-v2 is: $KILN_MINILM_DIR when set, else the folder

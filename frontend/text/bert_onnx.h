@@ -86,13 +86,7 @@ template <class B>
 Tensor<B, 2> sentence_embeddings(const OnnxBertEncoder& encoder, const BatchEncoding& batch,
                                  const Device& device,
                                  std::source_location loc = std::source_location::current()) {
-  auto ints = [&](const std::vector<int64_t>& values) {
-    return Tensor<B, 2, Int>::from_vector(values, {batch.batch, batch.length}, device, {}, loc);
-  };
-  const Tensor<B, 2, Int> mask = ints(batch.attention_mask);
-  const Tensor<B, 3> tokens =
-      encoder.forward(ints(batch.input_ids), mask, ints(batch.token_type_ids), loc);
-  return l2_normalize(mean_pool(tokens, mask, loc), loc);
+  return internal::SentenceEmbeddings<B>(encoder, batch, device, loc);
 }
 
 }  // namespace kiln::text

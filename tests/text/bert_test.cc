@@ -102,6 +102,22 @@ TEST(Bert, ConfigRejectsOtherVariants) {
   std::filesystem::remove(path);
 }
 
+// fixtures/minilm.json: the sentences and sentence-transformers' embeddings of them.
+struct MiniLmFixture {
+  std::vector<std::string> sentences;
+  std::vector<std::vector<float>> embeddings;
+  int64_t max_seq_length = 0;
+};
+
+MiniLmFixture ReadMiniLmFixture() {
+  std::ifstream in("tests/text/fixtures/minilm.json");
+  if (!in) return {};
+  const nlohmann::json j = nlohmann::json::parse(in);
+  return {j.at("sentences").get<std::vector<std::string>>(),
+          j.at("embeddings").get<std::vector<std::vector<float>>>(),
+          j.at("max_seq_length").get<int64_t>()};
+}
+
 // sentence-transformers' embeddings (fixtures/minilm.json) against kiln's: cosine >= 0.99999
 // and max |error| <= 1e-4 per sentence (the bar; f32 with another summation order).
 void ExpectEmbeddingsMatch(const std::vector<float>& got, const std::vector<std::string>& sentences,
@@ -132,11 +148,10 @@ TEST(Bert, MiniLmMatchesSentenceTransformers) {
                     "looked at "
                  << searched << ")";
   }
-  std::ifstream in("tests/text/fixtures/minilm.json");
-  ASSERT_TRUE(in);
-  const nlohmann::json fixture = nlohmann::json::parse(in);
-  const auto sentences = fixture.at("sentences").get<std::vector<std::string>>();
-  const auto expected = fixture.at("embeddings").get<std::vector<std::vector<float>>>();
+  const MiniLmFixture fixture = ReadMiniLmFixture();
+  ASSERT_FALSE(fixture.sentences.empty());
+  const std::vector<std::string>& sentences = fixture.sentences;
+  const std::vector<std::vector<float>>& expected = fixture.embeddings;
 
   absl::StatusOr<BertConfig> config = BertConfig::FromJsonFile(*dir + "/config.json");
   ASSERT_TRUE(config.ok()) << config.status();
@@ -146,8 +161,7 @@ TEST(Bert, MiniLmMatchesSentenceTransformers) {
   BertModel<B> model = config->init<B>(device);
   load_bert_weights(*dir + "/model.safetensors", model);
 
-  absl::StatusOr<BatchEncoding> batch =
-      tok->EncodeBatch(sentences, fixture.at("max_seq_length").get<int64_t>());
+  absl::StatusOr<BatchEncoding> batch = tok->EncodeBatch(sentences, fixture.max_seq_length);
   ASSERT_TRUE(batch.ok()) << batch.status();
   const auto start = std::chrono::steady_clock::now();
   const std::vector<float> got = sentence_embeddings(model, *batch, device).to_vector<float>();
@@ -207,19 +221,17 @@ TEST(OnnxBert, MiniLmOnnxExportMatchesSentenceTransformers) {
                     "(looked at "
                  << searched << ")";
   }
-  std::ifstream in("tests/text/fixtures/minilm.json");
-  ASSERT_TRUE(in);
-  const nlohmann::json fixture = nlohmann::json::parse(in);
-  const auto sentences = fixture.at("sentences").get<std::vector<std::string>>();
-  const auto expected = fixture.at("embeddings").get<std::vector<std::vector<float>>>();
+  const MiniLmFixture fixture = ReadMiniLmFixture();
+  ASSERT_FALSE(fixture.sentences.empty());
+  const std::vector<std::string>& sentences = fixture.sentences;
+  const std::vector<std::vector<float>>& expected = fixture.embeddings;
   absl::StatusOr<OnnxBertEncoder> encoder = OnnxBertEncoder::Load(path);
   ASSERT_TRUE(encoder.ok()) << encoder.status();
   EXPECT_GE(encoder->opset(), 18);  // PyTorch 2.x's dynamo exporter
   EXPECT_NE(encoder->producer().find("pytorch"), std::string::npos) << encoder->producer();
   absl::StatusOr<BertTokenizer> tok = BertTokenizer::FromVocabFile(*dir + "/vocab.txt");
   ASSERT_TRUE(tok.ok()) << tok.status();
-  absl::StatusOr<BatchEncoding> batch =
-      tok->EncodeBatch(sentences, fixture.at("max_seq_length").get<int64_t>());
+  absl::StatusOr<BatchEncoding> batch = tok->EncodeBatch(sentences, fixture.max_seq_length);
   ASSERT_TRUE(batch.ok()) << batch.status();
   const B::Device device;
   ExpectEmbeddingsMatch(sentence_embeddings<B>(*encoder, *batch, device).to_vector<float>(),
