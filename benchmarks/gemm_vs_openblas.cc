@@ -1,7 +1,8 @@
 // kiln's GEMM (codegen/cpu/gemm.h) against OpenBLAS's cblas_sgemm / cblas_dgemm on the same
-// square row-major matrices, in the same process, with the same number of threads.
+// row-major matrices, in the same process, with the same number of threads.
 //
-//   gemm_vs_openblas [--sizes=256,512,1024,2048] [--threads=2] [--dtype=f32|f64]
+//   gemm_vs_openblas [--sizes=256,512,1024,2048] [--shapes=MxNxK[t],...] [--threads=2]
+//                    [--dtype=f32|f64]
 //                    [--rounds=5] [--min_time=0.3]
 //                    [--mc= --nc= --kc=] [--bits= --mr= --nrv=]   (tuning overrides)
 //                    [--asm]   (print the micro-kernel's assembly first)
@@ -12,11 +13,16 @@
 // alike, and the best batch is the one least disturbed. The ratio is kiln / OpenBLAS, of the best
 // batches and, steadier under load, the median over the adjacent (kiln, OpenBLAS) pairs. The two
 // results are also compared, so a fast wrong kernel cannot go unnoticed.
+//
+// --sizes are square products; --shapes are C[M,N] = A[M,K] B[K,N], and a trailing `t` gives B
+// as a row-major [N,K] matrix used transposed, as a Linear layer's weight is (x W^T):
+// --shapes=4096x1536x384t,4096x384x1536t is all-MiniLM-L6-v2's feed-forward block at batch 32.
 
 #include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cinttypes>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -40,9 +46,18 @@ namespace {
 using kiln::codegen::cpu::DenseMatrix;
 using kiln::codegen::cpu::Gemm;
 using kiln::codegen::cpu::GemmParams;
+using kiln::codegen::cpu::MatrixView;
+
+struct Shape {
+  int64_t m, n, k;
+  bool b_transposed;
+};
 
 struct Options {
-  std::vector<int64_t> sizes = {256, 512, 1024, 2048};
+  std::vector<Shape> shapes = {{256, 256, 256, false},
+                               {512, 512, 512, false},
+                               {1024, 1024, 1024, false},
+                               {2048, 2048, 2048, false}};
   int threads = 2;
   bool f64 = false;
   int rounds = 5;
@@ -58,17 +73,41 @@ bool ParseFlag(const char* arg, const char* name, std::string* value) {
   return true;
 }
 
+std::vector<std::string> SplitList(const std::string& value) {
+  std::vector<std::string> items;
+  for (size_t start = 0; start < value.size();) {
+    size_t end = value.find(',', start);
+    if (end == std::string::npos) end = value.size();
+    items.push_back(value.substr(start, end - start));
+    start = end + 1;
+  }
+  return items;
+}
+
 Options ParseOptions(int argc, char** argv) {
   Options options;
   for (int i = 1; i < argc; ++i) {
     std::string value;
     if (ParseFlag(argv[i], "--sizes", &value)) {
-      options.sizes.clear();
-      for (size_t start = 0; start < value.size();) {
-        size_t end = value.find(',', start);
-        if (end == std::string::npos) end = value.size();
-        options.sizes.push_back(std::stoll(value.substr(start, end - start)));
-        start = end + 1;
+      options.shapes.clear();
+      for (const std::string& size : SplitList(value)) {
+        const int64_t n = std::stoll(size);
+        options.shapes.push_back({n, n, n, false});
+      }
+    } else if (ParseFlag(argv[i], "--shapes", &value)) {
+      options.shapes.clear();
+      for (const std::string& text : SplitList(value)) {
+        Shape shape{};
+        char transposed = 0;
+        const int fields = std::sscanf(text.c_str(), "%" SCNd64 "x%" SCNd64 "x%" SCNd64 "%c",
+                                       &shape.m, &shape.n, &shape.k, &transposed);
+        if (fields < 3 || (fields == 4 && transposed != 't') || shape.m < 1 || shape.n < 1 ||
+            shape.k < 1) {
+          std::fprintf(stderr, "--shapes: '%s' is not MxNxK or MxNxKt\n", text.c_str());
+          std::exit(2);
+        }
+        shape.b_transposed = fields == 4;
+        options.shapes.push_back(shape);
       }
     } else if (ParseFlag(argv[i], "--threads", &value)) {
       options.threads = std::stoi(value);
@@ -129,29 +168,30 @@ int Run(const Options& options) {
   std::printf("threads: kiln %d, OpenBLAS %d; best ~20 ms batch of %.1f s per library\n\n",
               pool.num_threads(), options.threads, options.rounds * options.min_time);
   std::printf(
-      "| %s size | kiln GFLOP/s | OpenBLAS GFLOP/s | kiln / OpenBLAS (best) | kiln / OpenBLAS "
+      "| %s M x N x K | kiln GFLOP/s | OpenBLAS GFLOP/s | kiln / OpenBLAS (best) | kiln / OpenBLAS "
       "(median of pairs) | max rel diff |\n",
       sizeof(T) == 8 ? "f64" : "f32");
   std::printf("| ---: | ---: | ---: | ---: | ---: | ---: |\n");
   std::mt19937 rng(42);
   std::uniform_real_distribution<double> uniform(-1.0, 1.0);
   int failures = 0;
-  for (int64_t n : options.sizes) {
-    const size_t elements = static_cast<size_t>(n * n);
-    auto alloc = [&] {
+  for (const Shape& shape : options.shapes) {
+    const int64_t m = shape.m, n = shape.n, k = shape.k;
+    auto alloc = [&](int64_t elements) {
       return static_cast<T*>(std::aligned_alloc(64, (elements * sizeof(T) + 63) / 64 * 64));
     };
-    T *a = alloc(), *b = alloc(), *c_kiln = alloc(), *c_blas = alloc();
-    for (size_t i = 0; i < elements; ++i) {
-      a[i] = static_cast<T>(uniform(rng));
-      b[i] = static_cast<T>(uniform(rng));
-    }
+    T *a = alloc(m * k), *b = alloc(k * n), *c_kiln = alloc(m * n), *c_blas = alloc(m * n);
+    for (int64_t i = 0; i < m * k; ++i) a[i] = static_cast<T>(uniform(rng));
+    for (int64_t i = 0; i < k * n; ++i) b[i] = static_cast<T>(uniform(rng));
     GemmParams params;
     params.dtype = dtype;
-    params.m = params.n = params.k = n;
-    params.a = DenseMatrix(a, n, n);
-    params.b = DenseMatrix(b, n, n);
-    params.c = DenseMatrix(c_kiln, n, n);
+    params.m = m;
+    params.n = n;
+    params.k = k;
+    params.a = DenseMatrix(a, m, k);
+    // B^T stored [N, K]: element (r, c) of B is b[c * K + r].
+    params.b = shape.b_transposed ? MatrixView{b, 1, k, {}} : DenseMatrix(b, k, n);
+    params.c = DenseMatrix(c_kiln, m, n);
     params.tuning = options.tuning;
     auto kiln_gemm = [&] {
       if (auto status = Gemm(params, &pool); !status.ok()) {
@@ -159,24 +199,26 @@ int Run(const Options& options) {
         std::exit(1);
       }
     };
+    const auto trans_b = shape.b_transposed ? CblasTrans : CblasNoTrans;
+    const int64_t ldb = shape.b_transposed ? k : n;
     auto blas_gemm = [&] {
       if constexpr (sizeof(T) == 8) {
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, a, n, b, n, 0.0,
-                    c_blas, n);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, trans_b, m, n, k, 1.0, a, k, b, ldb, 0.0, c_blas,
+                    n);
       } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f,
-                    c_blas, n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b, m, n, k, 1.0f, a, k, b, ldb, 0.0f, c_blas,
+                    n);
       }
     };
     kiln_gemm();  // warm-up: JIT compile, page faults, thread start
     blas_gemm();
     double max_diff = 0;
-    for (size_t i = 0; i < elements; ++i) {
+    for (int64_t i = 0; i < m * n; ++i) {
       const double diff = std::abs(static_cast<double>(c_kiln[i]) - c_blas[i]) /
                           (1.0 + std::abs(static_cast<double>(c_blas[i])));
       max_diff = std::max(max_diff, diff);
     }
-    const double flops = 2.0 * static_cast<double>(n) * n * n;
+    const double flops = 2.0 * static_cast<double>(m) * n * k;
     // Batches of about 20 ms, alternating between the libraries, until each has run for
     // min_time * rounds seconds; the best batch of each counts.
     const double estimate = TimeBatch(flops, 1, kiln_gemm);
@@ -196,9 +238,10 @@ int Run(const Options& options) {
     const double median_ratio = pair_ratios[pair_ratios.size() / 2];
     const double tolerance = sizeof(T) == 8 ? 1e-12 : 1e-4;
     if (!(max_diff <= tolerance)) ++failures;
-    std::printf("| %lld | %.1f | %.1f | %.2f | %.2f | %.1e%s |\n", static_cast<long long>(n),
-                best_kiln, best_blas, best_kiln / best_blas, median_ratio, max_diff,
-                max_diff <= tolerance ? "" : " MISMATCH");
+    std::printf("| %lldx%lldx%lld%s | %.1f | %.1f | %.2f | %.2f | %.1e%s |\n",
+                static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+                shape.b_transposed ? "t" : "", best_kiln, best_blas, best_kiln / best_blas,
+                median_ratio, max_diff, max_diff <= tolerance ? "" : " MISMATCH");
     std::fflush(stdout);
     std::free(a);
     std::free(b);
