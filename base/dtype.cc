@@ -25,6 +25,16 @@ const char* DTypeName(DType dtype) {
       return "u8";
     case DType::kBool:
       return "bool";
+    case DType::kI8:
+      return "i8";
+    case DType::kI16:
+      return "i16";
+    case DType::kU16:
+      return "u16";
+    case DType::kU32:
+      return "u32";
+    case DType::kU64:
+      return "u64";
   }
   return "?";
 }
@@ -40,14 +50,19 @@ int64_t DTypeSize(DType dtype) {
   switch (dtype) {
     case DType::kF64:
     case DType::kI64:
+    case DType::kU64:
       return 8;
     case DType::kF32:
     case DType::kI32:
+    case DType::kU32:
       return 4;
     case DType::kF16:
     case DType::kBF16:
+    case DType::kI16:
+    case DType::kU16:
       return 2;
     case DType::kU8:
+    case DType::kI8:
     case DType::kBool:
       return 1;
   }

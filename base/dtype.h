@@ -19,12 +19,18 @@ enum class DType : uint8_t {
   kI64,
   kU8,
   kBool,
+  kI8,
+  kI16,
+  kU16,
+  kU32,
+  kU64,
 };
 
-inline constexpr DType kAllDTypes[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16,
-                                       DType::kI32, DType::kI64, DType::kU8,  DType::kBool};
+inline constexpr DType kAllDTypes[] = {
+    DType::kF32,  DType::kF64, DType::kF16, DType::kBF16, DType::kI32, DType::kI64, DType::kU8,
+    DType::kBool, DType::kI8,  DType::kI16, DType::kU16,  DType::kU32, DType::kU64};
 
-/// Text name used by the IR printer and in error messages: "f32", "bf16", "bool", ...
+/// Text name used by the IR printer and in error messages: "f32", "bf16", "i8", "u16", "bool", ...
 const char* DTypeName(DType dtype);
 /// Inverse of DTypeName; nullopt for an unknown name.
 std::optional<DType> ParseDType(std::string_view name);
@@ -34,9 +40,15 @@ int64_t DTypeSize(DType dtype);
 inline constexpr bool IsFloat(DType d) {
   return d == DType::kF32 || d == DType::kF64 || d == DType::kF16 || d == DType::kBF16;
 }
-inline constexpr bool IsInteger(DType d) {
-  return d == DType::kI32 || d == DType::kI64 || d == DType::kU8;
+/// i8, i16, i32, i64: two's complement, arithmetic wraps around modulo 2^bits.
+inline constexpr bool IsSignedInteger(DType d) {
+  return d == DType::kI8 || d == DType::kI16 || d == DType::kI32 || d == DType::kI64;
 }
+/// u8, u16, u32, u64: arithmetic wraps around modulo 2^bits.
+inline constexpr bool IsUnsignedInteger(DType d) {
+  return d == DType::kU8 || d == DType::kU16 || d == DType::kU32 || d == DType::kU64;
+}
+inline constexpr bool IsInteger(DType d) { return IsSignedInteger(d) || IsUnsignedInteger(d); }
 inline constexpr bool IsBool(DType d) { return d == DType::kBool; }
 
 /// IEEE binary16 and bfloat16 conversions, round to nearest even (NaN stays NaN).

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "codegen/legalize.h"
+#include "codegen/scalar_limits.h"
 
 namespace kiln::codegen {
 namespace {
@@ -118,6 +119,12 @@ class Renderer {
         return int_value != 0 ? "true" : "false";
       case ScalarType::kU8:
         return d_.IntLiteral(type, int_value & 0xff);
+      case ScalarType::kU16:
+        return d_.IntLiteral(type, int_value & 0xffff);
+      case ScalarType::kI8:
+        return d_.IntLiteral(type, static_cast<int8_t>(int_value));
+      case ScalarType::kI16:
+        return d_.IntLiteral(type, static_cast<int16_t>(int_value));
       case ScalarType::kI32:
         return d_.IntLiteral(type, static_cast<int32_t>(int_value));
       case ScalarType::kU32:
@@ -186,9 +193,26 @@ class Renderer {
     return k_.expr(e.operands[e.op == ExprOp::kSelect ? 1 : 0]).type;
   }
 
-  // u8 values live in a wider unsigned type: wrap results of arithmetic modulo 256.
-  std::string WrapU8(ScalarType type, const std::string& x) const {
-    return type == ScalarType::kU8 ? absl::StrCat("((", x, ") & 255u)") : x;
+  // u8, u16, i8 and i16 values live in the dialect's 32-bit integer of their signedness:
+  // results of arithmetic wrap to the type's width (a signed one sign-extended again), with
+  // unsigned arithmetic only, which no dialect leaves undefined.
+  std::string WrapNarrow(ScalarType type, const std::string& x) const {
+    switch (type) {
+      case ScalarType::kU8:
+        return absl::StrCat("((", x, ") & 255u)");
+      case ScalarType::kU16:
+        return absl::StrCat("((", x, ") & 65535u)");
+      case ScalarType::kI8:
+      case ScalarType::kI16: {
+        const bool i8 = type == ScalarType::kI8;
+        const std::string low =
+            absl::StrCat("((", d_.Convert(ScalarType::kU32, x), " & ", i8 ? "255u" : "65535u",
+                         ") ^ ", i8 ? "128u" : "32768u", ")");
+        return absl::StrCat("(", d_.Convert(type, low), " - ", i8 ? "128" : "32768", ")");
+      }
+      default:
+        return x;
+    }
   }
 
   std::string Unsupported(const Expr& e, ScalarType type) {
@@ -209,13 +233,13 @@ class Renderer {
         return d_.Load(k_, e.arg, x[0]);
       case ExprOp::kNeg:
         if (is_float) return absl::StrCat("(-", x[0], ")");
-        if (is_signed) return d_.SignedArith("-", in, Zero(in), x[0]);
-        return WrapU8(in, absl::StrCat(Zero(in), " - ", x[0]));
+        if (is_signed) return WrapNarrow(in, d_.SignedArith("-", in, Zero(in), x[0]));
+        return WrapNarrow(in, absl::StrCat(Zero(in), " - ", x[0]));
       case ExprOp::kAbs:
         if (is_float) return absl::StrCat("abs(", x[0], ")");
         if (is_signed) {
-          return absl::StrCat("(", x[0], " < ", Zero(in), " ? ", Zero(in), " - ", x[0], " : ", x[0],
-                              ")");
+          return WrapNarrow(in, absl::StrCat("(", x[0], " < ", Zero(in), " ? ", Zero(in), " - ",
+                                             x[0], " : ", x[0], ")"));
         }
         return x[0];
       case ExprOp::kSign:
@@ -259,20 +283,20 @@ class Renderer {
         return absl::StrCat("(", One(in), " / ", x[0], ")");
       case ExprOp::kNot:
         if (in == ScalarType::kBool) return absl::StrCat("(!", x[0], ")");
-        return WrapU8(in, absl::StrCat("~", x[0]));
+        return WrapNarrow(in, absl::StrCat("~", x[0]));
       case ExprOp::kAdd:
         // bool arithmetic normalises to 0/1 like kernel_eval: + is or, * is and, - is xor.
         if (in == ScalarType::kBool) return absl::StrCat("(", x[0], " || ", x[1], ")");
-        if (is_signed) return d_.SignedArith("+", in, x[0], x[1]);
-        return WrapU8(in, absl::StrCat("(", x[0], " + ", x[1], ")"));
+        if (is_signed) return WrapNarrow(in, d_.SignedArith("+", in, x[0], x[1]));
+        return WrapNarrow(in, absl::StrCat("(", x[0], " + ", x[1], ")"));
       case ExprOp::kSub:
         if (in == ScalarType::kBool) return absl::StrCat("(", x[0], " != ", x[1], ")");
-        if (is_signed) return d_.SignedArith("-", in, x[0], x[1]);
-        return WrapU8(in, absl::StrCat("(", x[0], " - ", x[1], ")"));
+        if (is_signed) return WrapNarrow(in, d_.SignedArith("-", in, x[0], x[1]));
+        return WrapNarrow(in, absl::StrCat("(", x[0], " - ", x[1], ")"));
       case ExprOp::kMul:
         if (in == ScalarType::kBool) return absl::StrCat("(", x[0], " && ", x[1], ")");
-        if (is_signed) return d_.SignedArith("*", in, x[0], x[1]);
-        return WrapU8(in, absl::StrCat("(", x[0], " * ", x[1], ")"));
+        if (is_signed) return WrapNarrow(in, d_.SignedArith("*", in, x[0], x[1]));
+        return WrapNarrow(in, absl::StrCat("(", x[0], " * ", x[1], ")"));
       case ExprOp::kDiv:  // Integer div/mod arrive legalized as udiv/urem (legalize.h).
         if (!is_float) return Unsupported(e, in);
         return absl::StrCat("(", x[0], " / ", x[1], ")");
@@ -422,8 +446,8 @@ class Renderer {
     if (IsSignedType(type))
       out_of_range = absl::StrCat("(", b, " < ", Zero(type), " || ", out_of_range, ")");
     if (left) {
-      return WrapU8(type,
-                    absl::StrCat("(", out_of_range, " ? ", Zero(type), " : (", a, " << ", b, "))"));
+      return WrapNarrow(
+          type, absl::StrCat("(", out_of_range, " ? ", Zero(type), " : (", a, " << ", b, "))"));
     }
     if (IsSignedType(type)) {
       return absl::StrCat("(", a, " >> (", out_of_range, " ? ", Literal(type, bits - 1, 0), " : ",
@@ -437,7 +461,7 @@ class Renderer {
     if (!IsSignedType(type)) {
       return absl::StrCat("(", b, " == ", Zero(type), " ? ", Zero(type), " : ", a, op, b, ")");
     }
-    const ScalarType u = type == ScalarType::kI32 ? ScalarType::kU32 : ScalarType::kU64;
+    const ScalarType u = BitWidth(type) == 64 ? ScalarType::kU64 : ScalarType::kU32;
     return absl::StrCat("(", b, " == ", Zero(type), " ? ", Zero(type), " : ",
                         d_.Convert(type, absl::StrCat(d_.Convert(u, a), op, d_.Convert(u, b))),
                         ")");
@@ -455,8 +479,10 @@ class Renderer {
     if (from == ScalarType::kBool)
       return absl::StrCat("(", x, " ? ", One(to), " : ", Zero(to), ")");
     if (to == ScalarType::kBool) return absl::StrCat("(", x, " != ", Zero(from), ")");
-    if (to == ScalarType::kU8) return absl::StrCat("(", d_.Convert(to, x), " & 255u)");
-    if (from == ScalarType::kI32 && BitWidth(to) == 64) return d_.SignExtend32(to, x);
+    if (BitWidth(to) < 32) return WrapNarrow(to, d_.Convert(ScalarType::kU32, x));
+    if (IsSignedType(from) && BitWidth(from) <= 32 && BitWidth(to) == 64) {
+      return d_.SignExtend32(to, x);
+    }
     return d_.Convert(to, x);
   }
 
@@ -564,10 +590,10 @@ class Renderer {
     switch (kind) {
       case ReduceKind::kSum:
         if (type == ScalarType::kBool) return absl::StrCat("(", acc, " || ", v, ")");
-        return WrapU8(type, absl::StrCat("(", acc, " + ", v, ")"));
+        return WrapNarrow(type, absl::StrCat("(", acc, " + ", v, ")"));
       case ReduceKind::kProd:
         if (type == ScalarType::kBool) return absl::StrCat("(", acc, " && ", v, ")");
-        return WrapU8(type, absl::StrCat("(", acc, " * ", v, ")"));
+        return WrapNarrow(type, absl::StrCat("(", acc, " * ", v, ")"));
       case ReduceKind::kMax:
         return MaxMin(true, type, acc, v);
       case ReduceKind::kMin:
@@ -795,13 +821,9 @@ class Renderer {
       std::string worst;
       if (is_float) {
         worst = Literal(type, 0, want_max ? -INFINITY : INFINITY);
-      } else if (type == ScalarType::kI32) {
-        worst = Literal(
-            type,
-            want_max ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int32_t>::max(),
-            0);
       } else {
-        worst = Literal(type, want_max ? 0 : 0xffffffffLL, 0);
+        const IntLimits limits = LimitsOf(type);
+        worst = Literal(type, want_max ? limits.lo_bits : limits.hi_bits, 0);
       }
       const std::string nan = absl::StrCat(sg, "_nan"), m = absl::StrCat(sg, "_m"),
                         cand = absl::StrCat(sg, "_c"), first = absl::StrCat(sg, "_i");
@@ -883,7 +905,7 @@ class Renderer {
       } else {
         Line(indent,
              absl::StrCat(T(type), " ", sg, " = ",
-                          WrapU8(type, d_.SubgroupReduce(stmt.reduce_kind, type, acc)), ";"));
+                          WrapNarrow(type, d_.SubgroupReduce(stmt.reduce_kind, type, acc)), ";"));
       }
       Line(indent, absl::StrCat("if (", d_.SubgroupElect(), ") { ", sval, slot, " = ", sg, "; }"));
       Line(indent, d_.Barrier());

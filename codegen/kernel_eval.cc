@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/scalar_limits.h"
 #include "ir/dtype.h"
 
 namespace kiln::codegen {
@@ -22,19 +23,16 @@ struct Scalar {
   double f = 0.0;
 };
 
+// The canonical bits of an integer of `type`: wrapped to its width, then sign- or zero-extended.
 uint64_t Normalize(ScalarType type, uint64_t bits) {
-  switch (type) {
-    case ScalarType::kBool:
-      return bits != 0 ? 1 : 0;
-    case ScalarType::kU8:
-      return bits & 0xffu;
-    case ScalarType::kI32:
-      return static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(bits)));
-    case ScalarType::kU32:
-      return bits & 0xffffffffu;
-    default:
-      return bits;
-  }
+  if (type == ScalarType::kBool) return bits != 0 ? 1 : 0;
+  if (IsFloatType(type)) return bits;
+  const int width = BitWidth(type);
+  if (width == 64) return bits;
+  const uint64_t mask = (uint64_t{1} << width) - 1;
+  bits &= mask;
+  if (IsSignedType(type) && (bits >> (width - 1)) != 0) bits |= ~mask;
+  return bits;
 }
 
 double RoundTo(ScalarType type, double value) {
@@ -42,6 +40,20 @@ double RoundTo(ScalarType type, double value) {
 }
 
 int64_t Signed(uint64_t bits) { return static_cast<int64_t>(bits); }
+
+template <class T>
+T LoadAs(const std::byte* p, int64_t index) {
+  T v;
+  std::memcpy(&v, p + index * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  return v;
+}
+
+// Stores the low sizeof(T) bytes of `bits` (two's complement truncation).
+template <class T>
+void StoreAs(std::byte* p, int64_t index, uint64_t bits) {
+  const auto v = static_cast<T>(bits);
+  std::memcpy(p + index * static_cast<int64_t>(sizeof(T)), &v, sizeof(T));
+}
 
 // The interpreter's NaN-propagating max/min.
 double MaxNaN(double a, double b) { return std::isnan(a) || b <= a ? a : b; }
@@ -51,57 +63,33 @@ double MinNaN(double a, double b) { return std::isnan(a) || b >= a ? a : b; }
 uint64_t FloatToInt(double value, ScalarType to) {
   if (to == ScalarType::kBool) return value != 0 ? 1 : 0;
   if (std::isnan(value)) return 0;
-  switch (to) {
-    case ScalarType::kU8:
-      return static_cast<uint64_t>(ir::SaturatingCastToInt(value, ir::DType::kU8));
-    case ScalarType::kI32:
-      return static_cast<uint64_t>(ir::SaturatingCastToInt(value, ir::DType::kI32));
-    case ScalarType::kI64:
-      return static_cast<uint64_t>(ir::SaturatingCastToInt(value, ir::DType::kI64));
-    case ScalarType::kU32: {
-      const double t = std::trunc(value);
-      return t <= 0 ? 0 : (t >= 4294967295.0 ? 4294967295u : static_cast<uint64_t>(t));
-    }
-    case ScalarType::kU64: {
-      const double t = std::trunc(value);
-      if (t <= 0) return 0;
-      if (t >= 18446744073709551616.0) return ~uint64_t{0};
-      return static_cast<uint64_t>(t);
-    }
-    default:
-      return 0;
+  const double t = std::trunc(value);
+  if (to == ScalarType::kU64) {
+    if (t <= 0) return 0;
+    if (t >= 18446744073709551616.0) return ~uint64_t{0};
+    return static_cast<uint64_t>(t);
   }
+  if (to == ScalarType::kI64) {
+    return static_cast<uint64_t>(ir::SaturatingCastToInt(value, ir::DType::kI64));
+  }
+  // Narrower types: their limits are exact doubles.
+  const IntLimits limits = LimitsOf(to);
+  const double lo = static_cast<double>(limits.lo_bits), hi = static_cast<double>(limits.hi_bits);
+  return Normalize(to,
+                   static_cast<uint64_t>(static_cast<int64_t>(t < lo ? lo : (t > hi ? hi : t))));
 }
 
 // Saturating integer → integer conversion.
 uint64_t IntToInt(uint64_t bits, ScalarType from, ScalarType to) {
   if (to == ScalarType::kBool) return bits != 0 ? 1 : 0;
-  const bool from_signed = IsSignedType(from);
-  const bool negative = from_signed && Signed(bits) < 0;
-  uint64_t max_value = 0;
-  int64_t min_value = 0;
-  switch (to) {
-    case ScalarType::kU8:
-      max_value = 0xff;
-      break;
-    case ScalarType::kU32:
-      max_value = 0xffffffffu;
-      break;
-    case ScalarType::kU64:
-      max_value = ~uint64_t{0};
-      break;
-    case ScalarType::kI32:
-      max_value = static_cast<uint64_t>(std::numeric_limits<int32_t>::max());
-      min_value = std::numeric_limits<int32_t>::min();
-      break;
-    default:  // i64
-      max_value = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-      min_value = std::numeric_limits<int64_t>::min();
-      break;
-  }
+  const bool negative = IsSignedType(from) && Signed(bits) < 0;
+  const IntLimits limits = LimitsOf(to);
   if (negative) {
-    return Signed(bits) < min_value ? static_cast<uint64_t>(min_value) : bits;
+    if (!IsSignedType(to)) return 0;
+    return Signed(bits) < limits.lo_bits ? static_cast<uint64_t>(limits.lo_bits) : bits;
   }
+  // u64's limit bits are -1: its maximum is 2^64 - 1 as an unsigned value.
+  const uint64_t max_value = static_cast<uint64_t>(limits.hi_bits);
   return bits > max_value ? max_value : bits;
 }
 
@@ -263,17 +251,29 @@ class Evaluator {
                   : ir::BFloat16ToFloat(v);
         break;
       }
-      case ir::DType::kI32: {
-        int32_t v;
-        std::memcpy(&v, p + index * 4, 4);
-        s.bits = static_cast<uint64_t>(static_cast<int64_t>(v));
+      case ir::DType::kI8:
+        s.bits = static_cast<uint64_t>(static_cast<int64_t>(LoadAs<int8_t>(p, index)));
         break;
-      }
+      case ir::DType::kI16:
+        s.bits = static_cast<uint64_t>(static_cast<int64_t>(LoadAs<int16_t>(p, index)));
+        break;
+      case ir::DType::kI32:
+        s.bits = static_cast<uint64_t>(static_cast<int64_t>(LoadAs<int32_t>(p, index)));
+        break;
       case ir::DType::kI64:
-        std::memcpy(&s.bits, p + index * 8, 8);
+        s.bits = static_cast<uint64_t>(LoadAs<int64_t>(p, index));
         break;
       case ir::DType::kU8:
-        s.bits = static_cast<uint8_t>(p[index]);
+        s.bits = LoadAs<uint8_t>(p, index);
+        break;
+      case ir::DType::kU16:
+        s.bits = LoadAs<uint16_t>(p, index);
+        break;
+      case ir::DType::kU32:
+        s.bits = LoadAs<uint32_t>(p, index);
+        break;
+      case ir::DType::kU64:
+        s.bits = LoadAs<uint64_t>(p, index);
         break;
       case ir::DType::kBool:
         s.bits = static_cast<uint8_t>(p[index]) != 0 ? 1 : 0;
@@ -304,16 +304,21 @@ class Evaluator {
         std::memcpy(p + index * 2, &v, 2);
         break;
       }
-      case ir::DType::kI32: {
-        const auto v = static_cast<int32_t>(s.bits);
-        std::memcpy(p + index * 4, &v, 4);
-        break;
-      }
-      case ir::DType::kI64:
-        std::memcpy(p + index * 8, &s.bits, 8);
-        break;
+      case ir::DType::kI8:
       case ir::DType::kU8:
-        p[index] = static_cast<std::byte>(s.bits & 0xff);
+        StoreAs<uint8_t>(p, index, s.bits);
+        break;
+      case ir::DType::kI16:
+      case ir::DType::kU16:
+        StoreAs<uint16_t>(p, index, s.bits);
+        break;
+      case ir::DType::kI32:
+      case ir::DType::kU32:
+        StoreAs<uint32_t>(p, index, s.bits);
+        break;
+      case ir::DType::kI64:
+      case ir::DType::kU64:
+        StoreAs<uint64_t>(p, index, s.bits);
         break;
       case ir::DType::kBool:
         p[index] = static_cast<std::byte>(s.bits != 0 ? 1 : 0);

@@ -34,6 +34,12 @@ const char* ScalarTypeName(ScalarType type) {
       return "f32";
     case ScalarType::kF64:
       return "f64";
+    case ScalarType::kI8:
+      return "i8";
+    case ScalarType::kI16:
+      return "i16";
+    case ScalarType::kU16:
+      return "u16";
   }
   return "?";
 }
@@ -41,18 +47,25 @@ const char* ScalarTypeName(ScalarType type) {
 bool IsFloatType(ScalarType type) { return type == ScalarType::kF32 || type == ScalarType::kF64; }
 
 bool IsUnsignedType(ScalarType type) {
-  return type == ScalarType::kBool || type == ScalarType::kU8 || type == ScalarType::kU32 ||
-         type == ScalarType::kU64;
+  return type == ScalarType::kBool || type == ScalarType::kU8 || type == ScalarType::kU16 ||
+         type == ScalarType::kU32 || type == ScalarType::kU64;
 }
 
-bool IsSignedType(ScalarType type) { return type == ScalarType::kI32 || type == ScalarType::kI64; }
+bool IsSignedType(ScalarType type) {
+  return type == ScalarType::kI8 || type == ScalarType::kI16 || type == ScalarType::kI32 ||
+         type == ScalarType::kI64;
+}
 
 int BitWidth(ScalarType type) {
   switch (type) {
     case ScalarType::kBool:
       return 1;
     case ScalarType::kU8:
+    case ScalarType::kI8:
       return 8;
+    case ScalarType::kI16:
+    case ScalarType::kU16:
+      return 16;
     case ScalarType::kI32:
     case ScalarType::kU32:
     case ScalarType::kF32:
@@ -78,6 +91,16 @@ ScalarType ComputeType(ir::DType dtype) {
       return ScalarType::kU8;
     case ir::DType::kBool:
       return ScalarType::kBool;
+    case ir::DType::kI8:
+      return ScalarType::kI8;
+    case ir::DType::kI16:
+      return ScalarType::kI16;
+    case ir::DType::kU16:
+      return ScalarType::kU16;
+    case ir::DType::kU32:
+      return ScalarType::kU32;
+    case ir::DType::kU64:
+      return ScalarType::kU64;
   }
   return ScalarType::kF32;
 }
@@ -355,6 +378,15 @@ ValueId KernelBuilder::Int(ScalarType type, int64_t value) {
     case ScalarType::kU32:
       value = static_cast<int64_t>(static_cast<uint32_t>(value));
       break;
+    case ScalarType::kI8:
+      value = static_cast<int8_t>(static_cast<uint8_t>(value));
+      break;
+    case ScalarType::kI16:
+      value = static_cast<int16_t>(static_cast<uint16_t>(value));
+      break;
+    case ScalarType::kU16:
+      value = static_cast<int64_t>(static_cast<uint16_t>(value));
+      break;
     default:
       break;
   }
@@ -384,6 +416,12 @@ ValueId KernelBuilder::ConstantOf(ScalarType type, double value) {
       return Bool(value != 0);
     case ScalarType::kU8:
       return Int(type, ir::SaturatingCastToInt(value, ir::DType::kU8));
+    case ScalarType::kI8:
+      return Int(type, ir::SaturatingCastToInt(value, ir::DType::kI8));
+    case ScalarType::kI16:
+      return Int(type, ir::SaturatingCastToInt(value, ir::DType::kI16));
+    case ScalarType::kU16:
+      return Int(type, ir::SaturatingCastToInt(value, ir::DType::kU16));
     case ScalarType::kI32:
       return Int(type, ir::SaturatingCastToInt(value, ir::DType::kI32));
     case ScalarType::kI64:
@@ -924,8 +962,7 @@ class Verifier {
         if (!is_int || IsFloatType(t[0])) return Error(label + "wrap needs integer types");
         break;
       case ExprOp::kBitcast:
-        if (BitWidth(t[0]) != BitWidth(e.type) || e.type == ScalarType::kBool ||
-            e.type == ScalarType::kU8 || t[0] == ScalarType::kU8) {
+        if (BitWidth(t[0]) != BitWidth(e.type) || BitWidth(e.type) < 32) {
           return Error(label + "bitcast needs equal widths of 32 or 64 bits");
         }
         break;

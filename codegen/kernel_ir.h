@@ -56,18 +56,19 @@ namespace kiln::codegen {
 // ---- Types --------------------------------------------------------------------------------------
 
 /// The type of a scalar expression. f16/bf16 never appear: they are computed in f32 (see
-/// ComputeType). u32/u64 exist for bit manipulation (Philox, exponent tricks); the IR has no
-/// such tensors.
-enum class ScalarType : uint8_t { kBool, kU8, kI32, kU32, kI64, kU64, kF32, kF64 };
+/// ComputeType). Every integer dtype of the IR has its own type, so arithmetic wraps at the
+/// dtype's width inside a fused kernel as it does between kernels; u32/u64 also serve bit
+/// manipulation (Philox, exponent tricks).
+enum class ScalarType : uint8_t { kBool, kU8, kI32, kU32, kI64, kU64, kF32, kF64, kI8, kI16, kU16 };
 
-/// "bool", "u8", "i32", "u32", "i64", "u64", "f32", "f64".
+/// "bool", "u8", "i32", "u32", "i64", "u64", "f32", "f64", "i8", "i16", "u16".
 const char* ScalarTypeName(ScalarType type);
 bool IsFloatType(ScalarType type);
-/// u8, u32, u64 (and bool, which is 0 or 1).
+/// u8, u16, u32, u64 (and bool, which is 0 or 1).
 bool IsUnsignedType(ScalarType type);
-/// i32, i64.
+/// i8, i16, i32, i64.
 bool IsSignedType(ScalarType type);
-/// 1 for bool, else 8, 32 or 64.
+/// 1 for bool, else 8, 16, 32 or 64.
 int BitWidth(ScalarType type);
 /// The type a buffer of `dtype` is computed in: f16/bf16 → f32, others their own type.
 ScalarType ComputeType(ir::DType dtype);

@@ -14,7 +14,16 @@ constexpr ScalarType kBool = ScalarType::kBool;
 
 // The unsigned type of a signed type's width.
 ScalarType UnsignedOf(ScalarType type) {
-  return type == ScalarType::kI32 ? ScalarType::kU32 : ScalarType::kU64;
+  switch (type) {
+    case ScalarType::kI8:
+      return ScalarType::kU8;
+    case ScalarType::kI16:
+      return ScalarType::kU16;
+    case ScalarType::kI32:
+      return ScalarType::kU32;
+    default:
+      return ScalarType::kU64;
+  }
 }
 
 // Whether integer type `from` has values below / above the range of integer type `to`.

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "codegen/scalar_limits.h"
 #include "ir/random.h"
 
 namespace kiln::codegen {
@@ -472,14 +473,10 @@ class Lowerer {
       case ScalarType::kF64:
         return b_.Float(type, highest ? std::numeric_limits<double>::infinity()
                                       : -std::numeric_limits<double>::infinity());
-      case ScalarType::kI32:
-        return b_.Int(type, highest ? std::numeric_limits<int32_t>::max()
-                                    : std::numeric_limits<int32_t>::min());
-      case ScalarType::kU8:
-        return b_.Int(type, highest ? 255 : 0);
-      default:
-        return b_.Int(type, highest ? std::numeric_limits<int64_t>::max()
-                                    : std::numeric_limits<int64_t>::min());
+      default: {
+        const IntLimits limits = LimitsOf(type);
+        return b_.Int(type, highest ? limits.hi_bits : limits.lo_bits);
+      }
     }
   }
 

@@ -23,6 +23,12 @@ inline IntLimits LimitsOf(ScalarType type) {
       return {0, 1};
     case ScalarType::kU8:
       return {0, 255};
+    case ScalarType::kI8:
+      return {-128, 127};
+    case ScalarType::kI16:
+      return {-32768, 32767};
+    case ScalarType::kU16:
+      return {0, 65535};
     case ScalarType::kI32:
       return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
     case ScalarType::kU32:

@@ -22,23 +22,30 @@ const char* KindName(KindId kind) {
   return "?";
 }
 
-// Rank of a dtype within its kind, for promotion.
-int Width(ir::DType d) {
+// Rank of a float dtype, for promotion.
+int FloatWidth(ir::DType d) {
   switch (d) {
-    case ir::DType::kF16:
-    case ir::DType::kBF16:
-    case ir::DType::kU8:
-      return 0;
     case ir::DType::kF32:
-    case ir::DType::kI32:
       return 1;
     case ir::DType::kF64:
-    case ir::DType::kI64:
       return 2;
-    case ir::DType::kBool:
+    default:  // f16, bf16
       return 0;
   }
-  return 0;
+}
+
+// The signed integer dtype of `bits` bits (8 to 64).
+ir::DType SignedOfBits(int64_t bits) {
+  switch (bits) {
+    case 8:
+      return ir::DType::kI8;
+    case 16:
+      return ir::DType::kI16;
+    case 32:
+      return ir::DType::kI32;
+    default:
+      return ir::DType::kI64;
+  }
 }
 
 KindId KindOf(ir::DType d) {
@@ -176,7 +183,21 @@ ir::DType PromoteDTypes(ir::DType a, ir::DType b, const char* name,
                               ir::DTypeName(b), "); convert one first"),
                  operands, loc);
   }
-  const int wa = Width(a), wb = Width(b);
+  if (ir::IsInteger(a)) {
+    // The narrowest integer dtype that holds every value of both (torch's and numpy's rule).
+    const int64_t bits_a = ir::DTypeSize(a) * 8, bits_b = ir::DTypeSize(b) * 8;
+    if (ir::IsSignedInteger(a) == ir::IsSignedInteger(b)) return bits_a >= bits_b ? a : b;
+    const ir::DType s = ir::IsSignedInteger(a) ? a : b, u = ir::IsSignedInteger(a) ? b : a;
+    if (ir::DTypeSize(s) > ir::DTypeSize(u)) return s;
+    if (u == ir::DType::kU64) {
+      ThrowOpError(name,
+                   absl::StrCat("no integer dtype holds every value of both u64 and ",
+                                ir::DTypeName(s), "; convert one first"),
+                   operands, loc);
+    }
+    return SignedOfBits(ir::DTypeSize(u) * 16);
+  }
+  const int wa = FloatWidth(a), wb = FloatWidth(b);
   if (wa == wb) {
     // f16 with bf16: neither holds the other, f32 holds both (as in torch).
     return ir::DType::kF32;

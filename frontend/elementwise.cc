@@ -15,8 +15,16 @@ double WrapToDType(double value, ir::DType dtype) {
   switch (dtype) {
     case ir::DType::kU8:
       return static_cast<uint8_t>(v);
+    case ir::DType::kI8:
+      return static_cast<int8_t>(v);
+    case ir::DType::kI16:
+      return static_cast<int16_t>(v);
+    case ir::DType::kU16:
+      return static_cast<uint16_t>(v);
     case ir::DType::kI32:
       return static_cast<int32_t>(v);
+    case ir::DType::kU32:
+      return static_cast<uint32_t>(v);
     default:
       return value;
   }

@@ -18,6 +18,8 @@ using base::HalfToFloat;
 using base::IsBool;
 using base::IsFloat;
 using base::IsInteger;
+using base::IsSignedInteger;
+using base::IsUnsignedInteger;
 using base::kAllDTypes;
 using base::ParseDType;
 using base::RoundToDType;

@@ -8,7 +8,9 @@
 //  - Integer ops compute in 64 bits and the result wraps modulo 2^bits of the dtype (two's
 //    complement), as native integer arithmetic does on every backend; the arithmetic itself is
 //    done on uint64_t so that it never overflows a signed type. Integer div is floor division and
-//    mod is floored (sign of the divisor); both give 0 for a zero divisor.
+//    mod is floored (sign of the divisor); both give 0 for a zero divisor. u64 elements travel
+//    as int64 bit patterns (TensorData::GetInt64); ordered ops (compares, max, min, sort, u64
+//    division) go through OrderKey or unsigned arithmetic.
 //  - Casts use TensorData's conversion rules (float -> integer truncates toward zero and
 //    saturates, NaN -> 0), except that -> bool is value != 0, so NaN -> true.
 //  - Only the nodes the outputs depend on run, and each intermediate value is freed right after
@@ -76,11 +78,23 @@ void CopyElement(const TensorData& from, int64_t from_index, TensorData& to, int
 // Stores an integer result modulo 2^bits of the dtype (bool: non-zero is true).
 void StoreWrapped(TensorData& out, int64_t i, uint64_t value) {
   switch (out.dtype()) {
+    case DType::kI8:
+      out.SetInt64(i, static_cast<int8_t>(static_cast<uint8_t>(value)));
+      return;
+    case DType::kI16:
+      out.SetInt64(i, static_cast<int16_t>(static_cast<uint16_t>(value)));
+      return;
     case DType::kI32:
       out.SetInt64(i, static_cast<int32_t>(static_cast<uint32_t>(value)));
       return;
     case DType::kU8:
       out.SetInt64(i, static_cast<int64_t>(value & 0xffu));
+      return;
+    case DType::kU16:
+      out.SetInt64(i, static_cast<int64_t>(value & 0xffffu));
+      return;
+    case DType::kU32:
+      out.SetInt64(i, static_cast<int64_t>(value & 0xffffffffu));
       return;
     case DType::kBool:
       out.SetInt64(i, value != 0 ? 1 : 0);
@@ -126,16 +140,54 @@ TensorData StoreAll(const std::vector<T>& values, const TensorType& type) {
 double MaxNaN(double a, double b) { return std::isnan(a) || b <= a ? a : b; }
 double MinNaN(double a, double b) { return std::isnan(a) || b >= a ? a : b; }
 
-// The smallest value of an integer dtype: window_max's padding identity.
+// A u64 element's int64 bit pattern with the sign bit flipped: int64's order on keys is u64's
+// order on values. Other integer elements are their own keys.
+int64_t OrderKey(DType dtype, int64_t value) {
+  return dtype == DType::kU64 ? value ^ std::numeric_limits<int64_t>::min() : value;
+}
+
+// The smallest and largest element of an integer dtype as GetInt64 gives them: the identities
+// of max and min.
 int64_t Lowest(DType dtype) {
+  if (IsUnsignedInteger(dtype)) return 0;
   switch (dtype) {
+    case DType::kI8:
+      return std::numeric_limits<int8_t>::min();
+    case DType::kI16:
+      return std::numeric_limits<int16_t>::min();
     case DType::kI32:
       return std::numeric_limits<int32_t>::min();
-    case DType::kU8:
-      return 0;
     default:
       return std::numeric_limits<int64_t>::min();
   }
+}
+int64_t Highest(DType dtype) {
+  switch (dtype) {
+    case DType::kU64:
+      return -1;  // 2^64 - 1
+    case DType::kI8:
+      return std::numeric_limits<int8_t>::max();
+    case DType::kI16:
+      return std::numeric_limits<int16_t>::max();
+    case DType::kI32:
+      return std::numeric_limits<int32_t>::max();
+    case DType::kU8:
+      return std::numeric_limits<uint8_t>::max();
+    case DType::kU16:
+      return std::numeric_limits<uint16_t>::max();
+    case DType::kU32:
+      return std::numeric_limits<uint32_t>::max();
+    default:
+      return std::numeric_limits<int64_t>::max();
+  }
+}
+
+// max / min of two elements of an integer dtype.
+int64_t IntMax(DType dtype, int64_t a, int64_t b) {
+  return OrderKey(dtype, b) > OrderKey(dtype, a) ? b : a;
+}
+int64_t IntMin(DType dtype, int64_t a, int64_t b) {
+  return OrderKey(dtype, b) < OrderKey(dtype, a) ? b : a;
 }
 
 // ---- Elementwise ----------------------------------------------------------------------------
@@ -179,6 +231,9 @@ double UnaryFloat(Op op, double x) {
 
 uint64_t UnaryInt(Op op, DType dtype, int64_t x) {
   const auto u = static_cast<uint64_t>(x);
+  if (IsUnsignedInteger(dtype) && (op == Op::kAbs || op == Op::kSign)) {
+    return op == Op::kAbs ? u : (u != 0 ? 1 : 0);
+  }
   switch (op) {
     case Op::kNeg:
       return 0 - u;
@@ -219,8 +274,12 @@ double BinaryFloat(Op op, double a, double b) {
   }
 }
 
-uint64_t BinaryInt(Op op, int64_t a, int64_t b) {
+uint64_t BinaryInt(Op op, DType dtype, int64_t a, int64_t b) {
   const auto ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
+  if (dtype == DType::kU64 && (op == Op::kDiv || op == Op::kMod)) {
+    if (ub == 0) return 0;
+    return op == Op::kDiv ? ua / ub : ua % ub;
+  }
   switch (op) {
     case Op::kAdd:
       return ua + ub;
@@ -229,9 +288,9 @@ uint64_t BinaryInt(Op op, int64_t a, int64_t b) {
     case Op::kMul:
       return ua * ub;
     case Op::kMax:
-      return static_cast<uint64_t>(std::max(a, b));
+      return static_cast<uint64_t>(IntMax(dtype, a, b));
     case Op::kMin:
-      return static_cast<uint64_t>(std::min(a, b));
+      return static_cast<uint64_t>(IntMin(dtype, a, b));
     case Op::kDiv: {
       if (b == 0) return 0;
       if (b == -1) return 0 - ua;  // INT64_MIN / -1 wraps instead of trapping.
@@ -276,6 +335,18 @@ uint64_t Logical(Op op, DType dtype, int64_t a, int64_t b) {
   return op == Op::kAnd ? (ua & ub) : (op == Op::kOr ? (ua | ub) : (ua ^ ub));
 }
 
+// Integer to integer, saturating (docs/ir.md), u64 sources and targets included.
+void CastInteger(const TensorData& in, int64_t i, TensorData& out) {
+  const int64_t value = in.GetInt64(i);
+  if (value < 0 && in.dtype() == DType::kU64) {  // 2^63 or more
+    out.SetInt64(i, out.dtype() == DType::kU64 ? value : std::numeric_limits<int64_t>::max());
+  } else if (value < 0 && out.dtype() == DType::kU64) {
+    out.SetInt64(i, 0);
+  } else {
+    out.SetInt64(i, value);
+  }
+}
+
 TensorData EvalElementwise(const Node& node, const std::vector<const TensorData*>& in) {
   TensorData out(node.type.dtype, node.type.shape);
   const DType dtype = in[0]->dtype();
@@ -294,12 +365,13 @@ TensorData EvalElementwise(const Node& node, const std::vector<const TensorData*
         if (is_float) {
           out.SetDouble(i, BinaryFloat(node.op, in[0]->GetDouble(i), in[1]->GetDouble(i)));
         } else {
-          StoreWrapped(out, i, BinaryInt(node.op, in[0]->GetInt64(i), in[1]->GetInt64(i)));
+          StoreWrapped(out, i, BinaryInt(node.op, dtype, in[0]->GetInt64(i), in[1]->GetInt64(i)));
         }
         break;
       case OpClass::kCompare:
         out.SetInt64(i, is_float ? Compare(node.op, in[0]->GetDouble(i), in[1]->GetDouble(i))
-                                 : Compare(node.op, in[0]->GetInt64(i), in[1]->GetInt64(i)));
+                                 : Compare(node.op, OrderKey(dtype, in[0]->GetInt64(i)),
+                                           OrderKey(dtype, in[1]->GetInt64(i))));
         break;
       case OpClass::kLogical:
         StoreWrapped(out, i, Logical(node.op, dtype, in[0]->GetInt64(i), in[1]->GetInt64(i)));
@@ -313,7 +385,7 @@ TensorData EvalElementwise(const Node& node, const std::vector<const TensorData*
         } else if (is_float) {
           out.SetDouble(i, in[0]->GetDouble(i));
         } else {
-          out.SetInt64(i, in[0]->GetInt64(i));
+          CastInteger(*in[0], i, out);
         }
         break;
       default:
@@ -373,11 +445,10 @@ TensorData EvalReduce(const Node& node, const TensorData& x) {
   const auto& axes = node.attrs.axes;
   const TensorType& type = node.type;
   constexpr double kInf = std::numeric_limits<double>::infinity();
-  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
-  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  const auto int_max = [](int64_t a, int64_t b) { return std::max(a, b); };
-  const auto int_min = [](int64_t a, int64_t b) { return std::min(a, b); };
-  const bool is_float = IsFloat(x.dtype());
+  const DType dtype = x.dtype();
+  const auto int_max = [dtype](int64_t a, int64_t b) { return IntMax(dtype, a, b); };
+  const auto int_min = [dtype](int64_t a, int64_t b) { return IntMin(dtype, a, b); };
+  const bool is_float = IsFloat(dtype);
   switch (node.op) {
     case Op::kReduceSum:
       return is_float ? ReduceAs<double>(x, type, axes, 0.0, std::plus<>())
@@ -387,10 +458,10 @@ TensorData EvalReduce(const Node& node, const TensorData& x) {
                       : ReduceAs<uint64_t>(x, type, axes, 1, std::multiplies<>());
     case Op::kReduceMax:
       return is_float ? ReduceAs<double>(x, type, axes, -kInf, MaxNaN)
-                      : ReduceAs<int64_t>(x, type, axes, kMin, int_max);
+                      : ReduceAs<int64_t>(x, type, axes, Lowest(dtype), int_max);
     default:
       return is_float ? ReduceAs<double>(x, type, axes, kInf, MinNaN)
-                      : ReduceAs<int64_t>(x, type, axes, kMax, int_min);
+                      : ReduceAs<int64_t>(x, type, axes, Highest(dtype), int_min);
   }
 }
 
@@ -410,7 +481,8 @@ TensorData EvalArgReduce(const Node& node, const TensorData& x) {
         const double va = x.GetDouble(a), vb = x.GetDouble(b);
         better = !std::isnan(va) && (std::isnan(vb) || (want_max ? vb > va : vb < va));
       } else {
-        const int64_t va = x.GetInt64(a), vb = x.GetInt64(b);
+        const int64_t va = OrderKey(x.dtype(), x.GetInt64(a));
+        const int64_t vb = OrderKey(x.dtype(), x.GetInt64(b));
         better = want_max ? vb > va : vb < va;
       }
       if (better) best = k;
@@ -438,7 +510,9 @@ TensorData EvalSort(const Node& node, const TensorData& x) {
     const auto at = [&](int64_t k) { return base + k * strides[axis]; };
     for (int64_t k = 0; k < size; ++k) order[k] = k;
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-      if (!is_float) return x.GetInt64(at(a)) < x.GetInt64(at(b));
+      if (!is_float) {
+        return OrderKey(x.dtype(), x.GetInt64(at(a))) < OrderKey(x.dtype(), x.GetInt64(at(b)));
+      }
       const double va = x.GetDouble(at(a)), vb = x.GetDouble(at(b));
       return va < vb || (std::isnan(vb) && !std::isnan(va));
     });
@@ -673,7 +747,8 @@ TensorData EvalWindow(const Node& node, const TensorData& x) {
     return is_float ? WindowAs<double>(x, node.attrs, node.type, 0.0, std::plus<>())
                     : WindowAs<uint64_t>(x, node.attrs, node.type, 0, std::plus<>());
   }
-  const auto int_max = [](int64_t a, int64_t b) { return std::max(a, b); };
+  const DType dtype = x.dtype();
+  const auto int_max = [dtype](int64_t a, int64_t b) { return IntMax(dtype, a, b); };
   return is_float ? WindowAs<double>(x, node.attrs, node.type,
                                      -std::numeric_limits<double>::infinity(), MaxNaN)
                   : WindowAs<int64_t>(x, node.attrs, node.type, Lowest(x.dtype()), int_max);

@@ -58,9 +58,10 @@ absl::StatusOr<Descr> ParseDescr(std::string_view name, size_t at, std::string_v
     std::string_view code;
     DType dtype;
   };
-  static constexpr Known kKnown[] = {{"f4", DType::kF32}, {"f8", DType::kF64}, {"f2", DType::kF16},
-                                     {"i4", DType::kI32}, {"i8", DType::kI64}, {"u1", DType::kU8},
-                                     {"b1", DType::kBool}};
+  static constexpr Known kKnown[] = {
+      {"f4", DType::kF32}, {"f8", DType::kF64}, {"f2", DType::kF16}, {"i1", DType::kI8},
+      {"i2", DType::kI16}, {"i4", DType::kI32}, {"i8", DType::kI64}, {"u1", DType::kU8},
+      {"u2", DType::kU16}, {"u4", DType::kU32}, {"u8", DType::kU64}, {"b1", DType::kBool}};
   for (const Known& k : kKnown) {
     if (code != k.code) continue;
     const bool one_byte = DTypeSize(k.dtype) == 1;
@@ -69,7 +70,9 @@ absl::StatusOr<Descr> ParseDescr(std::string_view name, size_t at, std::string_v
     }
     return Descr{k.dtype, order == '>' && !one_byte};
   }
-  return fail("no kiln dtype matches (kiln reads f2 f4 f8 i4 i8 u1 b1, little or big endian)");
+  return fail(
+      "no kiln dtype matches (kiln reads f2 f4 f8 i1 i2 i4 i8 u1 u2 u4 u8 b1, little or big "
+      "endian)");
 }
 
 // A cursor over the header dict. Offsets in errors are absolute (file) offsets.
@@ -390,6 +393,21 @@ absl::StatusOr<std::vector<std::byte>> EncodeNpy(const TensorData& tensor) {
       break;
     case DType::kU8:
       code = "|u1";
+      break;
+    case DType::kI8:
+      code = "|i1";
+      break;
+    case DType::kI16:
+      code = "<i2";
+      break;
+    case DType::kU16:
+      code = "<u2";
+      break;
+    case DType::kU32:
+      code = "<u4";
+      break;
+    case DType::kU64:
+      code = "<u8";
       break;
     case DType::kBool:
       code = "|b1";

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "ir/infer.h"
 #include "ir/printer.h"
+#include "ir/tensor_data.h"
 #include "ir/verifier.h"
 
 namespace kiln::ir {
@@ -493,6 +494,17 @@ class Parser {
           return ErrorAt(at, absl::StrCat("expected true or false, found ", QuoteString(token)));
         }
         data->SetInt64(i, token == "true" ? 1 : 0);
+      } else if (type.dtype == DType::kU64) {
+        uint64_t value = 0;
+        const auto [ptr, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
+        if (ptr != token.data() + token.size() ||
+            (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+          return ErrorAt(at, absl::StrCat("expected an integer, found ", QuoteString(token)));
+        }
+        if (ec != std::errc()) {
+          return ErrorAt(at, absl::StrCat(std::string(token), " is out of range for u64"));
+        }
+        data->SetInt64(i, static_cast<int64_t>(value));  // the bit pattern (TensorData)
       } else {
         int64_t value = 0;
         const auto [ptr, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
@@ -500,13 +512,10 @@ class Parser {
             (ec != std::errc() && ec != std::errc::result_out_of_range)) {
           return ErrorAt(at, absl::StrCat("expected an integer, found ", QuoteString(token)));
         }
-        const int64_t min = type.dtype == DType::kU8    ? 0
-                            : type.dtype == DType::kI32 ? std::numeric_limits<int32_t>::min()
-                                                        : std::numeric_limits<int64_t>::min();
-        const int64_t max = type.dtype == DType::kU8    ? 255
-                            : type.dtype == DType::kI32 ? std::numeric_limits<int32_t>::max()
-                                                        : std::numeric_limits<int64_t>::max();
-        if (ec != std::errc() || value < min || value > max) {
+        // Narrower than i64 (exact in a double): a value SaturatingCastToInt clamps is outside.
+        if (ec != std::errc() ||
+            (type.dtype != DType::kI64 &&
+             SaturatingCastToInt(static_cast<double>(value), type.dtype) != value)) {
           return ErrorAt(
               at, absl::StrCat(std::string(token), " is out of range for ", DTypeName(type.dtype)));
         }

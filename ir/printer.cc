@@ -74,10 +74,16 @@ std::string FormatLiteralElement(const TensorData& literal, int64_t index) {
     }
     case DType::kBool:
       return literal.GetInt64(index) != 0 ? "true" : "false";
+    case DType::kI8:
+    case DType::kI16:
     case DType::kI32:
     case DType::kI64:
     case DType::kU8:
+    case DType::kU16:
+    case DType::kU32:
       return absl::StrCat(literal.GetInt64(index));
+    case DType::kU64:
+      return absl::StrCat(static_cast<uint64_t>(literal.GetInt64(index)));
   }
   return "?";
 }

@@ -158,14 +158,32 @@ int64_t SaturatingCastToInt(double value, DType dtype) {
   if (std::isnan(value)) return 0;
   double lo = 0, hi = 0;
   switch (dtype) {
+    case DType::kI8:
+      lo = std::numeric_limits<int8_t>::min();
+      hi = std::numeric_limits<int8_t>::max();
+      break;
+    case DType::kI16:
+      lo = std::numeric_limits<int16_t>::min();
+      hi = std::numeric_limits<int16_t>::max();
+      break;
     case DType::kI32:
       lo = std::numeric_limits<int32_t>::min();
       hi = std::numeric_limits<int32_t>::max();
       break;
     case DType::kU8:
-      lo = 0;
-      hi = 255;
+      hi = std::numeric_limits<uint8_t>::max();
       break;
+    case DType::kU16:
+      hi = std::numeric_limits<uint16_t>::max();
+      break;
+    case DType::kU32:
+      hi = std::numeric_limits<uint32_t>::max();
+      break;
+    case DType::kU64:
+      // The bit pattern of the uint64 value: 2^64 - 1 is -1.
+      if (value <= 0) return 0;
+      if (value >= 18446744073709551616.0) return -1;
+      return static_cast<int64_t>(static_cast<uint64_t>(value));
     default:
       // 2^63 is exactly representable; anything at or above it saturates.
       if (value >= 9223372036854775808.0) return std::numeric_limits<int64_t>::max();
@@ -187,12 +205,22 @@ double TensorData::GetDouble(int64_t index) const {
       return HalfToFloat(Load<uint16_t>(p, index));
     case DType::kBF16:
       return BFloat16ToFloat(Load<uint16_t>(p, index));
+    case DType::kI8:
+      return Load<int8_t>(p, index);
+    case DType::kI16:
+      return Load<int16_t>(p, index);
     case DType::kI32:
       return Load<int32_t>(p, index);
     case DType::kI64:
       return static_cast<double>(Load<int64_t>(p, index));
     case DType::kU8:
       return Load<uint8_t>(p, index);
+    case DType::kU16:
+      return Load<uint16_t>(p, index);
+    case DType::kU32:
+      return Load<uint32_t>(p, index);
+    case DType::kU64:
+      return static_cast<double>(Load<uint64_t>(p, index));
     case DType::kBool:
       return Load<uint8_t>(p, index) != 0 ? 1.0 : 0.0;
   }
@@ -200,15 +228,26 @@ double TensorData::GetDouble(int64_t index) const {
 }
 
 int64_t TensorData::GetInt64(int64_t index) const {
+  const std::byte* p = bytes_.data();
   switch (dtype_) {
     case DType::kI64:
-      return Load<int64_t>(bytes_.data(), index);
+      return Load<int64_t>(p, index);
     case DType::kI32:
-      return Load<int32_t>(bytes_.data(), index);
+      return Load<int32_t>(p, index);
+    case DType::kI16:
+      return Load<int16_t>(p, index);
+    case DType::kI8:
+      return Load<int8_t>(p, index);
     case DType::kU8:
-      return Load<uint8_t>(bytes_.data(), index);
+      return Load<uint8_t>(p, index);
+    case DType::kU16:
+      return Load<uint16_t>(p, index);
+    case DType::kU32:
+      return Load<uint32_t>(p, index);
+    case DType::kU64:
+      return static_cast<int64_t>(Load<uint64_t>(p, index));  // the bit pattern
     case DType::kBool:
-      return Load<uint8_t>(bytes_.data(), index) != 0 ? 1 : 0;
+      return Load<uint8_t>(p, index) != 0 ? 1 : 0;
     default:
       return SaturatingCastToInt(GetDouble(index), DType::kI64);
   }
@@ -229,11 +268,26 @@ void TensorData::SetDouble(int64_t index, double value) {
     case DType::kBF16:
       Store<uint16_t>(p, index, DoubleToBFloat16(value));
       return;
+    case DType::kU64:
+      Store<uint64_t>(p, index, static_cast<uint64_t>(SaturatingCastToInt(value, dtype_)));
+      return;
     default:
       SetInt64(index, SaturatingCastToInt(value, dtype_));
       return;
   }
 }
+
+namespace {
+
+// `value` clamped to the range of integer type T.
+template <class T>
+T Saturate(int64_t value) {
+  constexpr int64_t lo = std::numeric_limits<T>::min();
+  constexpr int64_t hi = static_cast<int64_t>(std::numeric_limits<T>::max());
+  return static_cast<T>(value < lo ? lo : (value > hi ? hi : value));
+}
+
+}  // namespace
 
 void TensorData::SetInt64(int64_t index, int64_t value) {
   std::byte* p = bytes_.data();
@@ -242,12 +296,26 @@ void TensorData::SetInt64(int64_t index, int64_t value) {
       Store<int64_t>(p, index, value);
       return;
     case DType::kI32:
-      Store<int32_t>(
-          p, index,
-          static_cast<int32_t>(SaturatingCastToInt(static_cast<double>(value), DType::kI32)));
+      Store<int32_t>(p, index, Saturate<int32_t>(value));
+      return;
+    case DType::kI16:
+      Store<int16_t>(p, index, Saturate<int16_t>(value));
+      return;
+    case DType::kI8:
+      Store<int8_t>(p, index, Saturate<int8_t>(value));
       return;
     case DType::kU8:
-      Store<uint8_t>(p, index, static_cast<uint8_t>(value < 0 ? 0 : (value > 255 ? 255 : value)));
+      Store<uint8_t>(p, index, Saturate<uint8_t>(value));
+      return;
+    case DType::kU16:
+      Store<uint16_t>(p, index, Saturate<uint16_t>(value));
+      return;
+    case DType::kU32:
+      Store<uint32_t>(p, index, Saturate<uint32_t>(value));
+      return;
+    case DType::kU64:
+      // An int64 is the bit pattern of a u64 element here (GetInt64's inverse): no clamping.
+      Store<uint64_t>(p, index, static_cast<uint64_t>(value));
       return;
     case DType::kBool:
       Store<uint8_t>(p, index, value != 0 ? 1 : 0);

@@ -89,11 +89,14 @@ class TensorData {
   /// Element `index` (row-major) converted to double. Exact for every dtype except i64 values
   /// beyond 2^53; use GetInt64 for those.
   double GetDouble(int64_t index) const;
-  /// Element `index` converted to int64 (floats truncate toward zero).
+  /// Element `index` converted to int64 (floats truncate toward zero). A u64 element comes back
+  /// as its bit pattern (values from 2^63 up are negative), so integer code can carry every
+  /// element in an int64; SetInt64 on a u64 tensor takes that pattern back.
   int64_t GetInt64(int64_t index) const;
   /// Stores `value` at `index`, rounding or converting it to the tensor's dtype with the same
   /// rules as the IR's cast op.
   void SetDouble(int64_t index, double value);
+  /// Stores an integer, saturating at the dtype's limits (u64: the bit pattern, see GetInt64).
   void SetInt64(int64_t index, int64_t value);
 
   /// All elements as doubles / int64, row-major.

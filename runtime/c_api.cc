@@ -1,12 +1,15 @@
 // The C API (runtime/include/kiln_runtime.h) over runtime::blob::Model.
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/dtype.h"
 #include "runtime/blob.h"
 #include "runtime/blob_target.h"
 #include "runtime/device.h"
@@ -49,12 +52,18 @@ kiln_status FromStatus(const absl::Status& status, kiln_status bad_blob) {
   }
 }
 
+// kiln_dtype's values are base::DType's (both follow the blob format's order).
+static_assert(KILN_DTYPE_U64 == static_cast<int>(kiln::base::DType::kU64));
+static_assert(std::size(kiln::base::kAllDTypes) == KILN_DTYPE_U64 + 1);
+
 kiln_dtype DTypeOf(const std::string& name) {
-  static const char* const names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"};
-  for (int i = 0; i < 8; ++i) {
-    if (name == names[i]) return static_cast<kiln_dtype>(i);
-  }
-  return KILN_DTYPE_F32;  // unreachable: ParseBlob accepts only these
+  const std::optional<kiln::base::DType> dtype = kiln::base::ParseDType(name);
+  // ParseBlob accepts only dtype names, so the fallback is unreachable.
+  return dtype ? static_cast<kiln_dtype>(*dtype) : KILN_DTYPE_F32;
+}
+
+bool IsDType(kiln_dtype dtype) {
+  return static_cast<int>(dtype) >= 0 && static_cast<int>(dtype) <= KILN_DTYPE_U64;
 }
 
 kiln_status Wrap(absl::StatusOr<std::unique_ptr<kiln::runtime::blob::Model>> loaded,
@@ -117,15 +126,13 @@ const char* kiln_status_string(kiln_status status) {
 }
 
 const char* kiln_dtype_name(kiln_dtype dtype) {
-  static const char* const names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"};
-  const int i = static_cast<int>(dtype);
-  return i >= 0 && i < 8 ? names[i] : "?";
+  return IsDType(dtype) ? kiln::base::DTypeName(static_cast<kiln::base::DType>(dtype)) : "?";
 }
 
 size_t kiln_dtype_size(kiln_dtype dtype) {
-  static const size_t sizes[] = {4, 8, 2, 2, 4, 8, 1, 1};
-  const int i = static_cast<int>(dtype);
-  return i >= 0 && i < 8 ? sizes[i] : 0;
+  return IsDType(dtype)
+             ? static_cast<size_t>(kiln::base::DTypeSize(static_cast<kiln::base::DType>(dtype)))
+             : 0;
 }
 
 const char* kiln_last_error(void) { return last_error.c_str(); }

@@ -130,7 +130,11 @@ class Emitter {
       case ScalarType::kBool:
         return builder_.getInt1Ty();
       case ScalarType::kU8:
+      case ScalarType::kI8:
         return builder_.getInt8Ty();
+      case ScalarType::kI16:
+      case ScalarType::kU16:
+        return builder_.getInt16Ty();
       case ScalarType::kI32:
       case ScalarType::kU32:
         return builder_.getInt32Ty();

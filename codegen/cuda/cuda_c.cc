@@ -28,9 +28,18 @@ const char* ElementType(ir::DType dtype) {
     case ir::DType::kU8:
     case ir::DType::kBool:
       return "uint8_t";
+    case ir::DType::kI8:
+      return "int8_t";
+    case ir::DType::kI16:
+      return "int16_t";
     case ir::DType::kF16:
     case ir::DType::kBF16:
+    case ir::DType::kU16:
       return "uint16_t";
+    case ir::DType::kU32:
+      return "uint32_t";
+    case ir::DType::kU64:
+      return "uint64_t";
   }
   return "uint32_t";
 }
@@ -47,8 +56,11 @@ class CudaDialect : public CDialect {
       case ScalarType::kBool:
         return "bool";
       case ScalarType::kU8:
+      case ScalarType::kU16:
       case ScalarType::kU32:
         return "uint32_t";
+      case ScalarType::kI8:
+      case ScalarType::kI16:
       case ScalarType::kI32:
         return "int";
       case ScalarType::kI64:
@@ -76,8 +88,11 @@ class CudaDialect : public CDialect {
   std::string IntLiteral(ScalarType type, int64_t value) const override {
     switch (type) {
       case ScalarType::kU8:
+      case ScalarType::kU16:
       case ScalarType::kU32:
         return absl::StrCat(static_cast<uint32_t>(value), "u");
+      case ScalarType::kI8:
+      case ScalarType::kI16:
       case ScalarType::kI32:
         if (value == std::numeric_limits<int32_t>::min()) return "(-2147483647 - 1)";
         return value < 0 ? absl::StrCat("(", value, ")") : absl::StrCat(value);
@@ -167,7 +182,11 @@ class CudaDialect : public CDialect {
     const std::string element = absl::StrCat("a", arg, "[", index, "]");
     switch (dtype) {
       case ir::DType::kU8:
+      case ir::DType::kU16:
         return absl::StrCat("uint32_t(", element, ")");
+      case ir::DType::kI8:
+      case ir::DType::kI16:
+        return absl::StrCat("int(", element, ")");
       case ir::DType::kBool:
         return absl::StrCat("(", element, " != 0)");
       case ir::DType::kF16:
@@ -185,7 +204,10 @@ class CudaDialect : public CDialect {
     const std::string element = absl::StrCat("a", arg, "[", index, "]");
     switch (dtype) {
       case ir::DType::kU8:
-        return absl::StrCat(element, " = uint8_t(", value, ");");
+      case ir::DType::kI8:
+      case ir::DType::kU16:
+      case ir::DType::kI16:
+        return absl::StrCat(element, " = ", ElementType(dtype), "(", value, ");");
       case ir::DType::kBool:
         return absl::StrCat(element, " = uint8_t(", value, " ? 1u : 0u);");
       case ir::DType::kF16:
@@ -242,6 +264,8 @@ typedef unsigned long long uint64_t;
 typedef unsigned int uint32_t;
 typedef unsigned short uint16_t;
 typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef signed char int8_t;
 __device__ inline float frexp(float x, int& e) { return frexpf(x, &e); }
 __device__ inline double frexp(double x, int& e) { return ::frexp(x, &e); }
 )cuda";

@@ -14,6 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "codegen/kernel_ir.h"
+#include "codegen/scalar_limits.h"
 #include "ir/dtype.h"
 #include "ir/tensor_data.h"
 #include "ir/verifier.h"
@@ -93,18 +95,30 @@ constexpr MlirExportRule kRules[] = {
 };
 static_assert(std::size(kRules) == std::size(ir::kAllOps), "one MLIR row per IR op");
 
-// MLIR's integer types are signless: u8 is i8 (its ops pick the unsigned forms) and bool is
+// MLIR's integer types are signless: uN is iN (its ops pick the unsigned forms) and bool is
 // i1. Every other dtype's name (base/dtype.h) is already its MLIR spelling.
 const char* ElemType(DType d) {
   switch (d) {
     case DType::kU8:
       return "i8";
+    case DType::kU16:
+      return "i16";
+    case DType::kU32:
+      return "i32";
+    case DType::kU64:
+      return "i64";
     case DType::kBool:
       return "i1";
     default:
       return ir::DTypeName(d);
   }
 }
+
+// Unsigned integers and bool take MLIR's unsigned op forms (maxui, cmpi ult, uitofp, ...).
+bool IsUnsignedForm(DType d) { return ir::IsUnsignedInteger(d) || d == DType::kBool; }
+
+// The smallest and largest value of an integer dtype as int64 bit patterns (u64's maximum is -1).
+IntLimits Limits(DType d) { return LimitsOf(ComputeType(d)); }
 
 int Bits(DType d) { return static_cast<int>(ir::DTypeSize(d)) * 8; }
 
@@ -128,14 +142,14 @@ std::string Hex(const std::byte* data, size_t size) {
 
 // A scalar attribute literal of dtype d holding `value` (stored as under docs/ir.md "Dtypes"):
 // floats as their bit pattern in hex, integers in decimal, bools as true/false.
+std::string IntLiteral(DType d, int64_t v);
+
 std::string ScalarLiteral(DType d, double value) {
   ir::TensorData t(d, {});
   t.SetDouble(0, value);
   if (ir::IsBool(d)) return t.GetInt64(0) != 0 ? "true" : "false";
   if (ir::IsInteger(d)) {
-    // i8 holds u8 values; MLIR prints and parses signless i8 literals as signed.
-    return d == DType::kU8 ? absl::StrCat(static_cast<int8_t>(t.GetInt64(0)))
-                           : absl::StrCat(t.GetInt64(0));
+    return IntLiteral(d, t.GetInt64(0));
   }
   std::string hex = "0x";
   const size_t size = static_cast<size_t>(ir::DTypeSize(d));
@@ -147,9 +161,19 @@ std::string ScalarLiteral(DType d, double value) {
   return hex;
 }
 
+// MLIR prints and parses signless integer literals as signed: an unsigned value is written as
+// the signed number with its bits.
 std::string IntLiteral(DType d, int64_t v) {
-  if (d == DType::kU8) return absl::StrCat(static_cast<int8_t>(static_cast<uint8_t>(v)));
-  return absl::StrCat(v);
+  switch (d) {
+    case DType::kU8:
+      return absl::StrCat(static_cast<int8_t>(static_cast<uint8_t>(v)));
+    case DType::kU16:
+      return absl::StrCat(static_cast<int16_t>(static_cast<uint16_t>(v)));
+    case DType::kU32:
+      return absl::StrCat(static_cast<int32_t>(static_cast<uint32_t>(v)));
+    default:
+      return absl::StrCat(v);
+  }
 }
 
 // "affine_map<(d0, d1) -> (d0, 0)>" from the result expressions.
@@ -243,9 +267,11 @@ class Writer {
   std::string Reshape(const std::string& x, const ir::TensorType& from, const ir::Shape& to);
   std::string ToIndex(const std::string& v, DType d) {
     std::string x = v;
-    if (d == DType::kU8) x = Conv("arith.extui", x, d, DType::kI64);
-    return S(absl::StrCat("arith.index_cast ", x, " : ",
-                          ElemType(d == DType::kU8 ? DType::kI64 : d), " to index"));
+    // index_cast sign-extends: narrower unsigned values are zero-extended first.
+    const bool widen = ir::IsUnsignedInteger(d) && d != DType::kU64;
+    if (widen) x = Conv("arith.extui", x, d, DType::kI64);
+    return S(absl::StrCat("arith.index_cast ", x, " : ", ElemType(widen ? DType::kI64 : d),
+                          " to index"));
   }
   std::string PadTensor(const std::string& x, const ir::TensorType& t,
                         const std::vector<int64_t>& low, const std::vector<int64_t>& high,
@@ -339,7 +365,7 @@ std::string Writer::MaxMin(bool is_max, const std::string& a, const std::string&
     const std::string pick = Sel(better, a, b, d);
     return Sel(CmpF("uno", a, a, d), a, pick, d);
   }
-  const bool u = d == DType::kU8 || d == DType::kBool;
+  const bool u = IsUnsignedForm(d);
   return Bin(is_max ? (u ? "arith.maxui" : "arith.maxsi") : (u ? "arith.minui" : "arith.minsi"), a,
              b, d);
 }
@@ -360,19 +386,33 @@ std::string Writer::ScalarCast(const std::string& x, DType from, DType to) {
     return Conv("arith.truncf", Conv("arith.extf", x, from, DType::kF32), DType::kF32, to);
   }
   if (ir::IsFloat(to)) {
-    return Conv(from == DType::kU8 ? "arith.uitofp" : "arith.sitofp", x, from, to);
+    return Conv(IsUnsignedForm(from) ? "arith.uitofp" : "arith.sitofp", x, from, to);
   }
   if (ir::IsInteger(from)) {
-    const bool from_u = from == DType::kU8;
+    // Saturating (docs/ir.md): widen exactly, or clamp in the source type and truncate.
+    const bool from_u = ir::IsUnsignedInteger(from), to_u = ir::IsUnsignedInteger(to);
     if (Bits(to) > Bits(from)) {
-      if (to == DType::kU8) return x;  // unreachable: u8 is the narrowest
-      return Conv(from_u ? "arith.extui" : "arith.extsi", x, from, to);
+      std::string v = Conv(from_u ? "arith.extui" : "arith.extsi", x, from, to);
+      // A negative signed value becomes 0 in an unsigned target.
+      if (!from_u && to_u) v = Bin("arith.maxsi", v, ConstInt(to, 0), to);
+      return v;
     }
-    // Narrowing (or i32/i64 → u8): saturate in the source type, then truncate.
-    const int64_t lo = to == DType::kU8 ? 0 : (to == DType::kI32 ? INT32_MIN : INT64_MIN);
-    const int64_t hi = to == DType::kU8 ? 255 : (to == DType::kI32 ? INT32_MAX : INT64_MAX);
-    std::string v = Bin("arith.maxsi", x, ConstInt(from, lo), from);
-    v = Bin("arith.minsi", v, ConstInt(from, hi), from);
+    const IntLimits to_limits = Limits(to);
+    std::string v = x;
+    if (from_u) {
+      // Only the top can be out of range; equal widths differ only for a signed target.
+      if (!to_u)
+        v = Bin("arith.minui", v, ConstInt(from, to_limits.hi_bits), from);
+      else if (Bits(to) < Bits(from)) {
+        v = Bin("arith.minui", v, ConstInt(from, to_limits.hi_bits), from);
+      }
+    } else {
+      v = Bin("arith.maxsi", v, ConstInt(from, to_limits.lo_bits), from);
+      // An unsigned target as wide as the source holds every non-negative source value.
+      if (!(to_u && Bits(to) == Bits(from))) {
+        v = Bin("arith.minsi", v, ConstInt(from, to_limits.hi_bits), from);
+      }
+    }
     return Bits(to) == Bits(from) ? v : Conv("arith.trunci", v, from, to);
   }
   // Float → integer: NaN → 0, saturate, otherwise truncate toward zero. f16/bf16 compare in f32
@@ -383,9 +423,9 @@ std::string Writer::ScalarCast(const std::string& x, DType from, DType to) {
     f = Conv("arith.extf", x, from, DType::kF32);
     fd = DType::kF32;
   }
-  const bool u = to == DType::kU8;
+  const bool u = ir::IsUnsignedInteger(to);
   const double lo = u ? 0.0 : -std::ldexp(1.0, Bits(to) - 1);
-  const double hi_excl = u ? 256.0 : std::ldexp(1.0, Bits(to) - 1);
+  const double hi_excl = std::ldexp(1.0, u ? Bits(to) : Bits(to) - 1);
   const std::string nan = CmpF("uno", f, f, fd);
   const std::string over = CmpF("oge", f, Const(fd, hi_excl), fd);
   const std::string under = CmpF("ole", f, Const(fd, lo), fd);
@@ -393,8 +433,8 @@ std::string Writer::ScalarCast(const std::string& x, DType from, DType to) {
       Bin("arith.ori", Bin("arith.ori", nan, over, DType::kBool), under, DType::kBool);
   const std::string safe = Sel(bad, Const(fd, 0), f, fd);
   std::string v = Conv(u ? "arith.fptoui" : "arith.fptosi", safe, fd, to);
-  const int64_t lo_i = u ? 0 : (to == DType::kI32 ? INT32_MIN : INT64_MIN);
-  const int64_t hi_i = u ? 255 : (to == DType::kI32 ? INT32_MAX : INT64_MAX);
+  const int64_t lo_i = Limits(to).lo_bits;
+  const int64_t hi_i = Limits(to).hi_bits;
   v = Sel(under, ConstInt(to, lo_i), v, to);
   v = Sel(over, ConstInt(to, hi_i), v, to);
   return Sel(nan, ConstInt(to, 0), v, to);
@@ -402,7 +442,7 @@ std::string Writer::ScalarCast(const std::string& x, DType from, DType to) {
 
 std::string Writer::ScalarOp(Op op, DType d, DType out, const std::vector<std::string>& a) {
   const bool f = ir::IsFloat(d);
-  const bool u = d == DType::kU8 || d == DType::kBool;
+  const bool u = IsUnsignedForm(d);
   switch (op) {
     case Op::kNeg:
       return f ? Un("arith.negf", a[0], d) : Bin("arith.subi", ConstInt(d, 0), a[0], d);
@@ -538,10 +578,10 @@ std::string Writer::Identity(Op op, DType d) {
     case Op::kArgMax:
     case Op::kWindowMax:
       if (ir::IsFloat(d)) return Const(d, -inf);
-      return ConstInt(d, d == DType::kU8 ? 0 : (d == DType::kI32 ? INT32_MIN : INT64_MIN));
+      return ConstInt(d, Limits(d).lo_bits);
     default:  // min, argmin
       if (ir::IsFloat(d)) return Const(d, inf);
-      return ConstInt(d, d == DType::kU8 ? 255 : (d == DType::kI32 ? INT32_MAX : INT64_MAX));
+      return ConstInt(d, Limits(d).hi_bits);
   }
 }
 
@@ -713,7 +753,7 @@ absl::StatusOr<std::string> Writer::EmitNode(NodeId id) {
               take = Bin("arith.andi", Bin("arith.ori", better, in_nan, DType::kBool), cur_ok,
                          DType::kBool);
             } else {
-              const bool u = e == DType::kU8;
+              const bool u = IsUnsignedForm(e);
               take = CmpI(is_max ? (u ? "ugt" : "sgt") : (u ? "ult" : "slt"), a[0], a[1], e);
             }
             const std::string i = S(absl::StrCat("linalg.index ", at.axes[0], " : index"));

@@ -28,9 +28,18 @@ const char* BufferElement(ir::DType dtype) {
     case ir::DType::kU8:
     case ir::DType::kBool:
       return "uint8_t";
+    case ir::DType::kI8:
+      return "int8_t";
+    case ir::DType::kI16:
+      return "int16_t";
     case ir::DType::kF16:
     case ir::DType::kBF16:
+    case ir::DType::kU16:
       return "uint16_t";
+    case ir::DType::kU32:
+      return "uint";
+    case ir::DType::kU64:
+      return "uint64_t";
   }
   return "uint";
 }
@@ -46,8 +55,11 @@ class GlslDialect : public CDialect {
       case ScalarType::kBool:
         return "bool";
       case ScalarType::kU8:
+      case ScalarType::kU16:
       case ScalarType::kU32:
         return "uint";
+      case ScalarType::kI8:
+      case ScalarType::kI16:
       case ScalarType::kI32:
         return "int";
       case ScalarType::kI64:
@@ -77,8 +89,11 @@ class GlslDialect : public CDialect {
   std::string IntLiteral(ScalarType type, int64_t value) const override {
     switch (type) {
       case ScalarType::kU8:
+      case ScalarType::kU16:
       case ScalarType::kU32:
         return absl::StrCat(static_cast<uint32_t>(value), "u");
+      case ScalarType::kI8:
+      case ScalarType::kI16:
       case ScalarType::kI32:
         if (value == std::numeric_limits<int32_t>::min()) return "int(0x80000000u)";
         return value < 0 ? absl::StrCat("(", value, ")") : absl::StrCat(value);
@@ -172,7 +187,11 @@ class GlslDialect : public CDialect {
     const std::string element = absl::StrCat("a", arg, ".d[uint(", index, ")]");
     switch (dtype) {
       case ir::DType::kU8:
+      case ir::DType::kU16:
         return absl::StrCat("uint(", element, ")");
+      case ir::DType::kI8:
+      case ir::DType::kI16:
+        return absl::StrCat("int(", element, ")");
       case ir::DType::kBool:
         return absl::StrCat("(uint(", element, ") != 0u)");
       case ir::DType::kF16:
@@ -190,7 +209,10 @@ class GlslDialect : public CDialect {
     const std::string element = absl::StrCat("a", arg, ".d[uint(", index, ")]");
     switch (dtype) {
       case ir::DType::kU8:
-        return absl::StrCat(element, " = uint8_t(", value, ");");
+      case ir::DType::kI8:
+      case ir::DType::kU16:
+      case ir::DType::kI16:
+        return absl::StrCat(element, " = ", BufferElement(dtype), "(", value, ");");
       case ir::DType::kBool:
         return absl::StrCat(element, " = uint8_t(", value, " ? 1u : 0u);");
       case ir::DType::kF16:
@@ -216,6 +238,8 @@ class GlslDialect : public CDialect {
     if (!target_.subgroup_arithmetic) return "";
     const bool ok = type == ScalarType::kF32 || type == ScalarType::kI32 ||
                     type == ScalarType::kU32 || type == ScalarType::kU8 ||
+                    type == ScalarType::kU16 || type == ScalarType::kI8 ||
+                    type == ScalarType::kI16 ||
                     (type == ScalarType::kF64 && target_.float64 &&
                      (kind == ReduceKind::kSum || kind == ReduceKind::kProd));
     if (!ok) return "";
@@ -393,11 +417,11 @@ absl::StatusOr<GlslKernel> KernelToGlsl(const Kernel& original, const GlslTarget
   for (const KernelArg& arg : kernel.args) {
     const std::string what = absl::StrCat("arg ", arg.name, " (", ir::DTypeName(arg.dtype), ")");
     if (arg.dtype == ir::DType::kF64 && !target.float64) return missing(what, "shaderFloat64");
-    if (arg.dtype == ir::DType::kU8 || arg.dtype == ir::DType::kBool) {
+    if (ir::DTypeSize(arg.dtype) == 1) {
       if (!target.int8_storage) return missing(what, "storageBuffer8BitAccess");
       has8 = true;
     }
-    if (arg.dtype == ir::DType::kF16 || arg.dtype == ir::DType::kBF16) {
+    if (ir::DTypeSize(arg.dtype) == 2) {
       if (!target.int16_storage) return missing(what, "storageBuffer16BitAccess");
       has16 = true;
     }

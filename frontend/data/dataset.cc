@@ -19,6 +19,13 @@ std::string TypeString(ir::DType dtype, const ir::Shape& shape) {
   return absl::StrCat(ir::DTypeName(dtype), ir::ShapeToString(shape));
 }
 
+template <class T>
+float LoadElementAs(const std::byte* row, int64_t i) {
+  T v;
+  std::memcpy(&v, row + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  return static_cast<float>(v);
+}
+
 // Element `i` of a row of `dtype` as float (the dtypes a dataset can hold).
 inline float LoadAsFloat(const std::byte* row, int64_t i, ir::DType dtype) {
   switch (dtype) {
@@ -56,6 +63,16 @@ inline float LoadAsFloat(const std::byte* row, int64_t i, ir::DType dtype) {
     }
     case ir::DType::kBool:
       return static_cast<float>(reinterpret_cast<const uint8_t*>(row)[i]);
+    case ir::DType::kI8:
+      return static_cast<float>(reinterpret_cast<const int8_t*>(row)[i]);
+    case ir::DType::kI16:
+      return LoadElementAs<int16_t>(row, i);
+    case ir::DType::kU16:
+      return LoadElementAs<uint16_t>(row, i);
+    case ir::DType::kU32:
+      return LoadElementAs<uint32_t>(row, i);
+    case ir::DType::kU64:
+      return LoadElementAs<uint64_t>(row, i);
   }
   return 0.0f;
 }

@@ -126,6 +126,16 @@ MPI_Datatype ReduceType(ir::DType dtype) {
     case ir::DType::kU8:
     case ir::DType::kBool:
       return MPI_UINT8_T;
+    case ir::DType::kI8:
+      return MPI_INT8_T;
+    case ir::DType::kI16:
+      return MPI_INT16_T;
+    case ir::DType::kU16:
+      return MPI_UINT16_T;
+    case ir::DType::kU32:
+      return MPI_UINT32_T;
+    case ir::DType::kU64:
+      return MPI_UINT64_T;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -265,19 +275,21 @@ void ProcessGroup::all_reduce_data(ir::TensorData& data, ReduceOp op, Loc loc) c
                 world_size_, loc);
   const int64_t n = data.num_elements();
   const bool half = dtype == ir::DType::kF16 || dtype == ir::DType::kBF16;
-  // u8 sums go through u32: Open MPI 4.1's vectorised reductions (op/avx) add MPI_UINT8_T with
-  // saturating instructions on long buffers (tests/dist caught 255 for 139), where C and kiln
-  // wrap modulo 256.
-  const bool wide_u8 = dtype == ir::DType::kU8 && op == ReduceOp::kSum;
+  // 8- and 16-bit integer sums go through u32: Open MPI 4.1's vectorised reductions (op/avx)
+  // add MPI_UINT8_T with saturating instructions on long buffers (tests/dist caught 255 for 139),
+  // where C and kiln wrap modulo 2^bits. u32 sums wrap modulo 2^32, which keeps the low bits.
+  const bool wide_small = ir::IsInteger(dtype) && ir::DTypeSize(dtype) < 4 && op == ReduceOp::kSum;
   std::vector<float> widened;
-  std::vector<uint32_t> widened_u8;
+  std::vector<uint32_t> widened_small;
   std::byte* buffer = data.data();
   int64_t element_size = ir::DTypeSize(dtype);
   MPI_Datatype type = ReduceType(dtype);
-  if (wide_u8) {
-    const auto* bytes = reinterpret_cast<const uint8_t*>(data.data());
-    widened_u8.assign(bytes, bytes + n);
-    buffer = reinterpret_cast<std::byte*>(widened_u8.data());
+  if (wide_small) {
+    widened_small.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      widened_small[static_cast<size_t>(i)] = static_cast<uint32_t>(data.GetInt64(i));
+    }
+    buffer = reinterpret_cast<std::byte*>(widened_small.data());
     element_size = sizeof(uint32_t);
     type = MPI_UINT32_T;
   }
@@ -310,10 +322,13 @@ void ProcessGroup::all_reduce_data(ir::TensorData& data, ReduceOp op, Loc loc) c
       DivideBy(reinterpret_cast<float*>(buffer), n, world_size_);
     }
   }
-  if (wide_u8) {
-    auto* bytes = reinterpret_cast<uint8_t*>(data.data());
-    for (int64_t i = 0; i < n; ++i)
-      bytes[i] = static_cast<uint8_t>(widened_u8[static_cast<size_t>(i)]);
+  if (wide_small) {
+    // The low bytes of the u32 sum (little-endian, as every kiln host): the wrapped result.
+    const int64_t size = ir::DTypeSize(dtype);
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(data.data() + i * size, &widened_small[static_cast<size_t>(i)],
+                  static_cast<size_t>(size));
+    }
   }
   if (half) {
     auto* bits = reinterpret_cast<uint16_t*>(data.data());

@@ -143,6 +143,16 @@ int OnnxType(DType d) {
       return pb::TensorProto::UINT8;
     case DType::kBool:
       return pb::TensorProto::BOOL;
+    case DType::kI8:
+      return pb::TensorProto::INT8;
+    case DType::kI16:
+      return pb::TensorProto::INT16;
+    case DType::kU16:
+      return pb::TensorProto::UINT16;
+    case DType::kU32:
+      return pb::TensorProto::UINT32;
+    case DType::kU64:
+      return pb::TensorProto::UINT64;
   }
   return pb::TensorProto::UNDEFINED;
 }
@@ -189,18 +199,32 @@ std::optional<DType> ComputeType(DType d, DTypeSet allowed) {
   return std::nullopt;
 }
 
-// Integer range of an integer dtype.
-std::pair<double, double> IntRange(DType d) {
+// Integer range of an integer dtype other than u64, exactly.
+std::pair<int64_t, int64_t> ExactIntLimits(DType d) {
   switch (d) {
+    case DType::kI8:
+      return {INT8_MIN, INT8_MAX};
+    case DType::kI16:
+      return {INT16_MIN, INT16_MAX};
     case DType::kI32:
-      return {-2147483648.0, 2147483647.0};
+      return {INT32_MIN, INT32_MAX};
     case DType::kI64:
-      return {-9223372036854775808.0, 9223372036854775807.0};
+      return {INT64_MIN, INT64_MAX};
     case DType::kU8:
-      return {0, 255};
+      return {0, UINT8_MAX};
+    case DType::kU16:
+      return {0, UINT16_MAX};
+    case DType::kU32:
+      return {0, UINT32_MAX};
     default:
       return {0, 1};
   }
+}
+
+// Integer range of an integer dtype (the i64 bounds rounded to doubles).
+std::pair<double, double> IntRange(DType d) {
+  const auto [lo, hi] = ExactIntLimits(d);
+  return {static_cast<double>(lo), static_cast<double>(hi)};
 }
 
 // Significand bits and largest finite value of a float dtype.
@@ -399,8 +423,8 @@ std::string Exporter::IrCast(const std::string& x, DType from, DType to, std::st
     lo.SetDouble(0, std::max(lo_to, lo_from));
     hi.SetDouble(0, std::min(hi_to, hi_from));
     if (to == DType::kI64 || from == DType::kI64) {  // exact bounds beyond 2^53
-      lo.SetInt64(0, to == DType::kU8 ? 0 : (to == DType::kI32 ? INT32_MIN : INT64_MIN));
-      hi.SetInt64(0, to == DType::kU8 ? 255 : (to == DType::kI32 ? INT32_MAX : INT64_MAX));
+      lo.SetInt64(0, std::max(ExactIntLimits(to).first, ExactIntLimits(from).first));
+      hi.SetInt64(0, std::min(ExactIntLimits(to).second, ExactIntLimits(from).second));
     }
     const std::string clipped = Node("Clip", {x, Initializer(lo), Initializer(hi)});
     return Node("Cast", {clipped}, out, [&](pb::NodeProto& n) { IntAttr(n, "to", OnnxType(to)); });
@@ -624,6 +648,19 @@ absl::StatusOr<std::string> Exporter::EmitNode(NodeId id, const std::string& out
   auto simple = [&](const char* op_type, DTypeSet allowed) {
     return Compute(op_type, ins, d, allowed, out);
   };
+  // The exporter's wrap-around and range rules are written for u8, i32 and i64 (the dtypes the
+  // integer ops of ONNX Runtime's CPU provider cover); the other integer dtypes only travel
+  // through ops that move or convert elements.
+  for (DType t : {d, in_d}) {
+    const bool narrow = t == DType::kI8 || t == DType::kI16 || t == DType::kU16 ||
+                        t == DType::kU32 || t == DType::kU64;
+    const ir::OpClass c = ir::GetOpClass(n.op);
+    const bool moves = c == ir::OpClass::kMovement || (c == ir::OpClass::kCast && t != DType::kU64);
+    if (narrow && !moves) {
+      return Unsupported(absl::StrCat("exporting ", ir::DTypeName(t),
+                                      " arithmetic is not implemented; cast to i32 or i64 first"));
+    }
+  }
   switch (n.op) {
     case Op::kParameter:
     case Op::kConstant:

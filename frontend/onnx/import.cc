@@ -61,6 +61,16 @@ absl::StatusOr<ir::DType> DTypeFromOnnx(int32_t elem_type, const std::string& wh
       return ir::DType::kU8;
     case T::BOOL:
       return ir::DType::kBool;
+    case T::INT8:
+      return ir::DType::kI8;
+    case T::INT16:
+      return ir::DType::kI16;
+    case T::UINT16:
+      return ir::DType::kU16;
+    case T::UINT32:
+      return ir::DType::kU32;
+    case T::UINT64:
+      return ir::DType::kU64;
     default:
       break;
   }
@@ -69,7 +79,8 @@ absl::StatusOr<ir::DType> DTypeFromOnnx(int32_t elem_type, const std::string& wh
                          : absl::StrCat("#", elem_type);
   return absl::UnimplementedError(absl::StrCat(
       what, ": element type ", name,
-      " is not supported (kiln has float, double, float16, bfloat16, int32, int64, uint8, bool)"));
+      " is not supported (kiln has float, double, float16, bfloat16, int8, int16, int32, int64, "
+      "uint8, uint16, uint32, uint64, bool)"));
 }
 
 namespace {
@@ -160,6 +171,10 @@ absl::StatusOr<ir::TensorData> TensorFromProto(const ::onnx::TensorProto& proto,
     case ir::DType::kI64:
       n = proto.int64_data_size(), field = "int64_data";
       break;
+    case ir::DType::kU32:
+    case ir::DType::kU64:
+      n = proto.uint64_data_size(), field = "uint64_data";
+      break;
     default:
       n = proto.int32_data_size();
       break;
@@ -202,6 +217,21 @@ absl::StatusOr<ir::TensorData> TensorFromProto(const ::onnx::TensorProto& proto,
       for (int64_t i = 0; i < count; ++i) {
         int32_t v = proto.int32_data(i);
         p[i] = *dtype == ir::DType::kBool ? (v != 0) : static_cast<uint8_t>(v);
+      }
+      break;
+    }
+    case ir::DType::kI8:
+    case ir::DType::kI16:
+    case ir::DType::kU16: {  // one value per int32_data entry (the spec's packing for them)
+      if (auto s = check(proto.int32_data_size(), "int32_data"); !s.ok()) return s;
+      for (int64_t i = 0; i < count; ++i) t.SetInt64(i, proto.int32_data(static_cast<int>(i)));
+      break;
+    }
+    case ir::DType::kU32:
+    case ir::DType::kU64: {
+      if (auto s = check(proto.uint64_data_size(), "uint64_data"); !s.ok()) return s;
+      for (int64_t i = 0; i < count; ++i) {
+        t.SetInt64(i, static_cast<int64_t>(proto.uint64_data(static_cast<int>(i))));
       }
       break;
     }

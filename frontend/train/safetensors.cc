@@ -28,7 +28,9 @@ using Json = nlohmann::json;
 constexpr std::pair<ir::DType, const char*> kDTypeNames[] = {
     {ir::DType::kF32, "F32"},   {ir::DType::kF64, "F64"},   {ir::DType::kF16, "F16"},
     {ir::DType::kBF16, "BF16"}, {ir::DType::kI32, "I32"},   {ir::DType::kI64, "I64"},
-    {ir::DType::kU8, "U8"},     {ir::DType::kBool, "BOOL"},
+    {ir::DType::kU8, "U8"},     {ir::DType::kBool, "BOOL"}, {ir::DType::kI8, "I8"},
+    {ir::DType::kI16, "I16"},   {ir::DType::kU16, "U16"},   {ir::DType::kU32, "U32"},
+    {ir::DType::kU64, "U64"},
 };
 
 constexpr std::string_view kMetadataKey = "__metadata__";

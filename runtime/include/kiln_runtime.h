@@ -60,7 +60,12 @@ typedef enum kiln_dtype {
   KILN_DTYPE_I32 = 4,
   KILN_DTYPE_I64 = 5,
   KILN_DTYPE_U8 = 6,
-  KILN_DTYPE_BOOL = 7 /* one byte holding 0 or 1 */
+  KILN_DTYPE_BOOL = 7, /* one byte holding 0 or 1 */
+  KILN_DTYPE_I8 = 8,
+  KILN_DTYPE_I16 = 9,
+  KILN_DTYPE_U16 = 10,
+  KILN_DTYPE_U32 = 11,
+  KILN_DTYPE_U64 = 12
 } kiln_dtype;
 
 /* A loaded blob. Opaque. */

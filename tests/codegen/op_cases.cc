@@ -142,7 +142,8 @@ void AppendSortCases(std::vector<Case>& cases) {
   };
   for (const SortCase& c : std::vector<SortCase>{
            {{4, 7}, 1}, {{5, 3, 4}, 1}, {{9}, 0}, {{3, 0}, 1}, {{2, 1}, 1}, {{6, 5}, 0}}) {
-    for (DType dtype : {DType::kF32, DType::kF16, DType::kI32, DType::kU8, DType::kBool}) {
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kI32, DType::kU8, DType::kBool, DType::kI8,
+                        DType::kU32, DType::kU64}) {
       for (Op op : {Op::kSort, Op::kArgsort}) {
         cases.push_back({Name(absl::StrCat(ir::OpName(op), "_axis", c.axis), dtype, c.shape),
                          [c, dtype, op](ir::Builder& b) {
@@ -194,6 +195,9 @@ std::vector<Case> Cases() {
   std::vector<Case> cases;
   const std::vector<Shape> shapes = {{}, {5}, {3, 4}, {2, 3, 4}, {0, 3}, {1, 1}};
   const DType floats[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
+  // Every integer dtype: 8- and 16-bit ones wrap inside the C-style renderers' 32-bit values.
+  const std::vector<DType> integers = {DType::kI8, DType::kI16, DType::kI32, DType::kI64,
+                                       DType::kU8, DType::kU16, DType::kU32, DType::kU64};
 
   // ---- Leaves ----
   cases.push_back({"parameter", [](ir::Builder& b) {
@@ -280,7 +284,7 @@ std::vector<Case> Cases() {
     }
   }
   for (Op op : {Op::kNeg, Op::kAbs, Op::kSign, Op::kNot}) {
-    for (DType dtype : {DType::kI32, DType::kI64, DType::kU8}) {
+    for (DType dtype : integers) {
       cases.push_back({Name(ir::OpName(op), dtype, {3, 4}), [op, dtype](ir::Builder& b) {
                          b.Output(b.Unary(op, b.Parameter("x", {dtype, {3, 4}})));
                        }});
@@ -306,7 +310,7 @@ std::vector<Case> Cases() {
     }
   }
   for (Op op : {Op::kAdd, Op::kSub, Op::kMul, Op::kDiv, Op::kMax, Op::kMin, Op::kMod}) {
-    for (DType dtype : {DType::kI32, DType::kI64, DType::kU8}) {
+    for (DType dtype : integers) {
       cases.push_back({Name(ir::OpName(op), dtype, {4, 5}), [op, dtype](ir::Builder& b) {
                          b.Output(b.Binary(op, b.Parameter("x", {dtype, {4, 5}}),
                                            b.Parameter("y", {dtype, {4, 5}})));
@@ -326,7 +330,8 @@ std::vector<Case> Cases() {
                      (void)t;
                    }});
   for (Op op : {Op::kEq, Op::kNe, Op::kLt, Op::kLe, Op::kGt, Op::kGe}) {
-    for (DType dtype : {DType::kF32, DType::kF16, DType::kI32, DType::kU8, DType::kBool}) {
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kI8, DType::kI32, DType::kU8, DType::kU16,
+                        DType::kU64, DType::kBool}) {
       cases.push_back({Name(ir::OpName(op), dtype, {4, 6}),
                        [op, dtype](ir::Builder& b) {
                          b.Output(b.Binary(op, b.Parameter("x", {dtype, {4, 6}}),
@@ -339,7 +344,8 @@ std::vector<Case> Cases() {
     }
   }
   for (Op op : {Op::kAnd, Op::kOr, Op::kXor}) {
-    for (DType dtype : {DType::kBool, DType::kI32, DType::kU8, DType::kI64}) {
+    for (DType dtype : {DType::kBool, DType::kI32, DType::kU8, DType::kI64, DType::kI8, DType::kU16,
+                        DType::kU32}) {
       cases.push_back({Name(ir::OpName(op), dtype, {3, 5}), [op, dtype](ir::Builder& b) {
                          b.Output(b.Binary(op, b.Parameter("x", {dtype, {3, 5}}),
                                            b.Parameter("y", {dtype, {3, 5}})));
@@ -355,8 +361,7 @@ std::vector<Case> Cases() {
   }
 
   // ---- Cast: every pair, with values that round, saturate and are NaN ----
-  const DType all[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16,
-                       DType::kI32, DType::kI64, DType::kU8,  DType::kBool};
+  const auto& all = ir::kAllDTypes;
   for (DType from : all) {
     for (DType to : all) {
       if (from == to) continue;
@@ -379,7 +384,8 @@ std::vector<Case> Cases() {
 
   // ---- Reductions ----
   for (Op op : {Op::kReduceSum, Op::kReduceProd, Op::kReduceMax, Op::kReduceMin}) {
-    for (DType dtype : {DType::kF32, DType::kF64, DType::kF16, DType::kI32, DType::kU8}) {
+    for (DType dtype : {DType::kF32, DType::kF64, DType::kF16, DType::kI32, DType::kU8, DType::kI8,
+                        DType::kU16, DType::kU64}) {
       for (auto [shape, axes] :
            std::vector<std::pair<Shape, std::vector<int64_t>>>{{{2, 3, 4}, {}},
                                                                {{2, 3, 4}, {0}},
@@ -404,7 +410,8 @@ std::vector<Case> Cases() {
     }
   }
   for (Op op : {Op::kArgMax, Op::kArgMin}) {
-    for (DType dtype : {DType::kF32, DType::kF16, DType::kI32, DType::kU8}) {
+    for (DType dtype :
+         {DType::kF32, DType::kF16, DType::kI32, DType::kU8, DType::kI16, DType::kU64}) {
       for (auto [shape, axis] : std::vector<std::pair<Shape, int64_t>>{
                {{2, 3, 4}, 0}, {{2, 3, 4}, 1}, {{2, 3, 4}, 2}, {{9}, 0}, {{0, 3}, 1}}) {
         cases.push_back({Name(absl::StrCat(ir::OpName(op), "_axis", axis), dtype, shape),

@@ -650,8 +650,20 @@ ir::TensorData RandomTensor(const ir::TensorType& type, std::mt19937_64& rng) {
         data.SetInt64(i, static_cast<int64_t>(rng() & 1));
         break;
       case DType::kU8:
+      case DType::kU16:
+      case DType::kU32:
+      case DType::kU64:
         data.SetInt64(i, std::uniform_int_distribution<int64_t>(0, 20)(rng));
         break;
+      case DType::kI8:
+      case DType::kI16:
+        // Now and then a limit, so that 8- and 16-bit arithmetic wraps (the wider types reach
+        // theirs in the cases' own fix_args).
+        if (rng() % 8 == 0) {
+          data.SetDouble(i, rng() % 2 == 0 ? -1e30 : 1e30);  // saturates to the dtype's min/max
+          break;
+        }
+        [[fallthrough]];
       case DType::kI32:
       case DType::kI64:
         data.SetInt64(i, std::uniform_int_distribution<int64_t>(-10, 10)(rng));

@@ -149,6 +149,16 @@ TEST(ArithmeticTest, PromotionWithinKind) {
   // Integer scalars wrap into the tensor's dtype like its arithmetic (torch: 1 + 300 = 45).
   EXPECT_THAT((u8 + 300).to_vector(), ElementsAre(45, 45));
   EXPECT_THAT((u8 * 255 + 2).to_vector(), ElementsAre(1, 1));
+  // Mixed signedness promotes to the narrowest signed dtype that holds both, as torch does.
+  auto i8 = TI<1>::from_data({-128, 127}, device).cast(ir::DType::kI8);
+  auto u16 = TI<1>::from_data({65535, 1}, device).cast(ir::DType::kU16);
+  EXPECT_EQ((u8 + i8).dtype(), ir::DType::kI16);
+  EXPECT_THAT((u8 + i8).to_vector(), ElementsAre(-127, 128));
+  EXPECT_EQ((u16 - i8).dtype(), ir::DType::kI32);
+  EXPECT_THAT((u16 - i8).to_vector(), ElementsAre(65663, -126));
+  EXPECT_THAT((i8 + 1).to_vector(), ElementsAre(-127, -128));  // i8 arithmetic wraps
+  auto u64 = TI<1>::ones({2}, device).cast(ir::DType::kU64);
+  EXPECT_THROW(u64 + i8, Error);  // no integer dtype holds both
 }
 
 struct UnaryCase {

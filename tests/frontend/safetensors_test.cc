@@ -77,7 +77,7 @@ TEST(Safetensors, DTypeNamesRoundTrip) {
   for (ir::DType dtype : ir::kAllDTypes) {
     EXPECT_EQ(ParseSafetensorsDType(SafetensorsDTypeName(dtype)), dtype);
   }
-  EXPECT_FALSE(ParseSafetensorsDType("I8").has_value());
+  EXPECT_FALSE(ParseSafetensorsDType("F8_E4M3").has_value());
 }
 
 TEST(Safetensors, RoundTripEveryDTypeInMemory) {
@@ -143,7 +143,10 @@ TEST(Safetensors, ReadsTorchWrittenDTypes) {
       ReadSafetensors("tests/frontend/fixtures/dtypes.safetensors");
   ASSERT_TRUE(file.ok()) << file.status();
   int checked = 0;
-  for (ir::DType dtype : ir::kAllDTypes) {
+  // torch 1.13 has no uint16/32/64 tensors (RoundTripEveryDTypeInMemory covers those).
+  for (ir::DType dtype :
+       {ir::DType::kF32, ir::DType::kF64, ir::DType::kF16, ir::DType::kBF16, ir::DType::kI32,
+        ir::DType::kI64, ir::DType::kU8, ir::DType::kBool, ir::DType::kI8, ir::DType::kI16}) {
     std::string name = SafetensorsDTypeName(dtype);
     for (char& c : name) c = static_cast<char>(std::tolower(c));
     ASSERT_TRUE(file->tensors.count(name)) << name;
@@ -154,7 +157,7 @@ TEST(Safetensors, ReadsTorchWrittenDTypes) {
     EXPECT_EQ(t.ToDoubles(), ref.ToDoubles()) << name;
     ++checked;
   }
-  EXPECT_EQ(checked, 8);
+  EXPECT_EQ(checked, 10);
 }
 
 // Every malformed file of the corpus fails with its expected message, naming the file and a

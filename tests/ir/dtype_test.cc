@@ -33,9 +33,9 @@ TEST(DTypeTest, NamesRoundTrip) {
     ASSERT_TRUE(ParseDType(name).has_value()) << name;
     EXPECT_EQ(*ParseDType(name), d);
   }
-  EXPECT_EQ(names,
-            (std::set<std::string>{"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"}));
-  for (const char* bad : {"", "F32", "float", "f32 ", " f32", "f8", "boolean", "i16"}) {
+  EXPECT_EQ(names, (std::set<std::string>{"f32", "f64", "f16", "bf16", "i8", "i16", "i32", "i64",
+                                          "u8", "u16", "u32", "u64", "bool"}));
+  for (const char* bad : {"", "F32", "float", "f32 ", " f32", "f8", "boolean", "i128", "u1"}) {
     EXPECT_FALSE(ParseDType(bad).has_value()) << bad;
   }
 }
@@ -49,16 +49,24 @@ TEST(DTypeTest, SizesAndKinds) {
   EXPECT_EQ(DTypeSize(DType::kI64), static_cast<int64_t>(sizeof(int64_t)));
   EXPECT_EQ(DTypeSize(DType::kU8), static_cast<int64_t>(sizeof(uint8_t)));
   EXPECT_EQ(DTypeSize(DType::kBool), static_cast<int64_t>(sizeof(bool)));
-  int floats = 0, integers = 0, bools = 0;
+  EXPECT_EQ(DTypeSize(DType::kI8), static_cast<int64_t>(sizeof(int8_t)));
+  EXPECT_EQ(DTypeSize(DType::kI16), static_cast<int64_t>(sizeof(int16_t)));
+  EXPECT_EQ(DTypeSize(DType::kU16), static_cast<int64_t>(sizeof(uint16_t)));
+  EXPECT_EQ(DTypeSize(DType::kU32), static_cast<int64_t>(sizeof(uint32_t)));
+  EXPECT_EQ(DTypeSize(DType::kU64), static_cast<int64_t>(sizeof(uint64_t)));
+  int floats = 0, integers = 0, bools = 0, signed_integers = 0;
   for (DType d : kAllDTypes) {
     // Each dtype is exactly one kind.
     EXPECT_EQ(IsFloat(d) + IsInteger(d) + IsBool(d), 1) << DTypeName(d);
     floats += IsFloat(d);
     integers += IsInteger(d);
     bools += IsBool(d);
+    signed_integers += IsSignedInteger(d);
+    EXPECT_EQ(IsInteger(d), IsSignedInteger(d) || IsUnsignedInteger(d)) << DTypeName(d);
   }
   EXPECT_EQ(floats, 4);
-  EXPECT_EQ(integers, 3);
+  EXPECT_EQ(integers, 8);
+  EXPECT_EQ(signed_integers, 4);
   EXPECT_EQ(bools, 1);
 }
 

@@ -38,7 +38,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr DType kF32 = DType::kF32, kF64 = DType::kF64, kF16 = DType::kF16, kBF16 = DType::kBF16,
                 kI32 = DType::kI32, kI64 = DType::kI64, kU8 = DType::kU8, kBool = DType::kBool;
 constexpr DType kFloatTypes[] = {kF32, kF64, kF16, kBF16};
-constexpr DType kIntTypes[] = {kI32, kI64, kU8};
+constexpr DType kIntTypes[] = {kI32,        kI64,        kU8,         DType::kI8,
+                               DType::kI16, DType::kU16, DType::kU32, DType::kU64};
 
 // ---- Running graphs -----------------------------------------------------------------------------
 
@@ -122,20 +123,24 @@ double Tiny(DType dtype) {
   }
 }
 
-// An exact integer (|x| < 2^53) modulo 2^bits of an integer dtype, by floating-point remainder.
+// An exact integer (|x| < 2^53) modulo 2^bits of an integer dtype, by floating-point remainder
+// (i64 holds every such value; a negative one as u64 is 2^64 + x, rounded as GetDouble rounds).
 double Wrap(double x, DType dtype) {
-  switch (dtype) {
-    case DType::kU8:
-      return x - 256.0 * std::floor(x / 256.0);
-    case DType::kI32: {
-      const double m = x - 0x1p32 * std::floor(x / 0x1p32);
-      return m >= 0x1p31 ? m - 0x1p32 : m;
-    }
-    case DType::kBool:
-      return x != 0 ? 1 : 0;
-    default:
-      return x;
+  if (dtype == DType::kBool) return x != 0 ? 1 : 0;
+  if (dtype == DType::kI64) return x;
+  if (dtype == DType::kU64) return x < 0 ? x + 0x1p64 : x;
+  const double modulus = std::ldexp(1.0, static_cast<int>(DTypeSize(dtype)) * 8);
+  const double m = x - modulus * std::floor(x / modulus);
+  return IsSignedInteger(dtype) && m >= modulus / 2 ? m - modulus : m;
+}
+
+// The smallest and largest value of an integer dtype (i64's and u64's rounded to doubles).
+std::pair<double, double> IntegerRange(DType dtype) {
+  if (IsUnsignedInteger(dtype)) {
+    return {0.0, std::ldexp(1.0, static_cast<int>(DTypeSize(dtype)) * 8) - 1};
   }
+  const double half = std::ldexp(1.0, static_cast<int>(DTypeSize(dtype)) * 8 - 1);
+  return {-half, half - 1};
 }
 
 // `exact` holds the mathematically exact results (unrounded for floats, unwrapped for integers).
@@ -221,10 +226,9 @@ TensorData RandomData(Rng& rng, DType dtype, const Shape& shape, double lo = -3,
     } else if (IsBool(dtype)) {
       data.SetInt64(i, rng.Int(0, 1));
     } else {
-      const int64_t low =
-          dtype == kU8 ? std::max<int64_t>(0, static_cast<int64_t>(lo)) : static_cast<int64_t>(lo);
-      const int64_t high = dtype == kU8 ? std::min<int64_t>(255, static_cast<int64_t>(hi))
-                                        : static_cast<int64_t>(hi);
+      const auto [min, max] = IntegerRange(dtype);
+      const auto low = static_cast<int64_t>(std::max(lo, min));
+      const auto high = static_cast<int64_t>(std::min(hi, max));
       data.SetInt64(i, rng.Int(low, high));
     }
   }
@@ -343,8 +347,7 @@ double ReferenceCast(double x, DType dtype) {
   if (IsBool(dtype)) return x != 0;  // NaN != 0.
   if (IsFloat(dtype)) return x;      // Rounding is ExpectMatches' tolerance.
   if (std::isnan(x)) return 0;
-  const double lo = dtype == kU8 ? 0 : (dtype == kI32 ? -0x1p31 : -0x1p63);
-  const double hi = dtype == kU8 ? 255 : (dtype == kI32 ? 0x1p31 - 1 : 0x1p63);
+  const auto [lo, hi] = IntegerRange(dtype);
   return std::clamp(std::trunc(x), lo, hi);
 }
 
@@ -1828,6 +1831,56 @@ TEST(Interpret, RunsMultiOutputGraphsAndSkipsDeadNodes) {
   ExpectValues((*result)[1], kF32, {3}, {2, 4, 6});
   ExpectValues((*result)[2], kF32, {3}, {1, 2, 3});
   ExpectValues((*result)[3], kF32, {1}, {12});
+}
+
+// 8- and 16-bit integers wrap at their width, and u64 elements from 2^63 up (which TensorData
+// carries as negative int64 bit patterns) order, divide and convert as unsigned values.
+TEST(Interpret, NarrowIntegersWrapAndU64OrdersAsUnsigned) {
+  Builder b;
+  const NodeId a8 = b.Parameter("a8", {DType::kI8, {3}});
+  const NodeId b8 = b.Parameter("b8", {DType::kI8, {3}});
+  b.Output(b.Binary(Op::kAdd, a8, b8), "i8_add");
+  b.Output(b.Binary(Op::kDiv, a8, b8), "i8_div");
+  b.Output(b.Unary(Op::kAbs, a8), "i8_abs");
+  const NodeId u16 = b.Parameter("u16", {DType::kU16, {2}});
+  b.Output(b.Binary(Op::kSub, u16, b.Binary(Op::kAdd, u16, u16)), "u16_neg");
+  const NodeId u64 = b.Parameter("u64", {DType::kU64, {3}});
+  const NodeId v64 = b.Parameter("v64", {DType::kU64, {3}});
+  b.Output(b.Binary(Op::kLt, u64, v64), "u64_lt");
+  b.Output(b.Binary(Op::kMax, u64, v64), "u64_max");
+  b.Output(b.Binary(Op::kDiv, u64, v64), "u64_div");
+  b.Output(b.Reduce(Op::kReduceMax, u64, {0}), "u64_reduce_max");
+  b.Output(b.ArgReduce(Op::kArgMin, u64, 0), "u64_argmin");
+  b.Output(b.Cast(u64, DType::kI64), "u64_to_i64");
+  b.Output(b.Cast(b.Cast(a8, DType::kI64), DType::kU64), "i8_to_u64");
+  absl::StatusOr<Graph> graph = std::move(b).Build();
+  ASSERT_TRUE(graph.ok()) << graph.status();
+
+  const int64_t big = std::numeric_limits<int64_t>::min() + 5;  // 2^63 + 5 as a u64
+  std::vector<TensorData> args = {Data(DType::kI8, {3}, {127, -128, -7}),
+                                  Data(DType::kI8, {3}, {1, -1, 2}),
+                                  Data(DType::kU16, {2}, {1, 65535}), TensorData(DType::kU64, {3}),
+                                  TensorData(DType::kU64, {3})};
+  const int64_t u[] = {big, 7, 3}, v[] = {9, big, -1};  // -1: 2^64 - 1
+  for (int64_t i = 0; i < 3; ++i) {
+    args[3].SetInt64(i, u[i]);
+    args[4].SetInt64(i, v[i]);
+  }
+  const absl::StatusOr<std::vector<TensorData>> r = Interpret(*graph, args);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].ToInt64s(), (std::vector<int64_t>{-128, 127, -5}));  // 127 + 1 wraps
+  EXPECT_EQ((*r)[1].ToInt64s(), (std::vector<int64_t>{127, -128, -4}));  // -128 / -1 wraps
+  EXPECT_EQ((*r)[2].ToInt64s(), (std::vector<int64_t>{127, -128, 7}));   // |-128| wraps
+  EXPECT_EQ((*r)[3].ToInt64s(), (std::vector<int64_t>{65535, 1}));       // -x mod 2^16
+  EXPECT_EQ((*r)[4].ToInt64s(), (std::vector<int64_t>{0, 1, 1}));
+  EXPECT_EQ((*r)[5].ToInt64s(), (std::vector<int64_t>{big, big, -1}));
+  EXPECT_EQ((*r)[6].ToInt64s(),
+            (std::vector<int64_t>{static_cast<int64_t>(static_cast<uint64_t>(big) / 9), 0, 0}));
+  EXPECT_EQ((*r)[7].ToInt64s(), (std::vector<int64_t>{big}));
+  EXPECT_EQ((*r)[8].ToInt64s(), (std::vector<int64_t>{2}));
+  EXPECT_EQ((*r)[9].ToInt64s(),
+            (std::vector<int64_t>{std::numeric_limits<int64_t>::max(), 7, 3}));  // saturates
+  EXPECT_EQ((*r)[10].ToInt64s(), (std::vector<int64_t>{127, 0, 0}));  // negatives become 0
 }
 
 long PeakResidentKiB() {

@@ -110,8 +110,23 @@ std::pair<int, std::string> RunChecker(const fs::path& dir) {
 }
 
 // Ops (or op/dtype pairs) the export table marks as having no ONNX equivalent.
+// The integer dtypes the exporter only moves and converts (export.cc, EmitNode).
+bool MovedOnly(ir::DType d) {
+  return d == ir::DType::kI8 || d == ir::DType::kI16 || d == ir::DType::kU16 ||
+         d == ir::DType::kU32 || d == ir::DType::kU64;
+}
+
 bool ExpectedUnsupported(const ir::Graph& graph) {
   for (const ir::Node& n : graph.nodes()) {
+    const ir::OpClass op_class = ir::GetOpClass(n.op);
+    if (op_class != ir::OpClass::kLeaf) {
+      const ir::DType in = n.inputs.empty() ? n.type.dtype : graph.node(n.inputs[0]).type.dtype;
+      for (ir::DType d : {n.type.dtype, in}) {
+        const bool moves = op_class == ir::OpClass::kMovement ||
+                           (op_class == ir::OpClass::kCast && d != ir::DType::kU64);
+        if (MovedOnly(d) && !moves) return true;
+      }
+    }
     switch (n.op) {
       case ir::Op::kRandomUniform:
       case ir::Op::kRandomNormal:

@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -63,6 +65,18 @@ class KernelBuffers {
   std::vector<void*> pointers_;
 };
 
+template <class T>
+double LoadAsDouble(const std::byte* bytes, int64_t i) {
+  T v;
+  std::memcpy(&v, bytes + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  return static_cast<double>(v);
+}
+
+template <class T>
+void StoreValue(std::byte* bytes, int64_t i, T v) {
+  std::memcpy(bytes + i * static_cast<int64_t>(sizeof(T)), &v, sizeof(T));
+}
+
 /// Element i of a buffer of `dtype` as a double (f16/bf16 decoded, bool 0/1).
 inline double ElementAsDouble(const void* data, ir::DType dtype, int64_t i) {
   const auto* bytes = static_cast<const std::byte*>(data);
@@ -96,8 +110,38 @@ inline double ElementAsDouble(const void* data, ir::DType dtype, int64_t i) {
     case ir::DType::kU8:
     case ir::DType::kBool:
       return static_cast<double>(static_cast<uint8_t>(bytes[i]));
+    case ir::DType::kI8:
+      return static_cast<double>(static_cast<int8_t>(bytes[i]));
+    case ir::DType::kI16:
+      return LoadAsDouble<int16_t>(bytes, i);
+    case ir::DType::kU16:
+      return LoadAsDouble<uint16_t>(bytes, i);
+    case ir::DType::kU32:
+      return LoadAsDouble<uint32_t>(bytes, i);
+    case ir::DType::kU64:
+      return LoadAsDouble<uint64_t>(bytes, i);
   }
   return 0;
+}
+
+/// Random values of integer type T for FillRandom: mostly small ones, with 0, ±1, shift widths
+/// and the type's limits.
+template <class T>
+T RandomInteger(int choice, std::mt19937_64& rng) {
+  constexpr int bits = static_cast<int>(sizeof(T)) * 8;
+  const T limits[] = {T(0),
+                      T(1),
+                      static_cast<T>(-1),
+                      T(2),
+                      T(7),
+                      std::numeric_limits<T>::min(),
+                      std::numeric_limits<T>::max(),
+                      T(bits - 1),
+                      T(bits),
+                      T(100)};
+  if (choice >= 8) return limits[rng() % std::size(limits)];
+  const int64_t small = static_cast<int64_t>(rng() % 2001) - 1000;
+  return static_cast<T>(std::is_signed_v<T> ? small : (small < 0 ? -small : small));
 }
 
 /// Fills `data` (n elements of `dtype`) with random values mixed with the special values of the
@@ -184,6 +228,21 @@ inline void FillRandom(void* data, ir::DType dtype, int64_t n, std::mt19937_64& 
         break;
       case ir::DType::kBool:
         bytes[i] = static_cast<std::byte>(rng() % 2);
+        break;
+      case ir::DType::kI8:
+        StoreValue(bytes, i, RandomInteger<int8_t>(choice, rng));
+        break;
+      case ir::DType::kI16:
+        StoreValue(bytes, i, RandomInteger<int16_t>(choice, rng));
+        break;
+      case ir::DType::kU16:
+        StoreValue(bytes, i, RandomInteger<uint16_t>(choice, rng));
+        break;
+      case ir::DType::kU32:
+        StoreValue(bytes, i, RandomInteger<uint32_t>(choice, rng));
+        break;
+      case ir::DType::kU64:
+        StoreValue(bytes, i, RandomInteger<uint64_t>(choice, rng));
         break;
     }
   }

@@ -28,9 +28,7 @@ using testing::KernelBuffers;
 using testing::RunChunked;
 using testing::SameElement;
 
-constexpr ir::DType kAllDTypes[] = {ir::DType::kF32,  ir::DType::kF64, ir::DType::kF16,
-                                    ir::DType::kBF16, ir::DType::kI32, ir::DType::kI64,
-                                    ir::DType::kU8,   ir::DType::kBool};
+using ir::kAllDTypes;
 
 CpuCompiler& Compiler() {
   static CpuCompiler* compiler = new CpuCompiler(CpuCompiler::Options{.cache_dir = ""});

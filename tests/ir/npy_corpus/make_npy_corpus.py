@@ -53,7 +53,7 @@ write("structured.npy", npy(d(descr="[('a', '<f4'), ('b', '<i4')]", shape="(1,)"
       "byte 20: structured dtypes (a descr list) are not supported")
 write("unicode.npy", npy(d(descr="'<U3'", shape="(1,)"), bytes(12)),
       "descr '<U3': string and void (raw/structured) dtypes are not supported")
-write("int16.npy", npy(d(descr="'<i2'"), bytes(12)), "byte 20: descr '<i2': no kiln dtype matches")
+write("complex64.npy", npy(d(descr="'<c8'"), bytes(48)), "byte 20: descr '<c8': no kiln dtype matches")
 write("pipe_f4.npy", npy(d(descr="'|f4'"), bytes(24)), "'|' (not applicable) byte order on a multi-byte type")
 write("shape_list.npy", npy(d(shape="[2, 3]"), bytes(24)), "byte 60: shape must be a tuple")
 write("negative_dim.npy", npy(d(shape="(-2, 3)"), bytes(24)), "byte 61: negative dimension")

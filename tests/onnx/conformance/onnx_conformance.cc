@@ -214,6 +214,9 @@ std::string Compare(const kiln::ir::TensorData& got, const kiln::ir::TensorData&
   if (want.dtype() == DType::kBF16) rtol = std::max(rtol, 1.0 / 64);
   const bool is_float = kiln::ir::IsFloat(want.dtype());
   std::vector<double> g = got.ToDoubles(), w = want.ToDoubles();
+  // Integers compare exactly (doubles would round i64 and u64 elements beyond 2^53).
+  const std::vector<int64_t> gi = is_float ? std::vector<int64_t>() : got.ToInt64s();
+  const std::vector<int64_t> wi = is_float ? std::vector<int64_t>() : want.ToInt64s();
   int64_t bad = 0, first = -1;
   double max_err = 0;
   for (size_t i = 0; i < g.size(); ++i) {
@@ -223,7 +226,7 @@ std::string Compare(const kiln::ir::TensorData& got, const kiln::ir::TensorData&
            (std::isfinite(g[i]) && std::isfinite(w[i]) &&
             std::abs(g[i] - w[i]) <= atol + rtol * std::abs(w[i]));
     } else {
-      ok = g[i] == w[i];
+      ok = gi[i] == wi[i];
     }
     if (ok) continue;
     if (first < 0) first = static_cast<int64_t>(i);
