@@ -81,6 +81,13 @@ int64_t Product(const Shape& s, size_t from, size_t to) {
   return p;
 }
 
+// A per-channel vector [C] as [1, C, 1, ...] broadcast to `s`.
+NodeId PerChannel(Importer& im, NodeId v, const Shape& s) {
+  Shape cs(s.size(), 1);
+  cs[1] = s[1];
+  return im.Broadcast(im.Reshape(v, cs), s);
+}
+
 // ---- Elementwise ----------------------------------------------------------------------------
 
 Lowering UnaryOp(Op op) {
@@ -120,13 +127,84 @@ NodeId ExpM1Scaled(Importer& im, NodeId x, double alpha) {  // alpha * (exp(x) -
   return Scaled(im, Shifted(im, im.Unary(Op::kExp, x), -1.0), alpha);
 }
 
-// Binary ops with numpy broadcasting; `f` gets the broadcast operands.
+// Add, Sub, Mul, Div and Pow before opset 7 (versions 1 and 6; Pow-1): no numpy broadcasting.
+// Without broadcast=1, B has A's shape. With it, B is broadcast to A: B's dims line up with A's
+// from `axis` on (absent: suffix-aligned, B's last with A's last), each A's or 1 (the stored
+// PyTorch models' size-1 dims), and the result has A's shape. Version 1's consumed_inputs (an
+// in-place hint) means nothing to a graph and is ignored; versions 1 take float types only.
+absl::StatusOr<std::vector<NodeId>> LegacyBroadcasted(Importer& im, const NodeProto& n, NodeId a,
+                                                      NodeId b) {
+  TRY_OK(AttrUntil(im, n, "consumed_inputs", n.op_type() == "Pow" ? 1 : 6));
+  if (im.dtype(a) != im.dtype(b)) {
+    return Bad(absl::StrCat("operand types differ: ", ir::TypeToString(im.type(a)), " and ",
+                            ir::TypeToString(im.type(b))));
+  }
+  if (im.opset() < 6 && !ir::IsFloat(im.dtype(a))) {
+    return Bad(absl::StrCat(n.op_type(), " on ", ir::DTypeName(im.dtype(a)),
+                            " exists from opset 6, but the model imports opset ", im.opset()));
+  }
+  const Shape sa = im.shape(a), sb = im.shape(b);
+  const bool broadcast = AttrInt(n, "broadcast", 0) != 0;
+  if (!broadcast) {
+    if (FindAttr(n, "axis")) return Bad("attribute 'axis' is set without broadcast=1");
+    if (sa != sb) {
+      return Bad(absl::StrCat("A ", ir::ShapeToString(sa), " and B ", ir::ShapeToString(sb),
+                              " differ and broadcast is not set (before opset 7 only broadcast=1 "
+                              "broadcasts B to A; the model imports opset ",
+                              im.opset(), ")"));
+    }
+    return std::vector<NodeId>{a, b};
+  }
+  const int64_t ra = static_cast<int64_t>(sa.size()), rb = static_cast<int64_t>(sb.size());
+  auto cannot = [&](const std::string& why) {
+    return Bad(absl::StrCat("broadcast=1 cannot broadcast B ", ir::ShapeToString(sb), " to A ",
+                            ir::ShapeToString(sa), ": ", why));
+  };
+  if (rb > ra) return cannot("B has the higher rank");
+  int64_t axis = ra - rb;
+  if (const auto* attr = FindAttr(n, "axis")) {
+    if (attr->i() < -ra || attr->i() >= std::max<int64_t>(ra, 1)) {
+      return cannot(absl::StrCat("axis ", attr->i(), " is out of range for rank ", ra));
+    }
+    axis = attr->i() < 0 ? attr->i() + ra : attr->i();
+    if (axis + rb > ra) {
+      return cannot(absl::StrCat("from axis ", axis, ", B's ", rb, " dims pass A's last"));
+    }
+  }
+  Shape padded(static_cast<size_t>(ra), 1);
+  for (int64_t i = 0; i < rb; ++i) {
+    const int64_t d = sb[static_cast<size_t>(i)], want = sa[static_cast<size_t>(axis + i)];
+    if (d != 1 && d != want) {
+      return cannot(absl::StrCat("B's dim ", i, " (", d, ") is neither 1 nor A's dim ", axis + i,
+                                 " (", want, ")"));
+    }
+    padded[static_cast<size_t>(axis + i)] = d;
+  }
+  return std::vector<NodeId>{a, im.Broadcast(im.Reshape(b, padded), sa)};
+}
+
+// The broadcast/axis attributes exist before opset 7 only.
+absl::Status NoLegacyBroadcast(const Importer& im, const NodeProto& n) {
+  TRY_OK(AttrUntil(im, n, "broadcast", 7));
+  TRY_OK(AttrUntil(im, n, "axis", 7));
+  return AttrUntil(im, n, "consumed_inputs", 6);
+}
+
+// Binary ops with numpy broadcasting; `f` gets the broadcast operands. `legacy`: the operator's
+// versions before opset 7 broadcast as LegacyBroadcasted says (Add, Sub, Mul, Div).
 Lowering BinaryWith(
     std::function<absl::StatusOr<NodeId>(Importer&, const NodeProto&, NodeId, NodeId)> f,
-    bool same_dtype = true) {
-  return [f, same_dtype](Importer& im, const NodeProto& n) -> absl::Status {
+    bool same_dtype = true, bool legacy = false) {
+  return [f, same_dtype, legacy](Importer& im, const NodeProto& n) -> absl::Status {
     TRY(NodeId a, im.Input(n, 0));
     TRY(NodeId b, im.Input(n, 1));
+    if (legacy && im.opset() < 7) {
+      TRY(std::vector<NodeId> ab, LegacyBroadcasted(im, n, a, b));
+      TRY(NodeId y, f(im, n, ab[0], ab[1]));
+      im.SetOutput(n, 0, y);
+      return absl::OkStatus();
+    }
+    if (legacy) TRY_OK(NoLegacyBroadcast(im, n));
     TRY(std::vector<NodeId> ab, im.Broadcasted({a, b}, same_dtype));
     TRY(NodeId y, f(im, n, ab[0], ab[1]));
     im.SetOutput(n, 0, y);
@@ -134,9 +212,10 @@ Lowering BinaryWith(
   };
 }
 
-Lowering BinaryOp(Op op) {
+Lowering BinaryOp(Op op, bool legacy = false) {
   return BinaryWith([op](Importer& im, const NodeProto&, NodeId a,
-                         NodeId b) -> absl::StatusOr<NodeId> { return im.Binary(op, a, b); });
+                         NodeId b) -> absl::StatusOr<NodeId> { return im.Binary(op, a, b); },
+                    /*same_dtype=*/true, legacy);
 }
 
 // Comparison types by version: Equal compares floats from opset 11 (bool and integers before),
@@ -186,6 +265,15 @@ absl::StatusOr<NodeId> Mod(Importer& im, const NodeProto& n, NodeId a, NodeId b)
 absl::Status Pow(Importer& im, const NodeProto& n) {
   TRY(NodeId a, im.Input(n, 0));
   TRY(NodeId e, im.Input(n, 1));
+  if (im.opset() < 7) {  // Pow-1: broadcast/axis (one float type, as below)
+    if (ir::IsFloat(im.dtype(a))) {
+      TRY(std::vector<NodeId> ae, LegacyBroadcasted(im, n, a, e));
+      a = ae[0], e = ae[1];
+    }
+  } else {
+    TRY_OK(AttrUntil(im, n, "broadcast", 7));
+    TRY_OK(AttrUntil(im, n, "axis", 7));
+  }
   const ir::DType t = im.dtype(a);
   if (im.opset() < 12 && (!ir::IsFloat(t) || im.dtype(e) != t)) {
     return Bad(absl::StrCat(
@@ -266,6 +354,25 @@ absl::Status Clip(Importer& im, const NodeProto& n) {
 absl::Status PRelu(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY(NodeId slope, im.Input(n, 1));
+  TRY_OK(AttrUntil(im, n, "consumed_inputs", 6));
+  if (im.opset() < 7) {
+    // PRelu-1, -6: a slope of one value, one per channel (X's axis 1: the stored PyTorch
+    // models' PReLU(num_parameters=C)), or one per element; numpy broadcasting from 7.
+    // (Version 1's consumed_inputs is ignored.)
+    const Shape xs = im.shape(x), ss = im.shape(slope);
+    const int64_t count = im.type(slope).num_elements();
+    if (im.dtype(slope) != im.dtype(x)) return Bad("X and slope types differ");
+    if (count == 1) {
+      slope = im.Broadcast(im.Reshape(slope, Shape(xs.size(), 1)), xs);
+    } else if (ss.size() == 1 && xs.size() >= 2 && ss[0] == xs[1]) {
+      slope = PerChannel(im, slope, xs);
+    } else if (ss != xs) {
+      return Bad(absl::StrCat("slope ", ir::ShapeToString(ss), " for X ", ir::ShapeToString(xs),
+                              ": before opset 7 the slope has one value, one per channel (X's "
+                              "dim 1) or X's shape (the model imports opset ",
+                              im.opset(), ")"));
+    }
+  }
   TRY(slope, im.BroadcastTo(slope, im.shape(x)));
   NodeId neg = im.Binary(Op::kLt, x, im.Like(0, x));
   im.SetOutput(n, 0, im.Select(neg, im.Binary(Op::kMul, x, slope), x));
@@ -1403,6 +1510,19 @@ absl::Status Gemm(Importer& im, const NodeProto& n) {
   }
   const double alpha = AttrFloat(n, "alpha", 1.0f), beta = AttrFloat(n, "beta", 1.0f);
   y = Scaled(im, y, alpha);
+  // Before opset 7 (Gemm-1, -6), C is (M, N) unless broadcast=1; numpy-style from 7.
+  TRY_OK(AttrUntil(im, n, "broadcast", 7));
+  const bool broadcast_c = im.opset() >= 7 || AttrInt(n, "broadcast", 0) != 0;
+  if (Importer::HasInput(n, 2) && !broadcast_c) {
+    TRY(NodeId c, im.Input(n, 2));
+    if (im.shape(c) != im.shape(y)) {
+      return Bad(absl::StrCat("C ", ir::ShapeToString(im.shape(c)), " is not (M, N) ",
+                              ir::ShapeToString(im.shape(y)),
+                              " and broadcast is not set (before opset 7 only broadcast=1 "
+                              "broadcasts C; the model imports opset ",
+                              im.opset(), ")"));
+    }
+  }
   if (Importer::HasInput(n, 2) && beta != 0) {
     TRY(NodeId c, im.Input(n, 2));
     TRY(c, im.BroadcastTo(c, im.shape(y)));
@@ -1600,34 +1720,47 @@ absl::Status ConvTranspose(Importer& im, const NodeProto& n) {
   return absl::OkStatus();
 }
 
-// A per-channel vector [C] as [1, C, 1, ...] broadcast to `s`.
-NodeId PerChannel(Importer& im, NodeId v, const Shape& s) {
-  Shape cs(s.size(), 1);
-  cs[1] = s[1];
-  return im.Broadcast(im.Reshape(v, cs), s);
-}
-
-// BatchNormalization in inference. Versions 7 (spatial; outputs 1-4 mean, var, saved_mean,
-// saved_var in training), 9 (no spatial), 14 (training_mode; outputs 1-2 running_mean and
-// running_var, only with training_mode=1), 15 (types). momentum only matters in training.
+// BatchNormalization. Versions 1 and 6 (is_test: 0, the default, is training; spatial;
+// version 1's consumed_inputs is ignored), 7 (spatial; outputs 1-4 mean, var, saved_mean,
+// saved_var mean training), 9 (no spatial), 14 (training_mode; outputs 1-2 running_mean and
+// running_var, only with training_mode=1), 15 (types). In training, Y is normalized with the
+// batch's statistics (mean and population variance over every axis but the channel's; with
+// spatial=0 over the batch axis only), and the running statistics are
+// input * momentum + batch's * (1 - momentum), as ONNX's reference computes them.
 absl::Status BatchNorm(Importer& im, const NodeProto& n) {
   TRY_OK(AttrSince(im, n, "training_mode", 14));
   TRY_OK(AttrUntil(im, n, "spatial", 9));
-  if (AttrInt(n, "training_mode", 0) != 0) {
-    return Unsupported("training_mode=1 is not supported (inference only)");
+  TRY_OK(AttrUntil(im, n, "is_test", 7));
+  TRY_OK(AttrUntil(im, n, "consumed_inputs", 6));
+  // Training: is_test=0 before opset 7; outputs past Y in 7-13; training_mode=1 from 14.
+  bool training = false;
+  if (im.opset() < 7) {
+    training = AttrInt(n, "is_test", 0) == 0;
+  } else if (im.opset() >= 14) {
+    training = AttrInt(n, "training_mode", 0) != 0;
   }
+  const int max_outputs = im.opset() >= 14 ? 3 : 5;
   for (int o = 1; o < n.output_size(); ++o) {
-    if (Importer::HasOutput(n, o)) {
-      return Unsupported(
-          absl::StrCat("output ", o, " ('", n.output(o), "') exists only in training (",
-                       im.opset() >= 14 ? "training_mode=1" : "before opset 14: any output past Y",
-                       "), which kiln does not support (inference only)"));
+    if (!Importer::HasOutput(n, o)) continue;
+    if (o >= max_outputs) return Bad(absl::StrCat("has no output ", o));
+    if (im.opset() >= 7 && im.opset() < 14) {
+      // Versions 7 and 9 say only "training mode" for these (saved_var's meaning differs
+      // between frameworks: a variance or an inverse standard deviation).
+      return Unsupported(absl::StrCat(
+          "output ", o, " ('", n.output(o),
+          "') exists only in training (before opset 14: any output past Y), which kiln "
+          "does not support before opset 14"));
+    }
+    if (!training) {
+      return Bad(absl::StrCat("output ", o, " ('", n.output(o), "') exists only in training (",
+                              im.opset() >= 14 ? "training_mode=1" : "is_test=0", ")"));
     }
   }
   TRY(NodeId x, im.Input(n, 0));
-  // spatial=0 (opset 7-8): statistics per activation, shaped like one sample [C, D1, ...].
+  // spatial=0 (opset 1-8): statistics per activation, shaped like one sample [C, D1, ...].
   const bool spatial = AttrInt(n, "spatial", 1) != 0;
   if (im.rank(x) < 2) return Bad("needs rank >= 2");
+  if (!ir::IsFloat(im.dtype(x))) return Bad("needs a float input");
   const Shape xs = im.shape(x);
   const Shape per = spatial ? Shape{xs[1]} : Shape(xs.begin() + 1, xs.end());
   std::vector<NodeId> p;
@@ -1640,21 +1773,48 @@ absl::Status BatchNorm(Importer& im, const NodeProto& n) {
     p.push_back(im.Reshape(im.Cast(v, im.dtype(x)), per));
   }
   const double eps = AttrFloat(n, "epsilon", 1e-5f);
+  const Shape s = im.shape(x);
+  // [C] or [C, D1, ...] to x's shape.
+  auto expand = [&](NodeId v) {
+    if (spatial) return PerChannel(im, v, s);
+    Shape one = per;
+    one.insert(one.begin(), 1);
+    return im.Broadcast(im.Reshape(v, one), s);
+  };
+  if (training) {
+    std::vector<int64_t> axes = {0};
+    if (spatial) {
+      for (int64_t i = 2; i < im.rank(x); ++i) axes.push_back(i);
+    }
+    const double count = static_cast<double>(ir::NumElements(s) / ir::NumElements(per));
+    NodeId mean = im.Reshape(Scaled(im, im.Reduce(Op::kReduceSum, x, axes), 1.0 / count), per);
+    NodeId d = im.Binary(Op::kSub, x, expand(mean));
+    NodeId var = im.Reshape(
+        Scaled(im, im.Reduce(Op::kReduceSum, im.Binary(Op::kMul, d, d), axes), 1.0 / count), per);
+    NodeId a = im.Binary(Op::kMul, p[0], im.Unary(Op::kRsqrt, Shifted(im, var, eps)));
+    im.SetOutput(n, 0, im.Binary(Op::kAdd, im.Binary(Op::kMul, d, expand(a)), expand(p[1])));
+    const double momentum = AttrFloat(n, "momentum", 0.9f);
+    auto running = [&](NodeId input, NodeId batch) {
+      return im.Binary(Op::kAdd, Scaled(im, input, momentum), Scaled(im, batch, 1.0 - momentum));
+    };
+    // Outputs 1 and 2 have the inputs' shapes (the running statistics' values, updated).
+    TRY(NodeId in_mean, im.Input(n, 3));
+    TRY(NodeId in_var, im.Input(n, 4));
+    if (Importer::HasOutput(n, 1)) {
+      im.SetOutput(n, 1, im.Reshape(running(p[2], mean), im.shape(in_mean)));
+    }
+    if (Importer::HasOutput(n, 2)) {
+      im.SetOutput(n, 2, im.Reshape(running(p[3], var), im.shape(in_var)));
+    }
+    if (Importer::HasOutput(n, 3)) im.SetOutput(n, 3, mean);  // saved_mean, saved_var (1, 6)
+    if (Importer::HasOutput(n, 4)) im.SetOutput(n, 4, var);
+    return absl::OkStatus();
+  }
   // y = x * a + c with a = scale / sqrt(var + eps), c = B - mean * a: two ops per element, and
   // the [C] vectors fold away when the statistics are constants.
   NodeId a = im.Binary(Op::kMul, p[0], im.Unary(Op::kRsqrt, Shifted(im, p[3], eps)));
   NodeId c = im.Binary(Op::kSub, p[1], im.Binary(Op::kMul, p[2], a));
-  const Shape s = im.shape(x);
-  if (!spatial) {
-    Shape one = per;
-    one.insert(one.begin(), 1);
-    NodeId aa = im.Broadcast(im.Reshape(a, one), s), cc = im.Broadcast(im.Reshape(c, one), s);
-    im.SetOutput(n, 0, im.Binary(Op::kAdd, im.Binary(Op::kMul, x, aa), cc));
-    return absl::OkStatus();
-  }
-  im.SetOutput(
-      n, 0,
-      im.Binary(Op::kAdd, im.Binary(Op::kMul, x, PerChannel(im, a, s)), PerChannel(im, c, s)));
+  im.SetOutput(n, 0, im.Binary(Op::kAdd, im.Binary(Op::kMul, x, expand(a)), expand(c)));
   return absl::OkStatus();
 }
 
@@ -2706,10 +2866,14 @@ const std::map<std::string, Lowering>& Lowerings() {
         {"And", Op::kAnd},        {"Or", Op::kOr},
         {"Xor", Op::kXor}};
     for (const auto& [name, op] : binary) m[name] = BinaryOp(op);
+    for (const auto& [name, op] :
+         {std::pair<const char*, Op>{"Add", Op::kAdd}, {"Sub", Op::kSub}, {"Mul", Op::kMul}}) {
+      m[name] = BinaryOp(op, /*legacy=*/true);
+    }
     m["Equal"] = CompareOp(Op::kEq, "Equal", true);
     m["Less"] = CompareOp(Op::kLt, "Less", false);
     m["Greater"] = CompareOp(Op::kGt, "Greater", false);
-    m["Div"] = BinaryWith(Div);
+    m["Div"] = BinaryWith(Div, /*same_dtype=*/true, /*legacy=*/true);
     m["Mod"] = BinaryWith(Mod);
     m["Pow"] = Pow;
     m["Sum"] = Variadic(Op::kAdd);
