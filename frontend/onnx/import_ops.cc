@@ -1236,8 +1236,10 @@ absl::Status DepthToSpace(Importer& im, const NodeProto& n) {
   const Shape s = im.shape(x);
   if (bs <= 0 || bs > (1 << 15) || s[1] % (bs * bs) != 0) return Bad("bad blocksize");
   const int64_t c = s[1] / (bs * bs);
+  const std::string mode = AttrString(n, "mode", "DCR");
+  if (mode != "DCR" && mode != "CRD") return Bad(absl::StrCat("bad mode '", mode, "'"));
   NodeId y;
-  if (AttrString(n, "mode", "DCR") == "DCR") {
+  if (mode == "DCR") {
     y = im.Permute(im.Reshape(x, {s[0], bs, bs, c, s[2], s[3]}), {0, 3, 4, 1, 5, 2});
   } else {
     y = im.Permute(im.Reshape(x, {s[0], c, bs, bs, s[2], s[3]}), {0, 1, 4, 2, 5, 3});
@@ -1252,8 +1254,14 @@ absl::Status SpaceToDepth(Importer& im, const NodeProto& n) {
   const int64_t bs = AttrInt(n, "blocksize", 0);
   const Shape s = im.shape(x);
   if (bs <= 0 || bs > (1 << 15) || s[2] % bs != 0 || s[3] % bs != 0) return Bad("bad blocksize");
-  NodeId y =
-      im.Permute(im.Reshape(x, {s[0], s[1], s[2] / bs, bs, s[3] / bs, bs}), {0, 3, 5, 1, 2, 4});
+  // mode (opset 28): DCR, the order before 28, puts the block's row and column before the
+  // channel in the output's depth; CRD the channel first.
+  TRY_OK(AttrSince(im, n, "mode", 28));
+  const std::string mode = AttrString(n, "mode", "DCR");
+  if (mode != "DCR" && mode != "CRD") return Bad(absl::StrCat("bad mode '", mode, "'"));
+  const std::vector<int64_t> perm = mode == "DCR" ? std::vector<int64_t>{0, 3, 5, 1, 2, 4}
+                                                  : std::vector<int64_t>{0, 1, 3, 5, 2, 4};
+  NodeId y = im.Permute(im.Reshape(x, {s[0], s[1], s[2] / bs, bs, s[3] / bs, bs}), perm);
   im.SetOutput(n, 0, im.Reshape(y, {s[0], s[1] * bs * bs, s[2] / bs, s[3] / bs}));
   return absl::OkStatus();
 }
@@ -2706,41 +2714,64 @@ absl::Status ScatterND(Importer& im, const NodeProto& n) {
 }
 
 // A quantization scale or zero point broadcast to x's shape: per tensor (a scalar or a
-// one-element 1-D tensor) or per axis (1-D along `axis`, opset 13+). Blocked quantization (opset
-// 21's block_size) is refused.
+// one-element 1-D tensor), per axis (1-D along `axis`, opset 13+) or blocked (opset 21's
+// block_size B: x's shape but ceil(D / B) along `axis`, each value repeated B times there).
 absl::StatusOr<NodeId> QuantParam(Importer& im, const NodeProto& n, NodeId p, NodeId x,
                                   const char* what) {
-  if (AttrInt(n, "block_size", 0) != 0) {
-    return Unsupported("blocked quantization (block_size > 0) is not supported");
-  }
-  const Shape xs = im.shape(x);
+  TRY_OK(AttrSince(im, n, "block_size", 21));
+  const int64_t block = AttrInt(n, "block_size", 0);
+  if (block < 0) return Bad("block_size must not be negative");
+  const Shape xs = im.shape(x), ps = im.shape(p);
   const int64_t count = im.type(p).num_elements();
-  if (im.rank(p) == 0 || (im.rank(p) == 1 && count == 1)) {
+  if (block == 0 && (ps.empty() || (ps.size() == 1 && count == 1))) {
     return im.Broadcast(im.Reshape(p, Shape(xs.size(), 1)), xs);
-  }
-  if (im.rank(p) != 1) {
-    return Unsupported(absl::StrCat(what, " ", ir::TypeToString(im.type(p)),
-                                    ": only per-tensor and per-axis (1-D) quantization is "
-                                    "supported, not blocked"));
   }
   if (im.opset() < 13) return Bad(absl::StrCat(what, " must be a scalar before opset 13"));
   TRY(int64_t axis, NormAxis(AttrInt(n, "axis", 1), im.rank(x)));
-  if (count != xs[static_cast<size_t>(axis)]) {
-    return Bad(absl::StrCat(what, " has ", count, " values, but axis ", axis, " of ",
-                            ir::TypeToString(im.type(x)), " has ", xs[static_cast<size_t>(axis)]));
+  const auto ax = static_cast<size_t>(axis);
+  if (block > 0) {
+    Shape want = xs;
+    want[ax] = (xs[ax] + block - 1) / block;
+    if (ps != want) {
+      return Bad(absl::StrCat(what, " ", ir::TypeToString(im.type(p)), " must have shape ",
+                              ir::ShapeToString(want), " for blocks of ", block, " along axis ",
+                              axis, " of ", ir::TypeToString(im.type(x))));
+    }
+    if (want[ax] * block > (int64_t{1} << 31)) return Bad("block_size is too large");
+    // [.., S, ..] -> [.., S, 1, ..] -> [.., S, B, ..] -> [.., S * B, ..] -> the first D.
+    Shape split = ps;
+    split.insert(split.begin() + axis + 1, 1);
+    Shape wide = split;
+    wide[ax + 1] = block;
+    Shape merged = ps;
+    merged[ax] = want[ax] * block;
+    NodeId r = im.Reshape(im.Broadcast(im.Reshape(p, split), wide), merged);
+    std::vector<int64_t> starts(xs.size(), 0);
+    return im.Slice(r, starts, std::vector<int64_t>(xs.begin(), xs.end()));
   }
-  Shape ps(xs.size(), 1);
-  ps[static_cast<size_t>(axis)] = count;
-  return im.Broadcast(im.Reshape(p, ps), xs);
+  if (ps.size() != 1) {
+    return Bad(absl::StrCat(what, " ", ir::TypeToString(im.type(p)),
+                            ": a scalar or 1-D (per axis) without block_size"));
+  }
+  if (count != xs[ax]) {
+    return Bad(absl::StrCat(what, " has ", count, " values, but axis ", axis, " of ",
+                            ir::TypeToString(im.type(x)), " has ", xs[ax]));
+  }
+  Shape shape(xs.size(), 1);
+  shape[ax] = count;
+  return im.Broadcast(im.Reshape(p, shape), xs);
 }
 
-// QuantizeLinear, computed in float: saturate(round_half_even(x / scale) + zero_point) into
-// uint8, the only 8-bit type kiln has (int8 and float8 zero points are refused where their
-// tensors are read).
+// QuantizeLinear: saturate(round_half_even(x / scale) + zero_point) into uint8, the only 8-bit
+// type kiln has (int8 and float8 zero points are refused where their tensors are read). The
+// division is in float (double for double x) before opset 23; from 23 (x and y_scale may differ)
+// in y_scale's type, or `precision`'s.
 absl::Status QuantizeLinear(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY(NodeId scale, im.Input(n, 1));
   if (!ir::IsFloat(im.dtype(scale))) return Bad("y_scale must be a float tensor");
+  TRY_OK(AttrSince(im, n, "precision", 23));
+  TRY_OK(AttrSince(im, n, "output_dtype", 21));
   ir::DType out = ir::DType::kU8;
   NodeId zp = ir::kInvalidNode;
   if (Importer::HasInput(n, 2)) {
@@ -2758,12 +2789,22 @@ absl::Status QuantizeLinear(Importer& im, const NodeProto& n) {
     return Unsupported(absl::StrCat("quantizing to ", ir::DTypeName(out),
                                     " is not supported (kiln quantizes to uint8)"));
   }
-  const ir::DType work = im.dtype(x) == ir::DType::kF64 ? ir::DType::kF64 : ir::DType::kF32;
+  ir::DType work = im.dtype(x) == ir::DType::kF64 ? ir::DType::kF64 : ir::DType::kF32;
+  if (im.opset() >= 23) {
+    work = im.dtype(scale);
+    if (const auto* a = FindAttr(n, "precision"); a && a->i() != 0) {
+      TRY(work, DTypeFromOnnx(static_cast<int32_t>(a->i()), "attribute 'precision'"));
+      if (!ir::IsFloat(work)) return Bad("attribute 'precision' must be a float type");
+    }
+  }
   NodeId xw = im.Cast(x, work);
   TRY(NodeId s, QuantParam(im, n, im.Cast(scale, work), xw, "y_scale"));
   NodeId q = im.Unary(Op::kRound, im.Binary(Op::kDiv, xw, s));
+  // The zero point and the clamp in float or double: 0 to 255 are exact in every float type.
+  const ir::DType acc = work == ir::DType::kF64 ? ir::DType::kF64 : ir::DType::kF32;
+  q = im.Cast(q, acc);
   if (zp != ir::kInvalidNode) {
-    TRY(NodeId z, QuantParam(im, n, im.Cast(zp, work), xw, "y_zero_point"));
+    TRY(NodeId z, QuantParam(im, n, im.Cast(zp, acc), q, "y_zero_point"));
     q = im.Binary(Op::kAdd, q, z);
   }
   q = im.Binary(Op::kMin, im.Binary(Op::kMax, q, im.Like(0, q)), im.Like(255, q));
@@ -2771,19 +2812,21 @@ absl::Status QuantizeLinear(Importer& im, const NodeProto& n) {
   return absl::OkStatus();
 }
 
-// DequantizeLinear: (x - zero_point) * scale in the scale's type (float, or float16/bfloat16
-// from opset 19).
+// DequantizeLinear: (x - zero_point) * scale, in the scale's type (float, or float16/bfloat16
+// from opset 19); from opset 23 in `output_dtype`'s when set (the scale is cast to it first).
 absl::Status DequantizeLinear(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY(NodeId scale, im.Input(n, 1));
   if (!ir::IsInteger(im.dtype(x))) {
     return Bad(absl::StrCat("x must be quantized integers, not ", ir::TypeToString(im.type(x))));
   }
-  const ir::DType t = im.dtype(scale);
-  if (!ir::IsFloat(t)) return Bad("x_scale must be a float tensor");
+  if (!ir::IsFloat(im.dtype(scale))) return Bad("x_scale must be a float tensor");
+  TRY_OK(AttrSince(im, n, "output_dtype", 23));
+  ir::DType t = im.dtype(scale);
   if (const auto* a = FindAttr(n, "output_dtype"); a && a->i() != 0) {
-    TRY(ir::DType d, DTypeFromOnnx(static_cast<int32_t>(a->i()), "attribute 'output_dtype'"));
-    if (d != t) return Unsupported("attribute 'output_dtype' other than x_scale's type");
+    TRY(t, DTypeFromOnnx(static_cast<int32_t>(a->i()), "attribute 'output_dtype'"));
+    if (!ir::IsFloat(t)) return Bad("attribute 'output_dtype' must be a float type");
+    scale = im.Cast(scale, t);
   }
   // int32 inputs can exceed float's 24-bit integers.
   const ir::DType work =

@@ -62,6 +62,13 @@ const OperatorVersion* VersionIn(std::span<const OperatorVersion> versions, int6
 // the opset), with the newest opset whose definition it implements.
 constexpr std::pair<std::string_view, int64_t> kNewerDefinitionsImplemented[] = {
     {"Mod", 28},  // Mod-28: fmod=0 (the floored remainder) on floating-point inputs too
+    // DepthToSpace-28: unchanged but for a function body (a new version, same signature).
+    {"DepthToSpace", 28},
+    {"SpaceToDepth", 28},  // SpaceToDepth-28: `mode` (DCR, the default, is version 13's order)
+    // QuantizeLinear-23: y_scale's type (or `precision`) is the division's; -24 to -28 types.
+    {"QuantizeLinear", 28},
+    // DequantizeLinear-23: `output_dtype` is the output's type and the product's precision.
+    {"DequantizeLinear", 28},
 };
 
 // Definitions older than kMinOpset that an operator's lowering implements too (it branches on

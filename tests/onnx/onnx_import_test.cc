@@ -610,14 +610,37 @@ TEST(OnnxErrors, OperatorVersionOutsideKilnsDefinitions) {
               "oldest definition kiln implements; export the model at opset 7 or newer");
   }
   {
-    // DepthToSpace-28 changed what it computes after DepthToSpace-13 (opset 22's).
+    // The definitions after opset 22 that the lowerings implement too (operator_versions.cc):
+    // DepthToSpace-28 (a function body only), SpaceToDepth-28's mode, QuantizeLinear-23's
+    // precision, DequantizeLinear-23's output_dtype. (No supported operator's newer definition
+    // is refused now; the message would read "X-28 (the version in opset 28) changed the
+    // operator after X-13 (opset 22), the newest definition kiln implements".)
     auto m = Model(28);
-    AddNode(m, "DepthToSpace", "d2s", {"x"}, {"y"})->add_attribute()->set_name("blocksize");
+    auto* in = m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type();
+    in->mutable_shape()->add_dim()->set_dim_value(4);
+    in->mutable_shape()->add_dim()->set_dim_value(4);  // x: [2, 3, 4, 4]
+    auto* s2d = AddNode(m, "SpaceToDepth", "s2d", {"x"}, {"a"});
+    SetInt(s2d, "blocksize", 2);
+    SetString(s2d, "mode", "CRD");
+    SetInt(AddNode(m, "DepthToSpace", "d2s", {"a"}, {"b"}), "blocksize", 2);
+    AddInit(m, "scale", {})->add_float_data(0.5f);
+    SetInt(AddNode(m, "QuantizeLinear", "q", {"b", "scale"}, {"c"}), "precision",
+           ::onnx::TensorProto::FLOAT);
+    SetInt(AddNode(m, "DequantizeLinear", "dq", {"c", "scale"}, {"y"}), "output_dtype",
+           ::onnx::TensorProto::DOUBLE);
     AddOutput(m, "y");
+    EXPECT_TRUE(Import(m).ok()) << Import(m);
+    m.mutable_opset_import(0)->set_version(22);
     EXPECT_THAT(Import(m).message(),
-                HasSubstr("node 'd2s' (DepthToSpace): DepthToSpace-28 (the version in opset 28) "
-                          "changed the operator after DepthToSpace-13 (opset 22), the newest "
-                          "definition kiln implements"));
+                HasSubstr("node 's2d' (SpaceToDepth): attribute 'mode' exists from opset 28, but "
+                          "the model imports opset 22"));
+    s2d->mutable_attribute(1)->set_s("XYZ");
+    m.mutable_opset_import(0)->set_version(28);
+    EXPECT_THAT(Import(m).message(), HasSubstr("node 's2d' (SpaceToDepth): bad mode 'XYZ'"));
+    s2d->mutable_attribute(1)->set_s("DCR");
+    m.mutable_graph()->mutable_node(2)->mutable_attribute(0)->set_i(::onnx::TensorProto::INT32);
+    EXPECT_THAT(Import(m).message(),
+                HasSubstr("node 'q' (QuantizeLinear): attribute 'precision' must be a float type"));
   }
   {
     // Cast-24 means Cast-21 unless the node sets the attribute it added.
@@ -1074,13 +1097,22 @@ TEST(OnnxErrors, NewOperatorsCheckTheirAttributes) {
     EXPECT_THAT(Import(m).message(), HasSubstr("node 'lrn' (LRN): needs an input of rank >= 3"));
   }
   {
-    auto m = Model();
+    // Blocked quantization (opset 21): the scale is x's shape with ceil(D / block_size) along
+    // the axis (the conformance cases check the numbers).
+    auto m = Model(21);
     auto* s = AddInit(m, "s", {});
     s->add_float_data(0.5f);
     SetAttr(AddNode(m, "QuantizeLinear", "q", {"x", "s"}, {"y"}), "block_size", 2);
     AddOutput(m, "y");
     EXPECT_THAT(Import(m).message(),
-                HasSubstr("node 'q' (QuantizeLinear): blocked quantization (block_size > 0)"));
+                HasSubstr("node 'q' (QuantizeLinear): y_scale f32[] must have shape [2,2] for "
+                          "blocks of 2 along axis 1 of f32[2,3]"));
+    s->add_dims(2);
+    s->add_dims(2);
+    for (int i = 0; i < 3; ++i) s->add_float_data(0.25f);
+    EXPECT_TRUE(Import(m).ok()) << Import(m);
+    m.mutable_opset_import(0)->set_version(19);
+    EXPECT_THAT(Import(m).message(), HasSubstr("attribute 'block_size' exists from opset 21"));
   }
   {
     auto m = Model();
