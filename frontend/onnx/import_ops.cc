@@ -1916,10 +1916,6 @@ Lowering Pool(bool max) {
     if (!kernel) return Bad("kernel_shape is missing");
     const bool ceil_mode = AttrInt(n, "ceil_mode", 0) != 0;
     TRY(Window w, GetWindow(n, spatial, *kernel, ceil_mode));
-    if (!max &&
-        std::any_of(w.dilations.begin(), w.dilations.end(), [](int64_t d) { return d != 1; })) {
-      return Unsupported("AveragePool with dilations is not supported");
-    }
     ir::Attrs a;
     a.window = {1, 1};
     a.strides = {1, 1};
@@ -1939,8 +1935,8 @@ Lowering Pool(bool max) {
     }
     NodeId sum = im.Fold(im.b().WindowReduce(Op::kWindowSum, x, a));
     if (!im.b().status().ok()) return absl::OkStatus();
-    // The divisor per output position: the window's elements inside the input (plus the explicit
-    // pads with count_include_pad, never the ceil_mode overhang), as a window sum of ones.
+    // The divisor per output position: the window's (dilated) taps inside the input (plus the
+    // explicit pads with count_include_pad, never the ceil_mode overhang), as a window sum of ones.
     const bool include_pad = AttrInt(n, "count_include_pad", 0) != 0;
     Shape ones_shape = {1, 1};
     ir::Attrs ca = a;
