@@ -1290,7 +1290,17 @@ Lowering Reduction(Red kind) {
     } else {
       for (int64_t i = 0; i < r; ++i) axes.push_back(i);
     }
-    if (im.dtype(x) == ir::DType::kBool) return Bad("bool inputs are not supported");
+    const bool as_bool = im.dtype(x) == ir::DType::kBool;
+    if (as_bool) {
+      // ReduceMax/ReduceMin-20 take bool: any and all, as uint8 (an empty set's max is false,
+      // its min true: uint8's 0 and 255).
+      if (kind != Red::kMax && kind != Red::kMin) return Bad("bool inputs are not supported");
+      if (im.opset() < 20) {
+        return Bad(absl::StrCat("bool inputs exist from opset 20, but the model imports opset ",
+                                im.opset()));
+      }
+      x = im.Cast(x, ir::DType::kU8);
+    }
     int64_t count = 1;
     for (int64_t a : axes) count *= im.shape(x)[static_cast<size_t>(a)];
     NodeId y = ir::kInvalidNode;
@@ -1344,6 +1354,7 @@ Lowering Reduction(Red kind) {
       }
       y = im.Reshape(y, out);
     }
+    if (as_bool) y = im.Cast(y, ir::DType::kBool);
     im.SetOutput(n, 0, y);
     return absl::OkStatus();
   };

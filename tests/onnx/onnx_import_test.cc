@@ -1126,5 +1126,25 @@ TEST(OnnxErrors, NewOperatorsCheckTheirAttributes) {
   }
 }
 
+// ReduceMax/ReduceMin take bool from opset 20 (any, all; the conformance cases check the numbers,
+// the empty set's too); the other reductions never do.
+TEST(OnnxErrors, BoolReductionsByVersion) {
+  auto model = [](int opset, const std::string& op) {
+    auto m = Model(opset);
+    m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(
+        ::onnx::TensorProto::BOOL);
+    AddNode(m, op, "r", {"x"}, {"y"});
+    AddOutput(m, "y");
+    return m;
+  };
+  EXPECT_TRUE(Import(model(20, "ReduceMax")).ok());
+  EXPECT_TRUE(Import(model(20, "ReduceMin")).ok());
+  EXPECT_THAT(Import(model(18, "ReduceMax")).message(),
+              HasSubstr("node 'r' (ReduceMax): bool inputs exist from opset 20, but the model "
+                        "imports opset 18"));
+  EXPECT_THAT(Import(model(20, "ReduceSum")).message(),
+              HasSubstr("node 'r' (ReduceSum): bool inputs are not supported"));
+}
+
 }  // namespace
 }  // namespace kiln::onnx
