@@ -403,14 +403,21 @@ absl::Status Dropout(Importer& im, const NodeProto& n) {
   TRY_OK(InputsSince(im, n, 1, 12, "ratio"));
   TRY_OK(AttrUntil(im, n, "ratio", 12));
   TRY_OK(AttrUntil(im, n, "is_test", 7));
+  double ratio = 0.5;
   if (Importer::HasInput(n, 1)) {
-    TRY(ir::TensorData ratio, im.ConstInput(n, 1));
-    if (ratio.num_elements() != 1) return Bad("ratio must be a scalar");
+    TRY(ir::TensorData r, im.ConstInput(n, 1));
+    if (r.num_elements() != 1) return Bad("ratio must be a scalar");
+    ratio = r.GetDouble(0);
   }
   if (Importer::HasInput(n, 2)) {
     TRY(ir::TensorData training, im.ConstInput(n, 2));
-    if (training.num_elements() != 1 || training.GetDouble(0) != 0) {
-      return Unsupported("training_mode=true is not supported (inference only)");
+    if (training.num_elements() != 1) return Bad("training_mode must be a scalar");
+    // Training drops each element with probability `ratio` (and scales the kept ones by
+    // 1 / (1 - ratio)): only ratio 0, which keeps every element, has a deterministic outcome.
+    if (training.GetDouble(0) != 0 && ratio != 0) {
+      return Unsupported(absl::StrCat(
+          "training_mode=true with ratio ", ratio,
+          " drops elements at random, which kiln does not do (ratio 0 or inference only)"));
     }
   }
   im.SetOutput(n, 0, x);
