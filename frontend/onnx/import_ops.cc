@@ -1051,8 +1051,29 @@ absl::Status Pad(Importer& im, const NodeProto& n) {
       }
       y = im.Concat(pieces, a);
     }
+  } else if (mode == "wrap") {
+    // Position i of the padded axis (-lo <= i < d + hi) takes element i mod d: the runs of
+    // consecutive elements, concatenated.
+    for (int64_t a = 0; a < r; ++a) {
+      const int64_t l = lo[static_cast<size_t>(a)], h = hi[static_cast<size_t>(a)];
+      if (l == 0 && h == 0) continue;
+      const Shape cur = im.shape(y);
+      const int64_t d = cur[static_cast<size_t>(a)];
+      if (d == 0) return Bad(absl::StrCat("mode wrap pads axis ", a, " of size 0"));
+      if ((l + h) / d > 64) return Unsupported("mode wrap repeating an axis more than 64 times");
+      std::vector<NodeId> pieces;
+      for (int64_t i = -l; i < d + h;) {
+        const int64_t b = ((i % d) + d) % d, e = std::min(d, b + (d + h - i));
+        std::vector<int64_t> st(cur.size(), 0), li = cur;
+        st[static_cast<size_t>(a)] = b;
+        li[static_cast<size_t>(a)] = e;
+        pieces.push_back(im.Slice(y, st, li));
+        i += e - b;
+      }
+      y = im.Concat(pieces, a);
+    }
   } else {
-    return Unsupported(absl::StrCat("mode '", mode, "' is not supported"));
+    return Bad(absl::StrCat("bad mode '", mode, "'"));
   }
   im.SetOutput(n, 0, y);
   return absl::OkStatus();

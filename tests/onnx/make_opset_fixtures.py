@@ -337,6 +337,13 @@ case("batchnorm6_training", "BatchNormalization", 6,
      [bn_ref(b6x, b6s, b6b, bm, bv), b6m * 0.8 + bm * 0.2, b6v * 0.8 + bv * 0.2, bm, bv],
      {"momentum": 0.8}, consts={"s": b6s, "b": b6b, "m": b6m, "v": b6v})
 
+# Pad-19's wrap mode, pads longer than the axis (the input repeats): position i of an axis of d
+# takes element i mod d (numpy 2's np.pad; numpy 1's wraps such pads otherwise).
+wx = f32(2, 3)
+case("pad19_wrap_repeats", "Pad", 19, [("x", wx), ("p", None)],
+     wx[np.ix_(np.arange(-1, 5) % 2, np.arange(-4, 5) % 3)], {"mode": "wrap"},
+     consts={"p": i64(1, 4, 3, 2)})
+
 
 def main():
     shutil.rmtree(ROOT, ignore_errors=True)
