@@ -1939,11 +1939,75 @@ absl::Status LpNorm(Importer& im, const NodeProto& n) {
   return absl::OkStatus();
 }
 
+// MaxPool's Indices output (opset 8): for each output, the flat index into X of the window's
+// first maximum (in the window's row-major order; padding never counts), over X's elements in
+// row-major order, or with storage_order=1 the spatial axes in column-major order (the batch and
+// channel offsets stay row-major, as ONNX's reference computes them). One strided slice of the
+// padded input per kernel offset: X as double padded with -inf, and the indices padded with -1.
+absl::StatusOr<NodeId> MaxPoolIndices(Importer& im, const NodeProto& n, NodeId x, NodeId y,
+                                      const Window& w) {
+  const int64_t order = AttrInt(n, "storage_order", 0);
+  if (order != 0 && order != 1) return Bad("storage_order must be 0 or 1");
+  const Shape s = im.shape(x), ys = im.shape(y);
+  const size_t r = s.size(), k = r - 2;
+  int64_t offsets = 1;
+  for (int64_t kd : w.kernel) offsets *= kd;
+  if (offsets > 256) return Unsupported("MaxPool's Indices output for windows above 256 elements");
+  // The flat index of each element of X.
+  std::vector<int64_t> stride(r);
+  int64_t step = 1;
+  for (size_t i = r; i-- > 2;) {  // spatial axes, row-major
+    stride[i] = step;
+    step *= s[i];
+  }
+  if (order == 1) {
+    step = 1;
+    for (size_t i = 2; i < r; ++i) {  // column-major
+      stride[i] = step;
+      step *= s[i];
+    }
+  }
+  stride[1] = step;
+  stride[0] = step * s[1];
+  const ir::TensorType it{ir::DType::kI64, s};
+  NodeId index = im.Full(0, ir::DType::kI64, s);
+  for (size_t i = 0; i < r; ++i) {
+    if (s[i] == 1) continue;
+    NodeId along = im.Fold(im.b().Iota(it, static_cast<int64_t>(i)));
+    index = im.Binary(
+        Op::kAdd, index,
+        im.Binary(Op::kMul, along, im.Full(static_cast<double>(stride[i]), ir::DType::kI64, s)));
+  }
+  std::vector<int64_t> lo(r, 0), hi(r, 0);
+  for (size_t i = 0; i < k; ++i) lo[i + 2] = w.low[i], hi[i + 2] = w.high[i];
+  NodeId xp = im.Fold(
+      im.b().Pad(im.Cast(x, ir::DType::kF64), lo, hi, -std::numeric_limits<double>::infinity()));
+  NodeId ip = im.Fold(im.b().Pad(index, lo, hi, -1));
+  NodeId want = im.Cast(y, ir::DType::kF64);
+  NodeId best = im.Full(-1, ir::DType::kI64, ys);
+  // The kernel offsets in reverse row-major order, so that the first match is kept last.
+  for (int64_t o = offsets - 1; o >= 0; --o) {
+    std::vector<int64_t> starts(r, 0), limits = ys, strides(r, 1);
+    for (size_t i = k, rest = static_cast<size_t>(o); i-- > 0;) {
+      const int64_t kd = w.kernel[i];
+      const int64_t at = static_cast<int64_t>(rest) % kd;
+      rest /= static_cast<size_t>(kd);
+      starts[i + 2] = at * w.dilations[i];
+      limits[i + 2] = starts[i + 2] + (ys[i + 2] - 1) * w.strides[i] + 1;
+      strides[i + 2] = w.strides[i];
+    }
+    NodeId xo = im.Slice(xp, starts, limits, strides), io = im.Slice(ip, starts, limits, strides);
+    NodeId hit =
+        im.Binary(Op::kAnd, im.Binary(Op::kEq, xo, want), im.Binary(Op::kGe, io, im.Like(0, io)));
+    best = im.Select(hit, io, best);
+  }
+  return best;
+}
+
 Lowering Pool(bool max) {
   return [max](Importer& im, const NodeProto& n) -> absl::Status {
     TRY(NodeId x, im.Input(n, 0));
     if (im.rank(x) < 3) return Bad("needs rank >= 3");
-    if (AttrInt(n, "storage_order", 0) != 0) return Unsupported("storage_order=1 is not supported");
     // MaxPool: storage_order (8), ceil_mode and dilations (10); AveragePool: ceil_mode (10),
     // dilations (19).
     if (max) TRY_OK(AttrSince(im, n, "storage_order", 8));
@@ -1969,7 +2033,13 @@ Lowering Pool(bool max) {
       a.dilation.push_back(w.dilations[i]);
     }
     if (max) {
-      im.SetOutput(n, 0, im.Fold(im.b().WindowReduce(Op::kWindowMax, x, a)));
+      NodeId y = im.Fold(im.b().WindowReduce(Op::kWindowMax, x, a));
+      im.SetOutput(n, 0, y);
+      if (n.output_size() > 2) return Bad("MaxPool has two outputs");
+      if (Importer::HasOutput(n, 1)) {
+        TRY(NodeId indices, MaxPoolIndices(im, n, x, y, w));
+        im.SetOutput(n, 1, indices);
+      }
       return absl::OkStatus();
     }
     NodeId sum = im.Fold(im.b().WindowReduce(Op::kWindowSum, x, a));

@@ -345,6 +345,38 @@ case("pad19_wrap_repeats", "Pad", 19, [("x", wx), ("p", None)],
      consts={"p": i64(1, 4, 3, 2)})
 
 
+def maxpool_with_indices(x, k, stride, pad, dil, order):
+    """MaxPool's Y and Indices (opset 8+): the first maximum of each window, in-bounds only; the
+    flat index row-major, or with storage_order=1 column-major over the spatial axes."""
+    n_, c_, h_, w_ = x.shape
+    oh = (h_ + 2 * pad - (k - 1) * dil - 1) // stride + 1
+    ow = (w_ + 2 * pad - (k - 1) * dil - 1) // stride + 1
+    y = np.zeros((n_, c_, oh, ow), x.dtype)
+    idx = np.zeros((n_, c_, oh, ow), np.int64)
+    for n in range(n_):
+        for c in range(c_):
+            for i in range(oh):
+                for j in range(ow):
+                    best, at = None, -1
+                    for a in range(k):
+                        for b in range(k):
+                            h, w = i * stride - pad + a * dil, j * stride - pad + b * dil
+                            if 0 <= h < h_ and 0 <= w < w_ and (best is None or x[n, c, h, w] > best):
+                                best = x[n, c, h, w]
+                                at = (n * c_ + c) * h_ * w_ + (h * w_ + w if order == 0 else h + w * h_)
+                    y[n, c, i, j], idx[n, c, i, j] = best, at
+    return [y, idx]
+
+
+# MaxPool's Indices output with ties (small integers), padding, strides and dilations.
+mpx = rng.integers(-2, 3, size=(2, 2, 5, 6)).astype(np.float32)
+case("maxpool12_indices", "MaxPool", 12, [("x", mpx)], maxpool_with_indices(mpx, 3, 2, 1, 1, 0),
+     {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]})
+case("maxpool12_indices_storage_order_dilations", "MaxPool", 12, [("x", mpx)],
+     maxpool_with_indices(mpx, 2, 1, 1, 2, 1),
+     {"kernel_shape": [2, 2], "pads": [1, 1, 1, 1], "dilations": [2, 2], "storage_order": 1})
+
+
 def main():
     shutil.rmtree(ROOT, ignore_errors=True)
     os.makedirs(ROOT)
