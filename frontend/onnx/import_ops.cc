@@ -2089,6 +2089,10 @@ struct ResizeRule {
   double cubic_coeff_a = -0.75;
   bool exclude_outside = false;
   bool antialias = false;  // linear and cubic: widen the filter when downscaling (opset 18)
+  // tf_crop_and_resize: the region of each axis (roi's start and end, in [0, 1] of the input's
+  // extent), and the value of outputs that fall outside the input.
+  std::vector<double> roi_start, roi_end;
+  double extrapolation_value = 0;
 };
 
 // The weight of a tap at distance d from the sampled position, for the filters of linear and
@@ -2115,7 +2119,9 @@ absl::StatusOr<NodeId> Interpolate(Importer& im, NodeId x, const Shape& out,
   NodeId y = x;
   for (size_t a = 0; a < r; ++a) {
     const int64_t in = s[a], o = out[a];
-    if (in == o && scales[a] == 1.0) continue;
+    const bool crop = ctm == "tf_crop_and_resize";
+    const bool whole = !crop || (rule.roi_start[a] == 0.0 && rule.roi_end[a] == 1.0);
+    if (in == o && scales[a] == 1.0 && whole) continue;
     if (o > (1 << 24)) return Unsupported("Resize to an axis longer than 2^24");
     if (in == 0) return Bad("cannot resize an empty axis");
     auto original = [&](int64_t i) -> double {
@@ -2135,8 +2141,27 @@ absl::StatusOr<NodeId> Interpolate(Importer& im, NodeId x, const Shape& out,
       }
       if (ctm == "asymmetric") return xo / sc;
       if (ctm == "tf_half_pixel_for_nn") return (xo + 0.5) / sc;
+      if (crop) {
+        // The region [start, end] of the input's extent (in - 1) sampled at the output's
+        // in * scale points (ONNX's reference: the centre of the region for one point).
+        const double start = rule.roi_start[a], end = rule.roi_end[a];
+        const double extent = static_cast<double>(in - 1), width = static_cast<double>(in) * sc;
+        const double offset = start * extent;
+        if (width == 1.0) return (end - start) * extent / 2 + offset;
+        return xo * (end - start) * extent / (width - 1) + offset;
+      }
       return xo / sc;
     };
+    // tf_crop_and_resize: outputs whose source falls outside the input take extrapolation_value.
+    std::vector<bool> outside(static_cast<size_t>(o), false);
+    bool any_outside = false;
+    if (crop) {
+      for (int64_t i = 0; i < o; ++i) {
+        const double xf = original(i);
+        outside[static_cast<size_t>(i)] = xf < 0 || xf > static_cast<double>(in - 1);
+        any_outside = any_outside || outside[static_cast<size_t>(i)];
+      }
+    }
     if (rule.mode == "nearest") {
       std::vector<int64_t> idx;
       for (int64_t i = 0; i < o; ++i) {
@@ -2241,6 +2266,14 @@ absl::StatusOr<NodeId> Interpolate(Importer& im, NodeId x, const Shape& out,
       NodeId w = im.Broadcast(im.Const(std::move(wd)), im.shape(lo));
       y = im.Binary(Op::kAdd, lo, im.Binary(Op::kMul, im.Binary(Op::kSub, hi, lo), w));
     }
+    if (any_outside) {
+      Shape ms(im.shape(y).size(), 1);
+      ms[a] = o;
+      ir::TensorData md(ir::DType::kBool, ms);
+      for (int64_t i = 0; i < o; ++i) md.SetDouble(i, outside[static_cast<size_t>(i)] ? 1 : 0);
+      y = im.Select(im.Broadcast(im.Const(std::move(md)), im.shape(y)),
+                    im.Like(rule.extrapolation_value, y), y);
+    }
   }
   return y;
 }
@@ -2249,7 +2282,7 @@ absl::StatusOr<NodeId> Interpolate(Importer& im, NodeId x, const Shape& out,
 // scales, sizes; coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside,
 // extrapolation_value), 13 (roi and scales optional, tf_half_pixel_for_nn gone), 18
 // (antialias, axes, keep_aspect_ratio_policy), 19 (half_pixel_symmetric). Modes nearest and
-// linear; cubic, tf_crop_and_resize and a downscaling antialias are errors naming them.
+// linear; cubic, tf_crop_and_resize (roi, extrapolation_value) and antialias.
 absl::Status Resize(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   const Shape s = im.shape(x);
@@ -2292,9 +2325,6 @@ absl::Status Resize(Importer& im, const NodeProto& n) {
                               "' is not defined in opset ", v,
                               " (tf_half_pixel_for_nn is in 11-12, half_pixel_symmetric from "
                               "19)"));
-    }
-    if (rule.ctm == "tf_crop_and_resize") {
-      return Unsupported("coordinate_transformation_mode 'tf_crop_and_resize' is not supported");
     }
   }
   // The axes the scales / sizes refer to (18): all by default.
@@ -2370,6 +2400,28 @@ absl::Status Resize(Importer& im, const NodeProto& n) {
     return Bad("needs scales or sizes");
   }
   TRY(out, ShapeFromInts(out));
+  if (rule.ctm == "tf_crop_and_resize") {
+    // roi (input 1): starts then ends, for every axis or (18) for the listed axes; the others
+    // keep [0, 1].
+    if (!Importer::HasInput(n, 1)) return Bad("tf_crop_and_resize needs the roi input");
+    TRY(ir::TensorData roi, im.ConstInput(n, 1));
+    if (roi.num_elements() != 2 * static_cast<int64_t>(axes.size())) {
+      return Bad(absl::StrCat("roi has ", roi.num_elements(), " entries for ", axes.size(),
+                              " axes (starts, then ends)"));
+    }
+    rule.roi_start.assign(r, 0.0);
+    rule.roi_end.assign(r, 1.0);
+    const auto count = static_cast<int64_t>(axes.size());
+    for (int64_t i = 0; i < count; ++i) {
+      const auto d = static_cast<size_t>(axes[static_cast<size_t>(i)]);
+      rule.roi_start[d] = roi.GetDouble(i);
+      rule.roi_end[d] = roi.GetDouble(i + count);
+      if (!std::isfinite(rule.roi_start[d]) || !std::isfinite(rule.roi_end[d])) {
+        return Bad("roi must be finite");
+      }
+    }
+    rule.extrapolation_value = AttrFloat(n, "extrapolation_value", 0.0f);
+  }
   rule.antialias = AttrInt(n, "antialias", 0) != 0 && rule.mode != "nearest";
   TRY(NodeId y, Interpolate(im, x, out, scales, rule));
   im.SetOutput(n, 0, y);
@@ -2403,7 +2455,10 @@ absl::Status Upsample(Importer& im, const NodeProto& n) {
     out[i] = static_cast<int64_t>(std::floor(static_cast<double>(s[i]) * scales[i]));
   }
   TRY(out, ShapeFromInts(out));
-  ResizeRule rule{AttrString(n, "mode", "nearest"), "asymmetric", "legacy"};
+  ResizeRule rule;
+  rule.mode = AttrString(n, "mode", "nearest");
+  rule.ctm = "asymmetric";
+  rule.nearest_mode = "legacy";
   if (rule.mode != "nearest" && rule.mode != "linear") {
     return Bad(absl::StrCat("bad mode '", rule.mode, "' (Upsample has nearest and linear)"));
   }

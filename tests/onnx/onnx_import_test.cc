@@ -913,11 +913,30 @@ TEST(OnnxErrors, TrainingOnlyAndUnsupportedVersionedForms) {
                      })
                   .message(),
               HasSubstr("'half_pixel_symmetric' is not defined in opset 18"));
+  // tf_crop_and_resize needs a roi of two entries per axis (the conformance cases check the
+  // numbers, extrapolation_value's too).
   EXPECT_THAT(
       resize(13,
              [](auto* n) { SetString(n, "coordinate_transformation_mode", "tf_crop_and_resize"); })
           .message(),
-      HasSubstr("coordinate_transformation_mode 'tf_crop_and_resize' is not supported"));
+      HasSubstr("node 'rz' (Resize): tf_crop_and_resize needs the roi input"));
+  {
+    auto m = Model(13);
+    auto* roi = AddInit(m, "roi", {2});
+    roi->add_float_data(0.f);
+    roi->add_float_data(1.f);
+    auto* t = AddInit(m, "scales", {2});
+    t->add_float_data(1.0f);
+    t->add_float_data(2.0f);
+    SetString(AddNode(m, "Resize", "rz", {"x", "roi", "scales"}, {"y"}),
+              "coordinate_transformation_mode", "tf_crop_and_resize");
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(), HasSubstr("roi has 2 entries for 2 axes (starts, then ends)"));
+    roi->set_dims(0, 4);
+    roi->add_float_data(1.f);
+    roi->add_float_data(1.f);
+    EXPECT_TRUE(Import(m).ok()) << Import(m);
+  }
   {
     auto m = Model(12);
     auto* t = AddInit(m, "t", {});
