@@ -2535,12 +2535,40 @@ absl::StatusOr<Term> Contract(Importer& im, Term a, Term b, const std::string& k
   return Term{im.Reshape(r, out_shape), both_keep + left + right};
 }
 
+// The diagonal of a term whose letter repeats (x_ii): the second occurrence is masked to the
+// identity and summed away, until every letter is once in the term.
+absl::StatusOr<Term> Diagonals(Importer& im, Term t) {
+  for (size_t k = 0; k < t.letters.size(); ++k) {
+    const size_t j = t.letters.find(t.letters[k]);
+    if (j == k) continue;
+    const Shape s = im.shape(t.node);
+    if (s[j] != s[k]) {
+      return Bad(absl::StrCat("letter '", std::string(1, t.letters[k]), "' has sizes ", s[j],
+                              " and ", s[k], " in one operand"));
+    }
+    const int64_t d = s[j];
+    if (d > 4096) return Unsupported("Einsum diagonals longer than 4096");
+    Shape ms(s.size(), 1);
+    ms[j] = ms[k] = d;
+    ir::TensorData eye(ir::DType::kBool, {d, d});
+    for (int64_t i = 0; i < d; ++i) eye.SetDouble(i * d + i, 1);
+    NodeId mask = im.Broadcast(im.Reshape(im.Const(std::move(eye)), ms), s);
+    NodeId kept = im.Select(mask, t.node, im.Like(0, t.node));
+    Shape out = s;
+    out.erase(out.begin() + static_cast<std::ptrdiff_t>(k));
+    std::string letters = t.letters;
+    letters.erase(k, 1);
+    return Diagonals(
+        im, {im.Reshape(im.Reduce(Op::kReduceSum, kept, {static_cast<int64_t>(k)}), out), letters});
+  }
+  return t;
+}
+
 absl::Status Einsum(Importer& im, const NodeProto& n) {
   std::string eq;
   for (char c : AttrString(n, "equation", "")) {
     if (c != ' ') eq += c;
   }
-  if (eq.find("...") != std::string::npos) return Unsupported("ellipsis ('...') is not supported");
   const size_t arrow = eq.find("->");
   std::string lhs = eq.substr(0, arrow), out;
   std::vector<std::string> terms;
@@ -2554,6 +2582,46 @@ absl::Status Einsum(Importer& im, const NodeProto& n) {
     return Bad(absl::StrCat("equation '", eq, "' has ", terms.size(), " operands, the node ",
                             Importer::NumInputs(n)));
   }
+  std::vector<NodeId> xs;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    TRY(NodeId x, im.Input(n, static_cast<int>(i)));
+    xs.push_back(x);
+  }
+  // An ellipsis stands for the operand's dims that no letter names, right-aligned across the
+  // operands (numpy broadcasting); each of those dims becomes a letter the equation does not
+  // use. Without "->", the output is the ellipsis' dims, then the letters that occur once.
+  std::string spare;
+  for (char c = 'A'; c <= 'Z'; ++c) {
+    if (eq.find(c) == std::string::npos) spare += c;
+  }
+  for (char c = 'a'; c <= 'z'; ++c) {
+    if (eq.find(c) == std::string::npos) spare += c;
+  }
+  size_t ellipsis_rank = 0;
+  bool has_ellipsis = false;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    const size_t at = terms[i].find("...");
+    if (at == std::string::npos) continue;
+    has_ellipsis = true;
+    if (terms[i].find("...", at + 1) != std::string::npos ||
+        terms[i].find('.', at + 3) != std::string::npos) {
+      return Bad(absl::StrCat("bad equation '", eq, "'"));
+    }
+    const int64_t named = static_cast<int64_t>(terms[i].size()) - 3;
+    if (im.rank(xs[i]) < named) {
+      return Bad(absl::StrCat("operand ", i, " has rank ", im.rank(xs[i]), ", its term '", terms[i],
+                              "' ", named, " letters"));
+    }
+    ellipsis_rank = std::max(ellipsis_rank, static_cast<size_t>(im.rank(xs[i]) - named));
+  }
+  if (ellipsis_rank > spare.size()) return Unsupported("an ellipsis of too many dims");
+  const std::string dots = spare.substr(0, ellipsis_rank);
+  for (size_t i = 0; i < terms.size(); ++i) {
+    const size_t at = terms[i].find("...");
+    if (at == std::string::npos) continue;
+    const size_t k = static_cast<size_t>(im.rank(xs[i])) - (terms[i].size() - 3);
+    terms[i].replace(at, 3, dots.substr(dots.size() - k));
+  }
   std::map<char, int> count;
   for (const auto& t : terms) {
     for (char c : t) {
@@ -2564,27 +2632,48 @@ absl::Status Einsum(Importer& im, const NodeProto& n) {
   }
   if (arrow != std::string::npos) {
     out = eq.substr(arrow + 2);
+    if (const size_t at = out.find("..."); at != std::string::npos) {
+      if (!has_ellipsis) return Bad(absl::StrCat("bad equation '", eq, "'"));
+      out.replace(at, 3, dots);
+    }
     for (char c : out) {
       if (!count.count(c))
         return Bad(absl::StrCat("output letter '", std::string(1, c), "' is in no operand"));
+      if (std::count(out.begin(), out.end(), c) != 1) {
+        return Bad(absl::StrCat("output letter '", std::string(1, c), "' repeats"));
+      }
     }
   } else {
+    out = dots;
     for (const auto& [c, k] : count) {
-      if (k == 1) out += c;
+      if (k == 1 && dots.find(c) == std::string::npos) out += c;
     }
   }
+  // Each letter's size: equal in every operand, or 1 where another is larger (broadcast).
+  std::map<char, int64_t> size;
   std::vector<Term> ops;
   for (size_t i = 0; i < terms.size(); ++i) {
-    TRY(NodeId x, im.Input(n, static_cast<int>(i)));
+    NodeId x = xs[i];
     if (static_cast<int64_t>(terms[i].size()) != im.rank(x)) {
       return Bad(absl::StrCat("operand ", i, " has rank ", im.rank(x), ", its term '", terms[i],
                               "' ", terms[i].size(), " letters"));
     }
-    for (size_t j = 0; j < terms[i].size(); ++j) {
-      if (terms[i].find(terms[i][j]) != j)
-        return Unsupported("repeated letters in one term (diagonals)");
+    TRY(Term t, Diagonals(im, {x, terms[i]}));
+    for (size_t j = 0; j < t.letters.size(); ++j) {
+      const int64_t d = im.shape(t.node)[j];
+      auto [it, fresh] = size.emplace(t.letters[j], d);
+      if (!fresh && it->second != d && d != 1 && it->second != 1) {
+        return Bad(absl::StrCat("letter '", std::string(1, t.letters[j]), "' has sizes ",
+                                it->second, " and ", d));
+      }
+      it->second = std::max(it->second, d);
     }
-    ops.push_back({x, terms[i]});
+    ops.push_back(t);
+  }
+  for (Term& t : ops) {
+    Shape want;
+    for (char c : t.letters) want.push_back(size[c]);
+    t.node = im.Broadcast(t.node, want);
   }
   // Left to right: each step keeps the letters the output or a later operand needs.
   auto needed_after = [&](size_t i) {

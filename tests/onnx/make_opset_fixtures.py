@@ -377,6 +377,18 @@ case("maxpool12_indices_storage_order_dilations", "MaxPool", 12, [("x", mpx)],
      {"kernel_shape": [2, 2], "pads": [1, 1, 1, 1], "dilations": [2, 2], "storage_order": 1})
 
 
+# Einsum's ellipsis (broadcast, right-aligned; implicit output: the ellipsis first) and diagonals.
+ea, eb = f32(2, 1, 3, 4), f32(5, 4, 2)
+case("einsum12_ellipsis_broadcast", "Einsum", 12, [("a", ea), ("b", eb)],
+     np.einsum("...ij,...jk->...ik", ea, eb), {"equation": "...ij,...jk->...ik"})
+ed = f32(3, 4, 4)
+case("einsum12_ellipsis_trace_implicit", "Einsum", 12, [("a", ed)], np.einsum("...ii", ed),
+     {"equation": "...ii"})
+ec, ee = f32(3, 3, 4), f32(4, 2)
+case("einsum12_diagonal", "Einsum", 12, [("a", ec), ("b", ee)], np.einsum("iij,jk->ik", ec, ee),
+     {"equation": "iij,jk->ik"})
+
+
 def main():
     shutil.rmtree(ROOT, ignore_errors=True)
     os.makedirs(ROOT)

@@ -1166,5 +1166,24 @@ TEST(OnnxErrors, BoolReductionsByVersion) {
               HasSubstr("node 'r' (ReduceSum): bool inputs are not supported"));
 }
 
+// Einsum's ellipsis and diagonals (the opsets/ fixtures check the numbers); malformed equations
+// and mismatched sizes name the node.
+TEST(OnnxErrors, EinsumEquations) {
+  auto einsum = [](const std::string& equation) {
+    auto m = Model(12);  // x: [2, 3]
+    SetString(AddNode(m, "Einsum", "e", {"x"}, {"y"}), "equation", equation);
+    AddOutput(m, "y");
+    return Import(m);
+  };
+  EXPECT_TRUE(einsum("...i->i").ok());
+  EXPECT_TRUE(einsum("i...").ok());
+  EXPECT_THAT(einsum("ii").message(),
+              HasSubstr("node 'e' (Einsum): letter 'i' has sizes 2 and 3 in one operand"));
+  EXPECT_THAT(einsum("...i...").message(), HasSubstr("bad equation '...i...'"));
+  EXPECT_THAT(einsum("ijk...").message(), HasSubstr("operand 0 has rank 2"));
+  EXPECT_THAT(einsum("ij->ii").message(), HasSubstr("output letter 'i' repeats"));
+  EXPECT_THAT(einsum("ij->...i").message(), HasSubstr("bad equation 'ij->...i'"));
+}
+
 }  // namespace
 }  // namespace kiln::onnx
