@@ -1833,7 +1833,8 @@ absl::Status BatchNorm(Importer& im, const NodeProto& n) {
     if (spatial) {
       for (int64_t i = 2; i < im.rank(x); ++i) axes.push_back(i);
     }
-    const double count = static_cast<double>(ir::NumElements(s) / ir::NumElements(per));
+    double count = 1;
+    for (int64_t ax : axes) count *= static_cast<double>(s[static_cast<size_t>(ax)]);
     NodeId mean = im.Reshape(Scaled(im, im.Reduce(Op::kReduceSum, x, axes), 1.0 / count), per);
     NodeId d = im.Binary(Op::kSub, x, expand(mean));
     NodeId var = im.Reshape(
@@ -1951,8 +1952,12 @@ absl::StatusOr<NodeId> MaxPoolIndices(Importer& im, const NodeProto& n, NodeId x
   const Shape s = im.shape(x), ys = im.shape(y);
   const size_t r = s.size(), k = r - 2;
   int64_t offsets = 1;
-  for (int64_t kd : w.kernel) offsets *= kd;
-  if (offsets > 256) return Unsupported("MaxPool's Indices output for windows above 256 elements");
+  for (int64_t kd : w.kernel) {
+    offsets *= kd;
+    if (offsets > 256) {
+      return Unsupported("MaxPool's Indices output for windows above 256 elements");
+    }
+  }
   // The flat index of each element of X.
   std::vector<int64_t> stride(r);
   int64_t step = 1;
@@ -2969,7 +2974,9 @@ absl::StatusOr<NodeId> QuantParam(Importer& im, const NodeProto& n, NodeId p, No
                                   const char* what) {
   TRY_OK(AttrSince(im, n, "block_size", 21));
   const int64_t block = AttrInt(n, "block_size", 0);
-  if (block < 0) return Bad("block_size must not be negative");
+  if (block < 0 || block > (int64_t{1} << 30)) {
+    return Bad(absl::StrCat("bad block_size ", block));
+  }
   const Shape xs = im.shape(x), ps = im.shape(p);
   const int64_t count = im.type(p).num_elements();
   if (block == 0 && (ps.empty() || (ps.size() == 1 && count == 1))) {
