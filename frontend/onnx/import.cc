@@ -385,10 +385,12 @@ ir::NodeId Importer::Fold(ir::NodeId id) {
 }
 
 ir::NodeId Importer::Reduce(ir::Op op, ir::NodeId x, std::vector<int64_t> axes) {
-  // ONNX (18 on) defines the max and min of an empty set as -inf and +inf, which the IR's
-  // reductions, having no identity for them, refuse.
+  // ONNX (18 on) defines the max and min of an empty set as -inf and +inf (an integer type's
+  // lowest and highest values), which the IR's reductions, having no identity for them, refuse.
+  // (int64's are not doubles: the IR's refusal stands there.)
   const bool extremum = op == ir::Op::kReduceMax || op == ir::Op::kReduceMin;
-  if (extremum && ir::IsFloat(dtype(x))) {
+  const ir::DType t = dtype(x);
+  if (extremum && (ir::IsFloat(t) || t == ir::DType::kU8 || t == ir::DType::kI32)) {
     ir::Shape out = shape(x);
     bool empty = false;
     for (int64_t a : axes) {
@@ -397,8 +399,12 @@ ir::NodeId Importer::Reduce(ir::Op op, ir::NodeId x, std::vector<int64_t> axes) 
       out[static_cast<size_t>(a)] = 1;
     }
     if (empty) {
-      const double inf = std::numeric_limits<double>::infinity();
-      return Full(op == ir::Op::kReduceMax ? -inf : inf, dtype(x), std::move(out));
+      double lowest = -std::numeric_limits<double>::infinity(), highest = -lowest;
+      if (t == ir::DType::kU8) lowest = 0, highest = 255;
+      if (t == ir::DType::kI32) {
+        lowest = std::numeric_limits<int32_t>::min(), highest = std::numeric_limits<int32_t>::max();
+      }
+      return Full(op == ir::Op::kReduceMax ? lowest : highest, t, std::move(out));
     }
   }
   return Fold(b_.Reduce(op, x, std::move(axes)));

@@ -81,6 +81,13 @@ int64_t Product(const Shape& s, size_t from, size_t to) {
   return p;
 }
 
+// A per-channel vector [C] as [1, C, 1, ...] broadcast to `s`.
+NodeId PerChannel(Importer& im, NodeId v, const Shape& s) {
+  Shape cs(s.size(), 1);
+  cs[1] = s[1];
+  return im.Broadcast(im.Reshape(v, cs), s);
+}
+
 // ---- Elementwise ----------------------------------------------------------------------------
 
 Lowering UnaryOp(Op op) {
@@ -120,13 +127,84 @@ NodeId ExpM1Scaled(Importer& im, NodeId x, double alpha) {  // alpha * (exp(x) -
   return Scaled(im, Shifted(im, im.Unary(Op::kExp, x), -1.0), alpha);
 }
 
-// Binary ops with numpy broadcasting; `f` gets the broadcast operands.
+// Add, Sub, Mul, Div and Pow before opset 7 (versions 1 and 6; Pow-1): no numpy broadcasting.
+// Without broadcast=1, B has A's shape. With it, B is broadcast to A: B's dims line up with A's
+// from `axis` on (absent: suffix-aligned, B's last with A's last), each A's or 1 (the stored
+// PyTorch models' size-1 dims), and the result has A's shape. Version 1's consumed_inputs (an
+// in-place hint) means nothing to a graph and is ignored; versions 1 take float types only.
+absl::StatusOr<std::vector<NodeId>> LegacyBroadcasted(Importer& im, const NodeProto& n, NodeId a,
+                                                      NodeId b) {
+  TRY_OK(AttrUntil(im, n, "consumed_inputs", n.op_type() == "Pow" ? 1 : 6));
+  if (im.dtype(a) != im.dtype(b)) {
+    return Bad(absl::StrCat("operand types differ: ", ir::TypeToString(im.type(a)), " and ",
+                            ir::TypeToString(im.type(b))));
+  }
+  if (im.opset() < 6 && !ir::IsFloat(im.dtype(a))) {
+    return Bad(absl::StrCat(n.op_type(), " on ", ir::DTypeName(im.dtype(a)),
+                            " exists from opset 6, but the model imports opset ", im.opset()));
+  }
+  const Shape sa = im.shape(a), sb = im.shape(b);
+  const bool broadcast = AttrInt(n, "broadcast", 0) != 0;
+  if (!broadcast) {
+    if (FindAttr(n, "axis")) return Bad("attribute 'axis' is set without broadcast=1");
+    if (sa != sb) {
+      return Bad(absl::StrCat("A ", ir::ShapeToString(sa), " and B ", ir::ShapeToString(sb),
+                              " differ and broadcast is not set (before opset 7 only broadcast=1 "
+                              "broadcasts B to A; the model imports opset ",
+                              im.opset(), ")"));
+    }
+    return std::vector<NodeId>{a, b};
+  }
+  const int64_t ra = static_cast<int64_t>(sa.size()), rb = static_cast<int64_t>(sb.size());
+  auto cannot = [&](const std::string& why) {
+    return Bad(absl::StrCat("broadcast=1 cannot broadcast B ", ir::ShapeToString(sb), " to A ",
+                            ir::ShapeToString(sa), ": ", why));
+  };
+  if (rb > ra) return cannot("B has the higher rank");
+  int64_t axis = ra - rb;
+  if (const auto* attr = FindAttr(n, "axis")) {
+    if (attr->i() < -ra || attr->i() >= std::max<int64_t>(ra, 1)) {
+      return cannot(absl::StrCat("axis ", attr->i(), " is out of range for rank ", ra));
+    }
+    axis = attr->i() < 0 ? attr->i() + ra : attr->i();
+    if (axis + rb > ra) {
+      return cannot(absl::StrCat("from axis ", axis, ", B's ", rb, " dims pass A's last"));
+    }
+  }
+  Shape padded(static_cast<size_t>(ra), 1);
+  for (int64_t i = 0; i < rb; ++i) {
+    const int64_t d = sb[static_cast<size_t>(i)], want = sa[static_cast<size_t>(axis + i)];
+    if (d != 1 && d != want) {
+      return cannot(absl::StrCat("B's dim ", i, " (", d, ") is neither 1 nor A's dim ", axis + i,
+                                 " (", want, ")"));
+    }
+    padded[static_cast<size_t>(axis + i)] = d;
+  }
+  return std::vector<NodeId>{a, im.Broadcast(im.Reshape(b, padded), sa)};
+}
+
+// The broadcast/axis attributes exist before opset 7 only.
+absl::Status NoLegacyBroadcast(const Importer& im, const NodeProto& n) {
+  TRY_OK(AttrUntil(im, n, "broadcast", 7));
+  TRY_OK(AttrUntil(im, n, "axis", 7));
+  return AttrUntil(im, n, "consumed_inputs", 6);
+}
+
+// Binary ops with numpy broadcasting; `f` gets the broadcast operands. `legacy`: the operator's
+// versions before opset 7 broadcast as LegacyBroadcasted says (Add, Sub, Mul, Div).
 Lowering BinaryWith(
     std::function<absl::StatusOr<NodeId>(Importer&, const NodeProto&, NodeId, NodeId)> f,
-    bool same_dtype = true) {
-  return [f, same_dtype](Importer& im, const NodeProto& n) -> absl::Status {
+    bool same_dtype = true, bool legacy = false) {
+  return [f, same_dtype, legacy](Importer& im, const NodeProto& n) -> absl::Status {
     TRY(NodeId a, im.Input(n, 0));
     TRY(NodeId b, im.Input(n, 1));
+    if (legacy && im.opset() < 7) {
+      TRY(std::vector<NodeId> ab, LegacyBroadcasted(im, n, a, b));
+      TRY(NodeId y, f(im, n, ab[0], ab[1]));
+      im.SetOutput(n, 0, y);
+      return absl::OkStatus();
+    }
+    if (legacy) TRY_OK(NoLegacyBroadcast(im, n));
     TRY(std::vector<NodeId> ab, im.Broadcasted({a, b}, same_dtype));
     TRY(NodeId y, f(im, n, ab[0], ab[1]));
     im.SetOutput(n, 0, y);
@@ -134,9 +212,10 @@ Lowering BinaryWith(
   };
 }
 
-Lowering BinaryOp(Op op) {
+Lowering BinaryOp(Op op, bool legacy = false) {
   return BinaryWith([op](Importer& im, const NodeProto&, NodeId a,
-                         NodeId b) -> absl::StatusOr<NodeId> { return im.Binary(op, a, b); });
+                         NodeId b) -> absl::StatusOr<NodeId> { return im.Binary(op, a, b); },
+                    /*same_dtype=*/true, legacy);
 }
 
 // Comparison types by version: Equal compares floats from opset 11 (bool and integers before),
@@ -186,6 +265,15 @@ absl::StatusOr<NodeId> Mod(Importer& im, const NodeProto& n, NodeId a, NodeId b)
 absl::Status Pow(Importer& im, const NodeProto& n) {
   TRY(NodeId a, im.Input(n, 0));
   TRY(NodeId e, im.Input(n, 1));
+  if (im.opset() < 7) {  // Pow-1: broadcast/axis (one float type, as below)
+    if (ir::IsFloat(im.dtype(a))) {
+      TRY(std::vector<NodeId> ae, LegacyBroadcasted(im, n, a, e));
+      a = ae[0], e = ae[1];
+    }
+  } else {
+    TRY_OK(AttrUntil(im, n, "broadcast", 7));
+    TRY_OK(AttrUntil(im, n, "axis", 7));
+  }
   const ir::DType t = im.dtype(a);
   if (im.opset() < 12 && (!ir::IsFloat(t) || im.dtype(e) != t)) {
     return Bad(absl::StrCat(
@@ -266,6 +354,25 @@ absl::Status Clip(Importer& im, const NodeProto& n) {
 absl::Status PRelu(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY(NodeId slope, im.Input(n, 1));
+  TRY_OK(AttrUntil(im, n, "consumed_inputs", 6));
+  if (im.opset() < 7) {
+    // PRelu-1, -6: a slope of one value, one per channel (X's axis 1: the stored PyTorch
+    // models' PReLU(num_parameters=C)), or one per element; numpy broadcasting from 7.
+    // (Version 1's consumed_inputs is ignored.)
+    const Shape xs = im.shape(x), ss = im.shape(slope);
+    const int64_t count = im.type(slope).num_elements();
+    if (im.dtype(slope) != im.dtype(x)) return Bad("X and slope types differ");
+    if (count == 1) {
+      slope = im.Broadcast(im.Reshape(slope, Shape(xs.size(), 1)), xs);
+    } else if (ss.size() == 1 && xs.size() >= 2 && ss[0] == xs[1]) {
+      slope = PerChannel(im, slope, xs);
+    } else if (ss != xs) {
+      return Bad(absl::StrCat("slope ", ir::ShapeToString(ss), " for X ", ir::ShapeToString(xs),
+                              ": before opset 7 the slope has one value, one per channel (X's "
+                              "dim 1) or X's shape (the model imports opset ",
+                              im.opset(), ")"));
+    }
+  }
   TRY(slope, im.BroadcastTo(slope, im.shape(x)));
   NodeId neg = im.Binary(Op::kLt, x, im.Like(0, x));
   im.SetOutput(n, 0, im.Select(neg, im.Binary(Op::kMul, x, slope), x));
@@ -296,14 +403,21 @@ absl::Status Dropout(Importer& im, const NodeProto& n) {
   TRY_OK(InputsSince(im, n, 1, 12, "ratio"));
   TRY_OK(AttrUntil(im, n, "ratio", 12));
   TRY_OK(AttrUntil(im, n, "is_test", 7));
+  double ratio = 0.5;
   if (Importer::HasInput(n, 1)) {
-    TRY(ir::TensorData ratio, im.ConstInput(n, 1));
-    if (ratio.num_elements() != 1) return Bad("ratio must be a scalar");
+    TRY(ir::TensorData r, im.ConstInput(n, 1));
+    if (r.num_elements() != 1) return Bad("ratio must be a scalar");
+    ratio = r.GetDouble(0);
   }
   if (Importer::HasInput(n, 2)) {
     TRY(ir::TensorData training, im.ConstInput(n, 2));
-    if (training.num_elements() != 1 || training.GetDouble(0) != 0) {
-      return Unsupported("training_mode=true is not supported (inference only)");
+    if (training.num_elements() != 1) return Bad("training_mode must be a scalar");
+    // Training drops each element with probability `ratio` (and scales the kept ones by
+    // 1 / (1 - ratio)): only ratio 0, which keeps every element, has a deterministic outcome.
+    if (training.GetDouble(0) != 0 && ratio != 0) {
+      return Unsupported(absl::StrCat(
+          "training_mode=true with ratio ", ratio,
+          " drops elements at random, which kiln does not do (ratio 0 or inference only)"));
     }
   }
   im.SetOutput(n, 0, x);
@@ -937,8 +1051,29 @@ absl::Status Pad(Importer& im, const NodeProto& n) {
       }
       y = im.Concat(pieces, a);
     }
+  } else if (mode == "wrap") {
+    // Position i of the padded axis (-lo <= i < d + hi) takes element i mod d: the runs of
+    // consecutive elements, concatenated.
+    for (int64_t a = 0; a < r; ++a) {
+      const int64_t l = lo[static_cast<size_t>(a)], h = hi[static_cast<size_t>(a)];
+      if (l == 0 && h == 0) continue;
+      const Shape cur = im.shape(y);
+      const int64_t d = cur[static_cast<size_t>(a)];
+      if (d == 0) return Bad(absl::StrCat("mode wrap pads axis ", a, " of size 0"));
+      if ((l + h) / d > 64) return Unsupported("mode wrap repeating an axis more than 64 times");
+      std::vector<NodeId> pieces;
+      for (int64_t i = -l; i < d + h;) {
+        const int64_t b = ((i % d) + d) % d, e = std::min(d, b + (d + h - i));
+        std::vector<int64_t> st(cur.size(), 0), li = cur;
+        st[static_cast<size_t>(a)] = b;
+        li[static_cast<size_t>(a)] = e;
+        pieces.push_back(im.Slice(y, st, li));
+        i += e - b;
+      }
+      y = im.Concat(pieces, a);
+    }
   } else {
-    return Unsupported(absl::StrCat("mode '", mode, "' is not supported"));
+    return Bad(absl::StrCat("bad mode '", mode, "'"));
   }
   im.SetOutput(n, 0, y);
   return absl::OkStatus();
@@ -1129,8 +1264,10 @@ absl::Status DepthToSpace(Importer& im, const NodeProto& n) {
   const Shape s = im.shape(x);
   if (bs <= 0 || bs > (1 << 15) || s[1] % (bs * bs) != 0) return Bad("bad blocksize");
   const int64_t c = s[1] / (bs * bs);
+  const std::string mode = AttrString(n, "mode", "DCR");
+  if (mode != "DCR" && mode != "CRD") return Bad(absl::StrCat("bad mode '", mode, "'"));
   NodeId y;
-  if (AttrString(n, "mode", "DCR") == "DCR") {
+  if (mode == "DCR") {
     y = im.Permute(im.Reshape(x, {s[0], bs, bs, c, s[2], s[3]}), {0, 3, 4, 1, 5, 2});
   } else {
     y = im.Permute(im.Reshape(x, {s[0], c, bs, bs, s[2], s[3]}), {0, 1, 4, 2, 5, 3});
@@ -1145,8 +1282,14 @@ absl::Status SpaceToDepth(Importer& im, const NodeProto& n) {
   const int64_t bs = AttrInt(n, "blocksize", 0);
   const Shape s = im.shape(x);
   if (bs <= 0 || bs > (1 << 15) || s[2] % bs != 0 || s[3] % bs != 0) return Bad("bad blocksize");
-  NodeId y =
-      im.Permute(im.Reshape(x, {s[0], s[1], s[2] / bs, bs, s[3] / bs, bs}), {0, 3, 5, 1, 2, 4});
+  // mode (opset 28): DCR, the order before 28, puts the block's row and column before the
+  // channel in the output's depth; CRD the channel first.
+  TRY_OK(AttrSince(im, n, "mode", 28));
+  const std::string mode = AttrString(n, "mode", "DCR");
+  if (mode != "DCR" && mode != "CRD") return Bad(absl::StrCat("bad mode '", mode, "'"));
+  const std::vector<int64_t> perm = mode == "DCR" ? std::vector<int64_t>{0, 3, 5, 1, 2, 4}
+                                                  : std::vector<int64_t>{0, 1, 3, 5, 2, 4};
+  NodeId y = im.Permute(im.Reshape(x, {s[0], s[1], s[2] / bs, bs, s[3] / bs, bs}), perm);
   im.SetOutput(n, 0, im.Reshape(y, {s[0], s[1] * bs * bs, s[2] / bs, s[3] / bs}));
   return absl::OkStatus();
 }
@@ -1175,7 +1318,17 @@ Lowering Reduction(Red kind) {
     } else {
       for (int64_t i = 0; i < r; ++i) axes.push_back(i);
     }
-    if (im.dtype(x) == ir::DType::kBool) return Bad("bool inputs are not supported");
+    const bool as_bool = im.dtype(x) == ir::DType::kBool;
+    if (as_bool) {
+      // ReduceMax/ReduceMin-20 take bool: any and all, as uint8 (an empty set's max is false,
+      // its min true: uint8's 0 and 255).
+      if (kind != Red::kMax && kind != Red::kMin) return Bad("bool inputs are not supported");
+      if (im.opset() < 20) {
+        return Bad(absl::StrCat("bool inputs exist from opset 20, but the model imports opset ",
+                                im.opset()));
+      }
+      x = im.Cast(x, ir::DType::kU8);
+    }
     int64_t count = 1;
     for (int64_t a : axes) count *= im.shape(x)[static_cast<size_t>(a)];
     NodeId y = ir::kInvalidNode;
@@ -1229,6 +1382,7 @@ Lowering Reduction(Red kind) {
       }
       y = im.Reshape(y, out);
     }
+    if (as_bool) y = im.Cast(y, ir::DType::kBool);
     im.SetOutput(n, 0, y);
     return absl::OkStatus();
   };
@@ -1403,6 +1557,19 @@ absl::Status Gemm(Importer& im, const NodeProto& n) {
   }
   const double alpha = AttrFloat(n, "alpha", 1.0f), beta = AttrFloat(n, "beta", 1.0f);
   y = Scaled(im, y, alpha);
+  // Before opset 7 (Gemm-1, -6), C is (M, N) unless broadcast=1; numpy-style from 7.
+  TRY_OK(AttrUntil(im, n, "broadcast", 7));
+  const bool broadcast_c = im.opset() >= 7 || AttrInt(n, "broadcast", 0) != 0;
+  if (Importer::HasInput(n, 2) && !broadcast_c) {
+    TRY(NodeId c, im.Input(n, 2));
+    if (im.shape(c) != im.shape(y)) {
+      return Bad(absl::StrCat("C ", ir::ShapeToString(im.shape(c)), " is not (M, N) ",
+                              ir::ShapeToString(im.shape(y)),
+                              " and broadcast is not set (before opset 7 only broadcast=1 "
+                              "broadcasts C; the model imports opset ",
+                              im.opset(), ")"));
+    }
+  }
   if (Importer::HasInput(n, 2) && beta != 0) {
     TRY(NodeId c, im.Input(n, 2));
     TRY(c, im.BroadcastTo(c, im.shape(y)));
@@ -1600,34 +1767,47 @@ absl::Status ConvTranspose(Importer& im, const NodeProto& n) {
   return absl::OkStatus();
 }
 
-// A per-channel vector [C] as [1, C, 1, ...] broadcast to `s`.
-NodeId PerChannel(Importer& im, NodeId v, const Shape& s) {
-  Shape cs(s.size(), 1);
-  cs[1] = s[1];
-  return im.Broadcast(im.Reshape(v, cs), s);
-}
-
-// BatchNormalization in inference. Versions 7 (spatial; outputs 1-4 mean, var, saved_mean,
-// saved_var in training), 9 (no spatial), 14 (training_mode; outputs 1-2 running_mean and
-// running_var, only with training_mode=1), 15 (types). momentum only matters in training.
+// BatchNormalization. Versions 1 and 6 (is_test: 0, the default, is training; spatial;
+// version 1's consumed_inputs is ignored), 7 (spatial; outputs 1-4 mean, var, saved_mean,
+// saved_var mean training), 9 (no spatial), 14 (training_mode; outputs 1-2 running_mean and
+// running_var, only with training_mode=1), 15 (types). In training, Y is normalized with the
+// batch's statistics (mean and population variance over every axis but the channel's; with
+// spatial=0 over the batch axis only), and the running statistics are
+// input * momentum + batch's * (1 - momentum), as ONNX's reference computes them.
 absl::Status BatchNorm(Importer& im, const NodeProto& n) {
   TRY_OK(AttrSince(im, n, "training_mode", 14));
   TRY_OK(AttrUntil(im, n, "spatial", 9));
-  if (AttrInt(n, "training_mode", 0) != 0) {
-    return Unsupported("training_mode=1 is not supported (inference only)");
+  TRY_OK(AttrUntil(im, n, "is_test", 7));
+  TRY_OK(AttrUntil(im, n, "consumed_inputs", 6));
+  // Training: is_test=0 before opset 7; outputs past Y in 7-13; training_mode=1 from 14.
+  bool training = false;
+  if (im.opset() < 7) {
+    training = AttrInt(n, "is_test", 0) == 0;
+  } else if (im.opset() >= 14) {
+    training = AttrInt(n, "training_mode", 0) != 0;
   }
+  const int max_outputs = im.opset() >= 14 ? 3 : 5;
   for (int o = 1; o < n.output_size(); ++o) {
-    if (Importer::HasOutput(n, o)) {
-      return Unsupported(
-          absl::StrCat("output ", o, " ('", n.output(o), "') exists only in training (",
-                       im.opset() >= 14 ? "training_mode=1" : "before opset 14: any output past Y",
-                       "), which kiln does not support (inference only)"));
+    if (!Importer::HasOutput(n, o)) continue;
+    if (o >= max_outputs) return Bad(absl::StrCat("has no output ", o));
+    if (im.opset() >= 7 && im.opset() < 14) {
+      // Versions 7 and 9 say only "training mode" for these (saved_var's meaning differs
+      // between frameworks: a variance or an inverse standard deviation).
+      return Unsupported(absl::StrCat(
+          "output ", o, " ('", n.output(o),
+          "') exists only in training (before opset 14: any output past Y), which kiln "
+          "does not support before opset 14"));
+    }
+    if (!training) {
+      return Bad(absl::StrCat("output ", o, " ('", n.output(o), "') exists only in training (",
+                              im.opset() >= 14 ? "training_mode=1" : "is_test=0", ")"));
     }
   }
   TRY(NodeId x, im.Input(n, 0));
-  // spatial=0 (opset 7-8): statistics per activation, shaped like one sample [C, D1, ...].
+  // spatial=0 (opset 1-8): statistics per activation, shaped like one sample [C, D1, ...].
   const bool spatial = AttrInt(n, "spatial", 1) != 0;
   if (im.rank(x) < 2) return Bad("needs rank >= 2");
+  if (!ir::IsFloat(im.dtype(x))) return Bad("needs a float input");
   const Shape xs = im.shape(x);
   const Shape per = spatial ? Shape{xs[1]} : Shape(xs.begin() + 1, xs.end());
   std::vector<NodeId> p;
@@ -1640,21 +1820,49 @@ absl::Status BatchNorm(Importer& im, const NodeProto& n) {
     p.push_back(im.Reshape(im.Cast(v, im.dtype(x)), per));
   }
   const double eps = AttrFloat(n, "epsilon", 1e-5f);
+  const Shape s = im.shape(x);
+  // [C] or [C, D1, ...] to x's shape.
+  auto expand = [&](NodeId v) {
+    if (spatial) return PerChannel(im, v, s);
+    Shape one = per;
+    one.insert(one.begin(), 1);
+    return im.Broadcast(im.Reshape(v, one), s);
+  };
+  if (training) {
+    std::vector<int64_t> axes = {0};
+    if (spatial) {
+      for (int64_t i = 2; i < im.rank(x); ++i) axes.push_back(i);
+    }
+    double count = 1;
+    for (int64_t ax : axes) count *= static_cast<double>(s[static_cast<size_t>(ax)]);
+    NodeId mean = im.Reshape(Scaled(im, im.Reduce(Op::kReduceSum, x, axes), 1.0 / count), per);
+    NodeId d = im.Binary(Op::kSub, x, expand(mean));
+    NodeId var = im.Reshape(
+        Scaled(im, im.Reduce(Op::kReduceSum, im.Binary(Op::kMul, d, d), axes), 1.0 / count), per);
+    NodeId a = im.Binary(Op::kMul, p[0], im.Unary(Op::kRsqrt, Shifted(im, var, eps)));
+    im.SetOutput(n, 0, im.Binary(Op::kAdd, im.Binary(Op::kMul, d, expand(a)), expand(p[1])));
+    const double momentum = AttrFloat(n, "momentum", 0.9f);
+    auto running = [&](NodeId input, NodeId batch) {
+      return im.Binary(Op::kAdd, Scaled(im, input, momentum), Scaled(im, batch, 1.0 - momentum));
+    };
+    // Outputs 1 and 2 have the inputs' shapes (the running statistics' values, updated).
+    TRY(NodeId in_mean, im.Input(n, 3));
+    TRY(NodeId in_var, im.Input(n, 4));
+    if (Importer::HasOutput(n, 1)) {
+      im.SetOutput(n, 1, im.Reshape(running(p[2], mean), im.shape(in_mean)));
+    }
+    if (Importer::HasOutput(n, 2)) {
+      im.SetOutput(n, 2, im.Reshape(running(p[3], var), im.shape(in_var)));
+    }
+    if (Importer::HasOutput(n, 3)) im.SetOutput(n, 3, mean);  // saved_mean, saved_var (1, 6)
+    if (Importer::HasOutput(n, 4)) im.SetOutput(n, 4, var);
+    return absl::OkStatus();
+  }
   // y = x * a + c with a = scale / sqrt(var + eps), c = B - mean * a: two ops per element, and
   // the [C] vectors fold away when the statistics are constants.
   NodeId a = im.Binary(Op::kMul, p[0], im.Unary(Op::kRsqrt, Shifted(im, p[3], eps)));
   NodeId c = im.Binary(Op::kSub, p[1], im.Binary(Op::kMul, p[2], a));
-  const Shape s = im.shape(x);
-  if (!spatial) {
-    Shape one = per;
-    one.insert(one.begin(), 1);
-    NodeId aa = im.Broadcast(im.Reshape(a, one), s), cc = im.Broadcast(im.Reshape(c, one), s);
-    im.SetOutput(n, 0, im.Binary(Op::kAdd, im.Binary(Op::kMul, x, aa), cc));
-    return absl::OkStatus();
-  }
-  im.SetOutput(
-      n, 0,
-      im.Binary(Op::kAdd, im.Binary(Op::kMul, x, PerChannel(im, a, s)), PerChannel(im, c, s)));
+  im.SetOutput(n, 0, im.Binary(Op::kAdd, im.Binary(Op::kMul, x, expand(a)), expand(c)));
   return absl::OkStatus();
 }
 
@@ -1732,11 +1940,79 @@ absl::Status LpNorm(Importer& im, const NodeProto& n) {
   return absl::OkStatus();
 }
 
+// MaxPool's Indices output (opset 8): for each output, the flat index into X of the window's
+// first maximum (in the window's row-major order; padding never counts), over X's elements in
+// row-major order, or with storage_order=1 the spatial axes in column-major order (the batch and
+// channel offsets stay row-major, as ONNX's reference computes them). One strided slice of the
+// padded input per kernel offset: X as double padded with -inf, and the indices padded with -1.
+absl::StatusOr<NodeId> MaxPoolIndices(Importer& im, const NodeProto& n, NodeId x, NodeId y,
+                                      const Window& w) {
+  const int64_t order = AttrInt(n, "storage_order", 0);
+  if (order != 0 && order != 1) return Bad("storage_order must be 0 or 1");
+  const Shape s = im.shape(x), ys = im.shape(y);
+  const size_t r = s.size(), k = r - 2;
+  int64_t offsets = 1;
+  for (int64_t kd : w.kernel) {
+    offsets *= kd;
+    if (offsets > 256) {
+      return Unsupported("MaxPool's Indices output for windows above 256 elements");
+    }
+  }
+  // The flat index of each element of X.
+  std::vector<int64_t> stride(r);
+  int64_t step = 1;
+  for (size_t i = r; i-- > 2;) {  // spatial axes, row-major
+    stride[i] = step;
+    step *= s[i];
+  }
+  if (order == 1) {
+    step = 1;
+    for (size_t i = 2; i < r; ++i) {  // column-major
+      stride[i] = step;
+      step *= s[i];
+    }
+  }
+  stride[1] = step;
+  stride[0] = step * s[1];
+  const ir::TensorType it{ir::DType::kI64, s};
+  NodeId index = im.Full(0, ir::DType::kI64, s);
+  for (size_t i = 0; i < r; ++i) {
+    if (s[i] == 1) continue;
+    NodeId along = im.Fold(im.b().Iota(it, static_cast<int64_t>(i)));
+    index = im.Binary(
+        Op::kAdd, index,
+        im.Binary(Op::kMul, along, im.Full(static_cast<double>(stride[i]), ir::DType::kI64, s)));
+  }
+  std::vector<int64_t> lo(r, 0), hi(r, 0);
+  for (size_t i = 0; i < k; ++i) lo[i + 2] = w.low[i], hi[i + 2] = w.high[i];
+  NodeId xp = im.Fold(
+      im.b().Pad(im.Cast(x, ir::DType::kF64), lo, hi, -std::numeric_limits<double>::infinity()));
+  NodeId ip = im.Fold(im.b().Pad(index, lo, hi, -1));
+  NodeId want = im.Cast(y, ir::DType::kF64);
+  NodeId best = im.Full(-1, ir::DType::kI64, ys);
+  // The kernel offsets in reverse row-major order, so that the first match is kept last.
+  for (int64_t o = offsets - 1; o >= 0; --o) {
+    std::vector<int64_t> starts(r, 0), limits = ys, strides(r, 1);
+    for (size_t i = k, rest = static_cast<size_t>(o); i-- > 0;) {
+      const int64_t kd = w.kernel[i];
+      const int64_t at = static_cast<int64_t>(rest) % kd;
+      rest /= static_cast<size_t>(kd);
+      starts[i + 2] = at * w.dilations[i];
+      limits[i + 2] = starts[i + 2] + (ys[i + 2] - 1) * w.strides[i] + 1;
+      strides[i + 2] = w.strides[i];
+    }
+    NodeId xo = im.Slice(xp, starts, limits, strides), io = im.Slice(ip, starts, limits, strides);
+    NodeId hit =
+        im.Binary(Op::kAnd, im.Binary(Op::kEq, xo, want), im.Binary(Op::kGe, io, im.Like(0, io)));
+    best = im.Select(hit, io, best);
+  }
+  return best;
+}
+
 Lowering Pool(bool max) {
   return [max](Importer& im, const NodeProto& n) -> absl::Status {
     TRY(NodeId x, im.Input(n, 0));
     if (im.rank(x) < 3) return Bad("needs rank >= 3");
-    if (AttrInt(n, "storage_order", 0) != 0) return Unsupported("storage_order=1 is not supported");
     // MaxPool: storage_order (8), ceil_mode and dilations (10); AveragePool: ceil_mode (10),
     // dilations (19).
     if (max) TRY_OK(AttrSince(im, n, "storage_order", 8));
@@ -1748,10 +2024,6 @@ Lowering Pool(bool max) {
     if (!kernel) return Bad("kernel_shape is missing");
     const bool ceil_mode = AttrInt(n, "ceil_mode", 0) != 0;
     TRY(Window w, GetWindow(n, spatial, *kernel, ceil_mode));
-    if (!max &&
-        std::any_of(w.dilations.begin(), w.dilations.end(), [](int64_t d) { return d != 1; })) {
-      return Unsupported("AveragePool with dilations is not supported");
-    }
     ir::Attrs a;
     a.window = {1, 1};
     a.strides = {1, 1};
@@ -1766,13 +2038,19 @@ Lowering Pool(bool max) {
       a.dilation.push_back(w.dilations[i]);
     }
     if (max) {
-      im.SetOutput(n, 0, im.Fold(im.b().WindowReduce(Op::kWindowMax, x, a)));
+      NodeId y = im.Fold(im.b().WindowReduce(Op::kWindowMax, x, a));
+      im.SetOutput(n, 0, y);
+      if (n.output_size() > 2) return Bad("MaxPool has two outputs");
+      if (Importer::HasOutput(n, 1)) {
+        TRY(NodeId indices, MaxPoolIndices(im, n, x, y, w));
+        im.SetOutput(n, 1, indices);
+      }
       return absl::OkStatus();
     }
     NodeId sum = im.Fold(im.b().WindowReduce(Op::kWindowSum, x, a));
     if (!im.b().status().ok()) return absl::OkStatus();
-    // The divisor per output position: the window's elements inside the input (plus the explicit
-    // pads with count_include_pad, never the ceil_mode overhang), as a window sum of ones.
+    // The divisor per output position: the window's (dilated) taps inside the input (plus the
+    // explicit pads with count_include_pad, never the ceil_mode overhang), as a window sum of ones.
     const bool include_pad = AttrInt(n, "count_include_pad", 0) != 0;
     Shape ones_shape = {1, 1};
     ir::Attrs ca = a;
@@ -1816,6 +2094,10 @@ struct ResizeRule {
   double cubic_coeff_a = -0.75;
   bool exclude_outside = false;
   bool antialias = false;  // linear and cubic: widen the filter when downscaling (opset 18)
+  // tf_crop_and_resize: the region of each axis (roi's start and end, in [0, 1] of the input's
+  // extent), and the value of outputs that fall outside the input.
+  std::vector<double> roi_start, roi_end;
+  double extrapolation_value = 0;
 };
 
 // The weight of a tap at distance d from the sampled position, for the filters of linear and
@@ -1842,7 +2124,9 @@ absl::StatusOr<NodeId> Interpolate(Importer& im, NodeId x, const Shape& out,
   NodeId y = x;
   for (size_t a = 0; a < r; ++a) {
     const int64_t in = s[a], o = out[a];
-    if (in == o && scales[a] == 1.0) continue;
+    const bool crop = ctm == "tf_crop_and_resize";
+    const bool whole = !crop || (rule.roi_start[a] == 0.0 && rule.roi_end[a] == 1.0);
+    if (in == o && scales[a] == 1.0 && whole) continue;
     if (o > (1 << 24)) return Unsupported("Resize to an axis longer than 2^24");
     if (in == 0) return Bad("cannot resize an empty axis");
     auto original = [&](int64_t i) -> double {
@@ -1862,8 +2146,27 @@ absl::StatusOr<NodeId> Interpolate(Importer& im, NodeId x, const Shape& out,
       }
       if (ctm == "asymmetric") return xo / sc;
       if (ctm == "tf_half_pixel_for_nn") return (xo + 0.5) / sc;
+      if (crop) {
+        // The region [start, end] of the input's extent (in - 1) sampled at the output's
+        // in * scale points (ONNX's reference: the centre of the region for one point).
+        const double start = rule.roi_start[a], end = rule.roi_end[a];
+        const double extent = static_cast<double>(in - 1), width = static_cast<double>(in) * sc;
+        const double offset = start * extent;
+        if (width == 1.0) return (end - start) * extent / 2 + offset;
+        return xo * (end - start) * extent / (width - 1) + offset;
+      }
       return xo / sc;
     };
+    // tf_crop_and_resize: outputs whose source falls outside the input take extrapolation_value.
+    std::vector<bool> outside(static_cast<size_t>(o), false);
+    bool any_outside = false;
+    if (crop) {
+      for (int64_t i = 0; i < o; ++i) {
+        const double xf = original(i);
+        outside[static_cast<size_t>(i)] = xf < 0 || xf > static_cast<double>(in - 1);
+        any_outside = any_outside || outside[static_cast<size_t>(i)];
+      }
+    }
     if (rule.mode == "nearest") {
       std::vector<int64_t> idx;
       for (int64_t i = 0; i < o; ++i) {
@@ -1968,6 +2271,14 @@ absl::StatusOr<NodeId> Interpolate(Importer& im, NodeId x, const Shape& out,
       NodeId w = im.Broadcast(im.Const(std::move(wd)), im.shape(lo));
       y = im.Binary(Op::kAdd, lo, im.Binary(Op::kMul, im.Binary(Op::kSub, hi, lo), w));
     }
+    if (any_outside) {
+      Shape ms(im.shape(y).size(), 1);
+      ms[a] = o;
+      ir::TensorData md(ir::DType::kBool, ms);
+      for (int64_t i = 0; i < o; ++i) md.SetDouble(i, outside[static_cast<size_t>(i)] ? 1 : 0);
+      y = im.Select(im.Broadcast(im.Const(std::move(md)), im.shape(y)),
+                    im.Like(rule.extrapolation_value, y), y);
+    }
   }
   return y;
 }
@@ -1976,7 +2287,7 @@ absl::StatusOr<NodeId> Interpolate(Importer& im, NodeId x, const Shape& out,
 // scales, sizes; coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside,
 // extrapolation_value), 13 (roi and scales optional, tf_half_pixel_for_nn gone), 18
 // (antialias, axes, keep_aspect_ratio_policy), 19 (half_pixel_symmetric). Modes nearest and
-// linear; cubic, tf_crop_and_resize and a downscaling antialias are errors naming them.
+// linear; cubic, tf_crop_and_resize (roi, extrapolation_value) and antialias.
 absl::Status Resize(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   const Shape s = im.shape(x);
@@ -2019,9 +2330,6 @@ absl::Status Resize(Importer& im, const NodeProto& n) {
                               "' is not defined in opset ", v,
                               " (tf_half_pixel_for_nn is in 11-12, half_pixel_symmetric from "
                               "19)"));
-    }
-    if (rule.ctm == "tf_crop_and_resize") {
-      return Unsupported("coordinate_transformation_mode 'tf_crop_and_resize' is not supported");
     }
   }
   // The axes the scales / sizes refer to (18): all by default.
@@ -2097,6 +2405,28 @@ absl::Status Resize(Importer& im, const NodeProto& n) {
     return Bad("needs scales or sizes");
   }
   TRY(out, ShapeFromInts(out));
+  if (rule.ctm == "tf_crop_and_resize") {
+    // roi (input 1): starts then ends, for every axis or (18) for the listed axes; the others
+    // keep [0, 1].
+    if (!Importer::HasInput(n, 1)) return Bad("tf_crop_and_resize needs the roi input");
+    TRY(ir::TensorData roi, im.ConstInput(n, 1));
+    if (roi.num_elements() != 2 * static_cast<int64_t>(axes.size())) {
+      return Bad(absl::StrCat("roi has ", roi.num_elements(), " entries for ", axes.size(),
+                              " axes (starts, then ends)"));
+    }
+    rule.roi_start.assign(r, 0.0);
+    rule.roi_end.assign(r, 1.0);
+    const auto count = static_cast<int64_t>(axes.size());
+    for (int64_t i = 0; i < count; ++i) {
+      const auto d = static_cast<size_t>(axes[static_cast<size_t>(i)]);
+      rule.roi_start[d] = roi.GetDouble(i);
+      rule.roi_end[d] = roi.GetDouble(i + count);
+      if (!std::isfinite(rule.roi_start[d]) || !std::isfinite(rule.roi_end[d])) {
+        return Bad("roi must be finite");
+      }
+    }
+    rule.extrapolation_value = AttrFloat(n, "extrapolation_value", 0.0f);
+  }
   rule.antialias = AttrInt(n, "antialias", 0) != 0 && rule.mode != "nearest";
   TRY(NodeId y, Interpolate(im, x, out, scales, rule));
   im.SetOutput(n, 0, y);
@@ -2130,7 +2460,10 @@ absl::Status Upsample(Importer& im, const NodeProto& n) {
     out[i] = static_cast<int64_t>(std::floor(static_cast<double>(s[i]) * scales[i]));
   }
   TRY(out, ShapeFromInts(out));
-  ResizeRule rule{AttrString(n, "mode", "nearest"), "asymmetric", "legacy"};
+  ResizeRule rule;
+  rule.mode = AttrString(n, "mode", "nearest");
+  rule.ctm = "asymmetric";
+  rule.nearest_mode = "legacy";
   if (rule.mode != "nearest" && rule.mode != "linear") {
     return Bad(absl::StrCat("bad mode '", rule.mode, "' (Upsample has nearest and linear)"));
   }
@@ -2207,12 +2540,40 @@ absl::StatusOr<Term> Contract(Importer& im, Term a, Term b, const std::string& k
   return Term{im.Reshape(r, out_shape), both_keep + left + right};
 }
 
+// The diagonal of a term whose letter repeats (x_ii): the second occurrence is masked to the
+// identity and summed away, until every letter is once in the term.
+absl::StatusOr<Term> Diagonals(Importer& im, Term t) {
+  for (size_t k = 0; k < t.letters.size(); ++k) {
+    const size_t j = t.letters.find(t.letters[k]);
+    if (j == k) continue;
+    const Shape s = im.shape(t.node);
+    if (s[j] != s[k]) {
+      return Bad(absl::StrCat("letter '", std::string(1, t.letters[k]), "' has sizes ", s[j],
+                              " and ", s[k], " in one operand"));
+    }
+    const int64_t d = s[j];
+    if (d > 4096) return Unsupported("Einsum diagonals longer than 4096");
+    Shape ms(s.size(), 1);
+    ms[j] = ms[k] = d;
+    ir::TensorData eye(ir::DType::kBool, {d, d});
+    for (int64_t i = 0; i < d; ++i) eye.SetDouble(i * d + i, 1);
+    NodeId mask = im.Broadcast(im.Reshape(im.Const(std::move(eye)), ms), s);
+    NodeId kept = im.Select(mask, t.node, im.Like(0, t.node));
+    Shape out = s;
+    out.erase(out.begin() + static_cast<std::ptrdiff_t>(k));
+    std::string letters = t.letters;
+    letters.erase(k, 1);
+    return Diagonals(
+        im, {im.Reshape(im.Reduce(Op::kReduceSum, kept, {static_cast<int64_t>(k)}), out), letters});
+  }
+  return t;
+}
+
 absl::Status Einsum(Importer& im, const NodeProto& n) {
   std::string eq;
   for (char c : AttrString(n, "equation", "")) {
     if (c != ' ') eq += c;
   }
-  if (eq.find("...") != std::string::npos) return Unsupported("ellipsis ('...') is not supported");
   const size_t arrow = eq.find("->");
   std::string lhs = eq.substr(0, arrow), out;
   std::vector<std::string> terms;
@@ -2226,6 +2587,46 @@ absl::Status Einsum(Importer& im, const NodeProto& n) {
     return Bad(absl::StrCat("equation '", eq, "' has ", terms.size(), " operands, the node ",
                             Importer::NumInputs(n)));
   }
+  std::vector<NodeId> xs;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    TRY(NodeId x, im.Input(n, static_cast<int>(i)));
+    xs.push_back(x);
+  }
+  // An ellipsis stands for the operand's dims that no letter names, right-aligned across the
+  // operands (numpy broadcasting); each of those dims becomes a letter the equation does not
+  // use. Without "->", the output is the ellipsis' dims, then the letters that occur once.
+  std::string spare;
+  for (char c = 'A'; c <= 'Z'; ++c) {
+    if (eq.find(c) == std::string::npos) spare += c;
+  }
+  for (char c = 'a'; c <= 'z'; ++c) {
+    if (eq.find(c) == std::string::npos) spare += c;
+  }
+  size_t ellipsis_rank = 0;
+  bool has_ellipsis = false;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    const size_t at = terms[i].find("...");
+    if (at == std::string::npos) continue;
+    has_ellipsis = true;
+    if (terms[i].find("...", at + 1) != std::string::npos ||
+        terms[i].find('.', at + 3) != std::string::npos) {
+      return Bad(absl::StrCat("bad equation '", eq, "'"));
+    }
+    const int64_t named = static_cast<int64_t>(terms[i].size()) - 3;
+    if (im.rank(xs[i]) < named) {
+      return Bad(absl::StrCat("operand ", i, " has rank ", im.rank(xs[i]), ", its term '", terms[i],
+                              "' ", named, " letters"));
+    }
+    ellipsis_rank = std::max(ellipsis_rank, static_cast<size_t>(im.rank(xs[i]) - named));
+  }
+  if (ellipsis_rank > spare.size()) return Unsupported("an ellipsis of too many dims");
+  const std::string dots = spare.substr(0, ellipsis_rank);
+  for (size_t i = 0; i < terms.size(); ++i) {
+    const size_t at = terms[i].find("...");
+    if (at == std::string::npos) continue;
+    const size_t k = static_cast<size_t>(im.rank(xs[i])) - (terms[i].size() - 3);
+    terms[i].replace(at, 3, dots.substr(dots.size() - k));
+  }
   std::map<char, int> count;
   for (const auto& t : terms) {
     for (char c : t) {
@@ -2236,27 +2637,48 @@ absl::Status Einsum(Importer& im, const NodeProto& n) {
   }
   if (arrow != std::string::npos) {
     out = eq.substr(arrow + 2);
+    if (const size_t at = out.find("..."); at != std::string::npos) {
+      if (!has_ellipsis) return Bad(absl::StrCat("bad equation '", eq, "'"));
+      out.replace(at, 3, dots);
+    }
     for (char c : out) {
       if (!count.count(c))
         return Bad(absl::StrCat("output letter '", std::string(1, c), "' is in no operand"));
+      if (std::count(out.begin(), out.end(), c) != 1) {
+        return Bad(absl::StrCat("output letter '", std::string(1, c), "' repeats"));
+      }
     }
   } else {
+    out = dots;
     for (const auto& [c, k] : count) {
-      if (k == 1) out += c;
+      if (k == 1 && dots.find(c) == std::string::npos) out += c;
     }
   }
+  // Each letter's size: equal in every operand, or 1 where another is larger (broadcast).
+  std::map<char, int64_t> size;
   std::vector<Term> ops;
   for (size_t i = 0; i < terms.size(); ++i) {
-    TRY(NodeId x, im.Input(n, static_cast<int>(i)));
+    NodeId x = xs[i];
     if (static_cast<int64_t>(terms[i].size()) != im.rank(x)) {
       return Bad(absl::StrCat("operand ", i, " has rank ", im.rank(x), ", its term '", terms[i],
                               "' ", terms[i].size(), " letters"));
     }
-    for (size_t j = 0; j < terms[i].size(); ++j) {
-      if (terms[i].find(terms[i][j]) != j)
-        return Unsupported("repeated letters in one term (diagonals)");
+    TRY(Term t, Diagonals(im, {x, terms[i]}));
+    for (size_t j = 0; j < t.letters.size(); ++j) {
+      const int64_t d = im.shape(t.node)[j];
+      auto [it, fresh] = size.emplace(t.letters[j], d);
+      if (!fresh && it->second != d && d != 1 && it->second != 1) {
+        return Bad(absl::StrCat("letter '", std::string(1, t.letters[j]), "' has sizes ",
+                                it->second, " and ", d));
+      }
+      it->second = std::max(it->second, d);
     }
-    ops.push_back({x, terms[i]});
+    ops.push_back(t);
+  }
+  for (Term& t : ops) {
+    Shape want;
+    for (char c : t.letters) want.push_back(size[c]);
+    t.node = im.Broadcast(t.node, want);
   }
   // Left to right: each step keeps the letters the output or a later operand needs.
   auto needed_after = [&](size_t i) {
@@ -2546,41 +2968,66 @@ absl::Status ScatterND(Importer& im, const NodeProto& n) {
 }
 
 // A quantization scale or zero point broadcast to x's shape: per tensor (a scalar or a
-// one-element 1-D tensor) or per axis (1-D along `axis`, opset 13+). Blocked quantization (opset
-// 21's block_size) is refused.
+// one-element 1-D tensor), per axis (1-D along `axis`, opset 13+) or blocked (opset 21's
+// block_size B: x's shape but ceil(D / B) along `axis`, each value repeated B times there).
 absl::StatusOr<NodeId> QuantParam(Importer& im, const NodeProto& n, NodeId p, NodeId x,
                                   const char* what) {
-  if (AttrInt(n, "block_size", 0) != 0) {
-    return Unsupported("blocked quantization (block_size > 0) is not supported");
+  TRY_OK(AttrSince(im, n, "block_size", 21));
+  const int64_t block = AttrInt(n, "block_size", 0);
+  if (block < 0 || block > (int64_t{1} << 30)) {
+    return Bad(absl::StrCat("bad block_size ", block));
   }
-  const Shape xs = im.shape(x);
+  const Shape xs = im.shape(x), ps = im.shape(p);
   const int64_t count = im.type(p).num_elements();
-  if (im.rank(p) == 0 || (im.rank(p) == 1 && count == 1)) {
+  if (block == 0 && (ps.empty() || (ps.size() == 1 && count == 1))) {
     return im.Broadcast(im.Reshape(p, Shape(xs.size(), 1)), xs);
-  }
-  if (im.rank(p) != 1) {
-    return Unsupported(absl::StrCat(what, " ", ir::TypeToString(im.type(p)),
-                                    ": only per-tensor and per-axis (1-D) quantization is "
-                                    "supported, not blocked"));
   }
   if (im.opset() < 13) return Bad(absl::StrCat(what, " must be a scalar before opset 13"));
   TRY(int64_t axis, NormAxis(AttrInt(n, "axis", 1), im.rank(x)));
-  if (count != xs[static_cast<size_t>(axis)]) {
-    return Bad(absl::StrCat(what, " has ", count, " values, but axis ", axis, " of ",
-                            ir::TypeToString(im.type(x)), " has ", xs[static_cast<size_t>(axis)]));
+  const auto ax = static_cast<size_t>(axis);
+  if (block > 0) {
+    Shape want = xs;
+    want[ax] = (xs[ax] + block - 1) / block;
+    if (ps != want) {
+      return Bad(absl::StrCat(what, " ", ir::TypeToString(im.type(p)), " must have shape ",
+                              ir::ShapeToString(want), " for blocks of ", block, " along axis ",
+                              axis, " of ", ir::TypeToString(im.type(x))));
+    }
+    if (want[ax] * block > (int64_t{1} << 31)) return Bad("block_size is too large");
+    // [.., S, ..] -> [.., S, 1, ..] -> [.., S, B, ..] -> [.., S * B, ..] -> the first D.
+    Shape split = ps;
+    split.insert(split.begin() + axis + 1, 1);
+    Shape wide = split;
+    wide[ax + 1] = block;
+    Shape merged = ps;
+    merged[ax] = want[ax] * block;
+    NodeId r = im.Reshape(im.Broadcast(im.Reshape(p, split), wide), merged);
+    std::vector<int64_t> starts(xs.size(), 0);
+    return im.Slice(r, starts, std::vector<int64_t>(xs.begin(), xs.end()));
   }
-  Shape ps(xs.size(), 1);
-  ps[static_cast<size_t>(axis)] = count;
-  return im.Broadcast(im.Reshape(p, ps), xs);
+  if (ps.size() != 1) {
+    return Bad(absl::StrCat(what, " ", ir::TypeToString(im.type(p)),
+                            ": a scalar or 1-D (per axis) without block_size"));
+  }
+  if (count != xs[ax]) {
+    return Bad(absl::StrCat(what, " has ", count, " values, but axis ", axis, " of ",
+                            ir::TypeToString(im.type(x)), " has ", xs[ax]));
+  }
+  Shape shape(xs.size(), 1);
+  shape[ax] = count;
+  return im.Broadcast(im.Reshape(p, shape), xs);
 }
 
-// QuantizeLinear, computed in float: saturate(round_half_even(x / scale) + zero_point) into
-// uint8, the only 8-bit type kiln has (int8 and float8 zero points are refused where their
-// tensors are read).
+// QuantizeLinear: saturate(round_half_even(x / scale) + zero_point) into uint8, the only 8-bit
+// type kiln has (int8 and float8 zero points are refused where their tensors are read). The
+// division is in float (double for double x) before opset 23; from 23 (x and y_scale may differ)
+// in y_scale's type, or `precision`'s.
 absl::Status QuantizeLinear(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY(NodeId scale, im.Input(n, 1));
   if (!ir::IsFloat(im.dtype(scale))) return Bad("y_scale must be a float tensor");
+  TRY_OK(AttrSince(im, n, "precision", 23));
+  TRY_OK(AttrSince(im, n, "output_dtype", 21));
   ir::DType out = ir::DType::kU8;
   NodeId zp = ir::kInvalidNode;
   if (Importer::HasInput(n, 2)) {
@@ -2598,12 +3045,22 @@ absl::Status QuantizeLinear(Importer& im, const NodeProto& n) {
     return Unsupported(absl::StrCat("quantizing to ", ir::DTypeName(out),
                                     " is not supported (kiln quantizes to uint8)"));
   }
-  const ir::DType work = im.dtype(x) == ir::DType::kF64 ? ir::DType::kF64 : ir::DType::kF32;
+  ir::DType work = im.dtype(x) == ir::DType::kF64 ? ir::DType::kF64 : ir::DType::kF32;
+  if (im.opset() >= 23) {
+    work = im.dtype(scale);
+    if (const auto* a = FindAttr(n, "precision"); a && a->i() != 0) {
+      TRY(work, DTypeFromOnnx(static_cast<int32_t>(a->i()), "attribute 'precision'"));
+      if (!ir::IsFloat(work)) return Bad("attribute 'precision' must be a float type");
+    }
+  }
   NodeId xw = im.Cast(x, work);
   TRY(NodeId s, QuantParam(im, n, im.Cast(scale, work), xw, "y_scale"));
   NodeId q = im.Unary(Op::kRound, im.Binary(Op::kDiv, xw, s));
+  // The zero point and the clamp in float or double: 0 to 255 are exact in every float type.
+  const ir::DType acc = work == ir::DType::kF64 ? ir::DType::kF64 : ir::DType::kF32;
+  q = im.Cast(q, acc);
   if (zp != ir::kInvalidNode) {
-    TRY(NodeId z, QuantParam(im, n, im.Cast(zp, work), xw, "y_zero_point"));
+    TRY(NodeId z, QuantParam(im, n, im.Cast(zp, acc), q, "y_zero_point"));
     q = im.Binary(Op::kAdd, q, z);
   }
   q = im.Binary(Op::kMin, im.Binary(Op::kMax, q, im.Like(0, q)), im.Like(255, q));
@@ -2611,19 +3068,21 @@ absl::Status QuantizeLinear(Importer& im, const NodeProto& n) {
   return absl::OkStatus();
 }
 
-// DequantizeLinear: (x - zero_point) * scale in the scale's type (float, or float16/bfloat16
-// from opset 19).
+// DequantizeLinear: (x - zero_point) * scale, in the scale's type (float, or float16/bfloat16
+// from opset 19); from opset 23 in `output_dtype`'s when set (the scale is cast to it first).
 absl::Status DequantizeLinear(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY(NodeId scale, im.Input(n, 1));
   if (!ir::IsInteger(im.dtype(x))) {
     return Bad(absl::StrCat("x must be quantized integers, not ", ir::TypeToString(im.type(x))));
   }
-  const ir::DType t = im.dtype(scale);
-  if (!ir::IsFloat(t)) return Bad("x_scale must be a float tensor");
+  if (!ir::IsFloat(im.dtype(scale))) return Bad("x_scale must be a float tensor");
+  TRY_OK(AttrSince(im, n, "output_dtype", 23));
+  ir::DType t = im.dtype(scale);
   if (const auto* a = FindAttr(n, "output_dtype"); a && a->i() != 0) {
-    TRY(ir::DType d, DTypeFromOnnx(static_cast<int32_t>(a->i()), "attribute 'output_dtype'"));
-    if (d != t) return Unsupported("attribute 'output_dtype' other than x_scale's type");
+    TRY(t, DTypeFromOnnx(static_cast<int32_t>(a->i()), "attribute 'output_dtype'"));
+    if (!ir::IsFloat(t)) return Bad("attribute 'output_dtype' must be a float type");
+    scale = im.Cast(scale, t);
   }
   // int32 inputs can exceed float's 24-bit integers.
   const ir::DType work =
@@ -2706,10 +3165,14 @@ const std::map<std::string, Lowering>& Lowerings() {
         {"And", Op::kAnd},        {"Or", Op::kOr},
         {"Xor", Op::kXor}};
     for (const auto& [name, op] : binary) m[name] = BinaryOp(op);
+    for (const auto& [name, op] :
+         {std::pair<const char*, Op>{"Add", Op::kAdd}, {"Sub", Op::kSub}, {"Mul", Op::kMul}}) {
+      m[name] = BinaryOp(op, /*legacy=*/true);
+    }
     m["Equal"] = CompareOp(Op::kEq, "Equal", true);
     m["Less"] = CompareOp(Op::kLt, "Less", false);
     m["Greater"] = CompareOp(Op::kGt, "Greater", false);
-    m["Div"] = BinaryWith(Div);
+    m["Div"] = BinaryWith(Div, /*same_dtype=*/true, /*legacy=*/true);
     m["Mod"] = BinaryWith(Mod);
     m["Pow"] = Pow;
     m["Sum"] = Variadic(Op::kAdd);

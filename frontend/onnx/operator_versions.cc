@@ -62,7 +62,35 @@ const OperatorVersion* VersionIn(std::span<const OperatorVersion> versions, int6
 // the opset), with the newest opset whose definition it implements.
 constexpr std::pair<std::string_view, int64_t> kNewerDefinitionsImplemented[] = {
     {"Mod", 28},  // Mod-28: fmod=0 (the floored remainder) on floating-point inputs too
+    // DepthToSpace-28: unchanged but for a function body (a new version, same signature).
+    {"DepthToSpace", 28},
+    {"SpaceToDepth", 28},  // SpaceToDepth-28: `mode` (DCR, the default, is version 13's order)
+    // QuantizeLinear-23: y_scale's type (or `precision`) is the division's; -24 to -28 types.
+    {"QuantizeLinear", 28},
+    // DequantizeLinear-23: `output_dtype` is the output's type and the product's precision.
+    {"DequantizeLinear", 28},
 };
+
+// Definitions older than kMinOpset that an operator's lowering implements too (it branches on
+// the opset), with the oldest opset whose definition it implements.
+constexpr std::pair<std::string_view, int64_t> kOlderDefinitionsImplemented[] = {
+    // Versions 1 and 6: the `broadcast` and `axis` attributes (B broadcast to A's shape).
+    {"Add", 1},
+    {"Sub", 1},
+    {"Mul", 1},
+    {"Div", 1},
+    {"Pow", 1},
+    {"Gemm", 1},                // broadcast: C broadcast to (M, N) only when set
+    {"PRelu", 1},               // a slope of one value or one per channel (axis 1)
+    {"BatchNormalization", 1},  // is_test, spatial; consumed_inputs ignored
+};
+
+int64_t OldestImplementedOpset(std::string_view op) {
+  for (const auto& [name, opset] : kOlderDefinitionsImplemented) {
+    if (name == op) return opset;
+  }
+  return kMinOpset;
+}
 
 int64_t NewestImplementedOpset(std::string_view op) {
   for (const auto& [name, opset] : kNewerDefinitionsImplemented) {
@@ -110,7 +138,7 @@ std::string VersionOutsideKiln(const ::onnx::NodeProto& node, int64_t opset) {
   const auto versions = VersionsOf(op);
   const OperatorVersion* model = VersionIn(versions, opset);
   const int64_t newest = NewestImplementedOpset(op);
-  const int64_t nearest = std::clamp(opset, kMinOpset, newest);
+  const int64_t nearest = std::clamp(opset, OldestImplementedOpset(op), newest);
   const OperatorVersion* implemented = VersionIn(versions, nearest);
   if (!model || model == implemented) return "";
   if (!implemented) {  // the operator is newer than kMaxOpset: kiln cannot have a lowering for it

@@ -2,8 +2,11 @@
 // lowering of it applies: the lowerings implement the operators as opsets kMinOpset to kMaxOpset
 // define them, and a model of an older or newer opset imports when each operator it uses is
 // defined there as in the nearest of those opsets, up to compatible steps (new element types,
-// new optional attributes the node does not set). The table of versions
-// (operator_versions.inc) is generated from the onnx package by make_operator_versions.py.
+// new optional attributes the node does not set). A few lowerings implement older or newer
+// definitions too (operator_versions.cc: kOlderDefinitionsImplemented,
+// kNewerDefinitionsImplemented); for those the nearest implemented opset widens accordingly. The
+// table of versions (operator_versions.inc) is generated from the onnx package by
+// make_operator_versions.py.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +35,9 @@ int64_t OperatorVersionIn(const std::string& op, int64_t opset);
 std::string OpsetMismatch(const std::string& op, int64_t opset);
 
 /// Why the version of the node's operator that `opset` selects is not one kiln's lowering
-/// implements ("Add-6 (the version in opset 6) differs from Add-7 (opset 7), the oldest that kiln
-/// implements", or an attribute newer than opset kMaxOpset that the node sets), or "".
+/// implements ("Abs-1 (the version in opset 5) differs from Abs-6 (opset 7), the oldest
+/// definition kiln implements", or an attribute newer than opset kMaxOpset that the node sets),
+/// or "".
 std::string VersionOutsideKiln(const ::onnx::NodeProto& node, int64_t opset);
 
 }  // namespace kiln::onnx::internal

@@ -297,6 +297,98 @@ case("relu28", "Relu", 28, [("x", ox)], np.maximum(ox, 0))
 case("softmax28", "Softmax", 28, [("x", ox * 3)], softmax(ox * 3, -1))
 
 
+# ---- Definitions before opset 7 that kiln implements too (operator_versions.cc) ---------------
+# Add/Sub/Mul/Div-1 and -6, Pow-1: B has A's shape, or broadcast=1 lines B's dims up with A's
+# from `axis` (default: suffix-aligned), each A's or 1. Gemm-1/-6: C is (M, N) unless
+# broadcast=1. PRelu-1/-6: one slope, one per channel (axis 1) or one per element.
+# BatchNormalization-1/-6: is_test=1 inference, is_test=0 (default) training.
+la, lb = f32(2, 3, 4, 5), f32(3, 4)
+case("add6_broadcast_axis", "Add", 6, [("a", la), ("b", lb)], la + lb[None, :, :, None],
+     {"broadcast": 1, "axis": 1})
+sa, sb = f32(2, 3, 4), f32(1, 4)
+case("sub6_broadcast_suffix_size1", "Sub", 6, [("a", sa), ("b", sb)], sa - sb, {"broadcast": 1})
+ma, mb = f32(2, 3), f32(2, 3)
+case("mul1_consumed_inputs", "Mul", 1, [("a", ma), ("b", mb)], ma * mb, {"consumed_inputs": [0, 0]})
+da, db = f32(2, 3), f32(2, 1, lo=0.5, hi=2)
+case("div6_broadcast_axis0", "Div", 6, [("a", da), ("b", db)], da / db, {"broadcast": 1, "axis": 0})
+pa, pb = f32(2, 3, lo=0.5, hi=2), f32(3)
+case("pow1_broadcast", "Pow", 6, [("a", pa), ("b", pb)], np.power(pa, pb), {"broadcast": 1})
+g6a, g6b, g6c = f32(3, 5), f32(4, 5), f32(4)
+case("gemm6_broadcast", "Gemm", 6, [("a", g6a), ("b", g6b), ("c", g6c)], g6a @ g6b.T + 0.5 * g6c,
+     {"broadcast": 1, "transB": 1, "beta": 0.5})
+prx, prs = f32(2, 3, 4), f32(3)
+case("prelu6_per_channel", "PRelu", 6, [("x", prx), ("s", None)],
+     np.where(prx < 0, prx * prs[None, :, None], prx), consts={"s": prs})
+b6x, b6s, b6b, b6m, b6v = f32(2, 3, 4), f32(3), f32(3), f32(3), f32(3, lo=0.5, hi=2)
+
+
+def bn_ref(x, s, b, m, v, eps=1e-5):
+    sh = (1, -1) + (1,) * (x.ndim - 2)
+    return s.reshape(sh) * (x - m.reshape(sh)) / np.sqrt(v.reshape(sh) + eps) + b.reshape(sh)
+
+
+case("batchnorm6_is_test", "BatchNormalization", 6,
+     [("x", b6x), ("s", None), ("b", None), ("m", None), ("v", None)],
+     bn_ref(b6x, b6s, b6b, b6m, b6v), {"is_test": 1},
+     consts={"s": b6s, "b": b6b, "m": b6m, "v": b6v})
+bm, bv = b6x.mean(axis=(0, 2)), b6x.var(axis=(0, 2))
+case("batchnorm6_training", "BatchNormalization", 6,
+     [("x", b6x), ("s", None), ("b", None), ("m", None), ("v", None)],
+     [bn_ref(b6x, b6s, b6b, bm, bv), b6m * 0.8 + bm * 0.2, b6v * 0.8 + bv * 0.2, bm, bv],
+     {"momentum": 0.8}, consts={"s": b6s, "b": b6b, "m": b6m, "v": b6v})
+
+# Pad-19's wrap mode, pads longer than the axis (the input repeats): position i of an axis of d
+# takes element i mod d (numpy 2's np.pad; numpy 1's wraps such pads otherwise).
+wx = f32(2, 3)
+case("pad19_wrap_repeats", "Pad", 19, [("x", wx), ("p", None)],
+     wx[np.ix_(np.arange(-1, 5) % 2, np.arange(-4, 5) % 3)], {"mode": "wrap"},
+     consts={"p": i64(1, 4, 3, 2)})
+
+
+def maxpool_with_indices(x, k, stride, pad, dil, order):
+    """MaxPool's Y and Indices (opset 8+): the first maximum of each window, in-bounds only; the
+    flat index row-major, or with storage_order=1 column-major over the spatial axes."""
+    n_, c_, h_, w_ = x.shape
+    oh = (h_ + 2 * pad - (k - 1) * dil - 1) // stride + 1
+    ow = (w_ + 2 * pad - (k - 1) * dil - 1) // stride + 1
+    y = np.zeros((n_, c_, oh, ow), x.dtype)
+    idx = np.zeros((n_, c_, oh, ow), np.int64)
+    for n in range(n_):
+        for c in range(c_):
+            for i in range(oh):
+                for j in range(ow):
+                    best, at = None, -1
+                    for a in range(k):
+                        for b in range(k):
+                            h, w = i * stride - pad + a * dil, j * stride - pad + b * dil
+                            if 0 <= h < h_ and 0 <= w < w_ and (best is None or x[n, c, h, w] > best):
+                                best = x[n, c, h, w]
+                                at = (n * c_ + c) * h_ * w_ + (h * w_ + w if order == 0 else h + w * h_)
+                    y[n, c, i, j], idx[n, c, i, j] = best, at
+    return [y, idx]
+
+
+# MaxPool's Indices output with ties (small integers), padding, strides and dilations.
+mpx = rng.integers(-2, 3, size=(2, 2, 5, 6)).astype(np.float32)
+case("maxpool12_indices", "MaxPool", 12, [("x", mpx)], maxpool_with_indices(mpx, 3, 2, 1, 1, 0),
+     {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]})
+case("maxpool12_indices_storage_order_dilations", "MaxPool", 12, [("x", mpx)],
+     maxpool_with_indices(mpx, 2, 1, 1, 2, 1),
+     {"kernel_shape": [2, 2], "pads": [1, 1, 1, 1], "dilations": [2, 2], "storage_order": 1})
+
+
+# Einsum's ellipsis (broadcast, right-aligned; implicit output: the ellipsis first) and diagonals.
+ea, eb = f32(2, 1, 3, 4), f32(5, 4, 2)
+case("einsum12_ellipsis_broadcast", "Einsum", 12, [("a", ea), ("b", eb)],
+     np.einsum("...ij,...jk->...ik", ea, eb), {"equation": "...ij,...jk->...ik"})
+ed = f32(3, 4, 4)
+case("einsum12_ellipsis_trace_implicit", "Einsum", 12, [("a", ed)], np.einsum("...ii", ed),
+     {"equation": "...ii"})
+ec, ee = f32(3, 3, 4), f32(4, 2)
+case("einsum12_diagonal", "Einsum", 12, [("a", ec), ("b", ee)], np.einsum("iij,jk->ik", ec, ee),
+     {"equation": "iij,jk->ik"})
+
+
 def main():
     shutil.rmtree(ROOT, ignore_errors=True)
     os.makedirs(ROOT)
