@@ -3018,10 +3018,10 @@ absl::StatusOr<NodeId> QuantParam(Importer& im, const NodeProto& n, NodeId p, No
   return im.Broadcast(im.Reshape(p, shape), xs);
 }
 
-// QuantizeLinear: saturate(round_half_even(x / scale) + zero_point) into uint8, the only 8-bit
-// type kiln has (int8 and float8 zero points are refused where their tensors are read). The
-// division is in float (double for double x) before opset 23; from 23 (x and y_scale may differ)
-// in y_scale's type, or `precision`'s.
+// QuantizeLinear: saturate(round_half_even(x / scale) + zero_point) into uint8, int8, uint16 or
+// int16 (float8 and 4-bit zero points are refused where their tensors are read). The division is
+// in float (double for double x) before opset 23; from 23 (x and y_scale may differ) in
+// y_scale's type, or `precision`'s.
 absl::Status QuantizeLinear(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY(NodeId scale, im.Input(n, 1));
@@ -3041,9 +3041,10 @@ absl::Status QuantizeLinear(Importer& im, const NodeProto& n) {
     }
     out = d;
   }
-  if (out != ir::DType::kU8) {
+  if (!ir::IsInteger(out) || ir::DTypeSize(out) > 2) {
     return Unsupported(absl::StrCat("quantizing to ", ir::DTypeName(out),
-                                    " is not supported (kiln quantizes to uint8)"));
+                                    " is not supported (kiln quantizes to uint8, int8, uint16 and "
+                                    "int16)"));
   }
   ir::DType work = im.dtype(x) == ir::DType::kF64 ? ir::DType::kF64 : ir::DType::kF32;
   if (im.opset() >= 23) {
@@ -3056,14 +3057,17 @@ absl::Status QuantizeLinear(Importer& im, const NodeProto& n) {
   NodeId xw = im.Cast(x, work);
   TRY(NodeId s, QuantParam(im, n, im.Cast(scale, work), xw, "y_scale"));
   NodeId q = im.Unary(Op::kRound, im.Binary(Op::kDiv, xw, s));
-  // The zero point and the clamp in float or double: 0 to 255 are exact in every float type.
+  // The zero point and the clamp in float or double: 16-bit integers are exact in both.
   const ir::DType acc = work == ir::DType::kF64 ? ir::DType::kF64 : ir::DType::kF32;
   q = im.Cast(q, acc);
   if (zp != ir::kInvalidNode) {
     TRY(NodeId z, QuantParam(im, n, im.Cast(zp, acc), q, "y_zero_point"));
     q = im.Binary(Op::kAdd, q, z);
   }
-  q = im.Binary(Op::kMin, im.Binary(Op::kMax, q, im.Like(0, q)), im.Like(255, q));
+  const double bits = static_cast<double>(ir::DTypeSize(out) * 8);
+  const double lo = ir::IsSignedInteger(out) ? -std::exp2(bits - 1) : 0.0;
+  const double hi = ir::IsSignedInteger(out) ? std::exp2(bits - 1) - 1 : std::exp2(bits) - 1;
+  q = im.Binary(Op::kMin, im.Binary(Op::kMax, q, im.Like(lo, q)), im.Like(hi, q));
   im.SetOutput(n, 0, im.Cast(q, out));
   return absl::OkStatus();
 }
@@ -3084,9 +3088,9 @@ absl::Status DequantizeLinear(Importer& im, const NodeProto& n) {
     if (!ir::IsFloat(t)) return Bad("attribute 'output_dtype' must be a float type");
     scale = im.Cast(scale, t);
   }
-  // int32 inputs can exceed float's 24-bit integers.
+  // int32 inputs can exceed float's 24-bit integers; 8- and 16-bit ones cannot.
   const ir::DType work =
-      t == ir::DType::kF64 || im.dtype(x) != ir::DType::kU8 ? ir::DType::kF64 : ir::DType::kF32;
+      t == ir::DType::kF64 || ir::DTypeSize(im.dtype(x)) > 2 ? ir::DType::kF64 : ir::DType::kF32;
   NodeId xw = im.Cast(x, work);
   if (Importer::HasInput(n, 2)) {
     TRY(NodeId zp, im.Input(n, 2));

@@ -232,7 +232,15 @@ const char* Elem(ir::DType d) {
     case ir::DType::kI64:
       return "i64";
     case ir::DType::kU8:
+    case ir::DType::kI8:
       return "i8";
+    case ir::DType::kI16:
+    case ir::DType::kU16:
+      return "i16";
+    case ir::DType::kU32:
+      return "i32";
+    case ir::DType::kU64:
+      return "i64";
     case ir::DType::kBool:
       return "i1";
   }
@@ -339,12 +347,17 @@ TEST_F(MlirExportTest, LoweredModulesRunLikeTheInterpreter) {
                             absl::StrCat("%e = arith.extf %x : ", Elem(w.dtype()), " to f32"), c));
         v = c;
         print = "f32";
-      } else if (w.dtype() == ir::DType::kU8 || w.dtype() == ir::DType::kBool) {
+      } else if (ir::DTypeSize(w.dtype()) < 4 || w.dtype() == ir::DType::kU32) {
+        // The runner prints i32 and i64 (signed): narrower values and u32 are extended first.
+        // u64 prints as i64, its bit pattern, which is what GetInt64 gives.
+        const std::string wide = w.dtype() == ir::DType::kU32 ? "i64" : "i32";
+        const char* ext = ir::IsSignedInteger(w.dtype()) ? "arith.extsi" : "arith.extui";
         absl::StrAppend(
-            &entry, Convert(v, w.shape(), Elem(w.dtype()), "i32",
-                            absl::StrCat("%e = arith.extui %x : ", Elem(w.dtype()), " to i32"), c));
+            &entry,
+            Convert(v, w.shape(), Elem(w.dtype()), wide,
+                    absl::StrCat("%e = ", ext, " %x : ", Elem(w.dtype()), " to ", wide), c));
         v = c;
-        print = "i32";
+        print = wide;
       }
       const std::string u = absl::StrCat("%u", i, "_", j);
       std::string fn = print;
