@@ -151,6 +151,37 @@ void Store(std::byte* base, int64_t index, T value) {
   std::memcpy(base + index * static_cast<int64_t>(sizeof(T)), &value, sizeof(T));
 }
 
+// Calls f(T{}) with the C++ type T of integer dtype `dtype` (which must be an integer dtype).
+template <class F>
+decltype(auto) WithIntegerType(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kI8:
+      return f(int8_t{});
+    case DType::kI16:
+      return f(int16_t{});
+    case DType::kI32:
+      return f(int32_t{});
+    case DType::kU8:
+      return f(uint8_t{});
+    case DType::kU16:
+      return f(uint16_t{});
+    case DType::kU32:
+      return f(uint32_t{});
+    case DType::kU64:
+      return f(uint64_t{});
+    default:
+      return f(int64_t{});
+  }
+}
+
+// `value` clamped to the range of integer type T.
+template <class T>
+T Saturate(int64_t value) {
+  constexpr int64_t lo = std::numeric_limits<T>::min();
+  constexpr int64_t hi = static_cast<int64_t>(std::numeric_limits<T>::max());
+  return static_cast<T>(value < lo ? lo : (value > hi ? hi : value));
+}
+
 }  // namespace
 
 int64_t SaturatingCastToInt(double value, DType dtype) {
@@ -205,52 +236,21 @@ double TensorData::GetDouble(int64_t index) const {
       return HalfToFloat(Load<uint16_t>(p, index));
     case DType::kBF16:
       return BFloat16ToFloat(Load<uint16_t>(p, index));
-    case DType::kI8:
-      return Load<int8_t>(p, index);
-    case DType::kI16:
-      return Load<int16_t>(p, index);
-    case DType::kI32:
-      return Load<int32_t>(p, index);
-    case DType::kI64:
-      return static_cast<double>(Load<int64_t>(p, index));
-    case DType::kU8:
-      return Load<uint8_t>(p, index);
-    case DType::kU16:
-      return Load<uint16_t>(p, index);
-    case DType::kU32:
-      return Load<uint32_t>(p, index);
-    case DType::kU64:
-      return static_cast<double>(Load<uint64_t>(p, index));
     case DType::kBool:
       return Load<uint8_t>(p, index) != 0 ? 1.0 : 0.0;
+    default:
+      return WithIntegerType(
+          dtype_, [&](auto t) { return static_cast<double>(Load<decltype(t)>(p, index)); });
   }
-  return 0;
 }
 
 int64_t TensorData::GetInt64(int64_t index) const {
   const std::byte* p = bytes_.data();
-  switch (dtype_) {
-    case DType::kI64:
-      return Load<int64_t>(p, index);
-    case DType::kI32:
-      return Load<int32_t>(p, index);
-    case DType::kI16:
-      return Load<int16_t>(p, index);
-    case DType::kI8:
-      return Load<int8_t>(p, index);
-    case DType::kU8:
-      return Load<uint8_t>(p, index);
-    case DType::kU16:
-      return Load<uint16_t>(p, index);
-    case DType::kU32:
-      return Load<uint32_t>(p, index);
-    case DType::kU64:
-      return static_cast<int64_t>(Load<uint64_t>(p, index));  // the bit pattern
-    case DType::kBool:
-      return Load<uint8_t>(p, index) != 0 ? 1 : 0;
-    default:
-      return SaturatingCastToInt(GetDouble(index), DType::kI64);
-  }
+  if (IsBool(dtype_)) return Load<uint8_t>(p, index) != 0 ? 1 : 0;
+  if (!IsInteger(dtype_)) return SaturatingCastToInt(GetDouble(index), DType::kI64);
+  // u64 comes back as its bit pattern.
+  return WithIntegerType(dtype_,
+                         [&](auto t) { return static_cast<int64_t>(Load<decltype(t)>(p, index)); });
 }
 
 void TensorData::SetDouble(int64_t index, double value) {
@@ -268,61 +268,26 @@ void TensorData::SetDouble(int64_t index, double value) {
     case DType::kBF16:
       Store<uint16_t>(p, index, DoubleToBFloat16(value));
       return;
-    case DType::kU64:
-      Store<uint64_t>(p, index, static_cast<uint64_t>(SaturatingCastToInt(value, dtype_)));
-      return;
-    default:
+    default:  // integers and bool (a u64's saturated value as its bit pattern)
       SetInt64(index, SaturatingCastToInt(value, dtype_));
       return;
   }
 }
 
-namespace {
-
-// `value` clamped to the range of integer type T.
-template <class T>
-T Saturate(int64_t value) {
-  constexpr int64_t lo = std::numeric_limits<T>::min();
-  constexpr int64_t hi = static_cast<int64_t>(std::numeric_limits<T>::max());
-  return static_cast<T>(value < lo ? lo : (value > hi ? hi : value));
-}
-
-}  // namespace
-
 void TensorData::SetInt64(int64_t index, int64_t value) {
   std::byte* p = bytes_.data();
-  switch (dtype_) {
-    case DType::kI64:
-      Store<int64_t>(p, index, value);
-      return;
-    case DType::kI32:
-      Store<int32_t>(p, index, Saturate<int32_t>(value));
-      return;
-    case DType::kI16:
-      Store<int16_t>(p, index, Saturate<int16_t>(value));
-      return;
-    case DType::kI8:
-      Store<int8_t>(p, index, Saturate<int8_t>(value));
-      return;
-    case DType::kU8:
-      Store<uint8_t>(p, index, Saturate<uint8_t>(value));
-      return;
-    case DType::kU16:
-      Store<uint16_t>(p, index, Saturate<uint16_t>(value));
-      return;
-    case DType::kU32:
-      Store<uint32_t>(p, index, Saturate<uint32_t>(value));
-      return;
-    case DType::kU64:
-      // An int64 is the bit pattern of a u64 element here (GetInt64's inverse): no clamping.
-      Store<uint64_t>(p, index, static_cast<uint64_t>(value));
-      return;
-    case DType::kBool:
-      Store<uint8_t>(p, index, value != 0 ? 1 : 0);
-      return;
-    default:
-      SetDouble(index, static_cast<double>(value));
-      return;
+  if (IsBool(dtype_)) {
+    Store<uint8_t>(p, index, value != 0 ? 1 : 0);
+  } else if (dtype_ == DType::kU64) {
+    // An int64 is the bit pattern of a u64 element here (GetInt64's inverse): no clamping.
+    Store<uint64_t>(p, index, static_cast<uint64_t>(value));
+  } else if (IsInteger(dtype_)) {
+    WithIntegerType(dtype_, [&](auto t) {
+      using T = decltype(t);
+      Store<T>(p, index, Saturate<T>(value));
+    });
+  } else {
+    SetDouble(index, static_cast<double>(value));
   }
 }
 

@@ -28,15 +28,30 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Small integers (in [-8, 8]; u8: [0, 255], so sums wrap; bool: true one time in four): every
-// sum over up to 3 ranks is exact in every dtype, so MPI's reduction order cannot matter and
-// sum, max and min are compared exactly.
+// Small integers (in [-8, 8], or [0, 16] for u32 and u64; the 8- and 16-bit integer dtypes
+// over their whole range, so sums wrap; bool: true one time in four): every sum over up to 3
+// ranks is exact in every dtype, so MPI's reduction order cannot matter and sum, max and min
+// are compared exactly.
 int64_t IntValue(int rank, DType dtype, int64_t i, uint64_t salt) {
   const uint64_t h =
       Mix(Mix(static_cast<uint64_t>(rank) * 1000003 + salt) ^ static_cast<uint64_t>(i));
   if (dtype == DType::kBool) return h % 4 == 0 ? 1 : 0;
-  if (dtype == DType::kU8) return static_cast<int64_t>(h % 256);
+  if (ir::IsInteger(dtype) && ir::DTypeSize(dtype) < 4) {
+    const int64_t range = int64_t{1} << (8 * ir::DTypeSize(dtype));
+    const auto v = static_cast<int64_t>(h % static_cast<uint64_t>(range));
+    return ir::IsSignedInteger(dtype) ? v - range / 2 : v;
+  }
+  if (ir::IsUnsignedInteger(dtype)) return static_cast<int64_t>(h % 17);
   return static_cast<int64_t>(h % 17) - 8;
+}
+
+// A sum wrapped to the width of an 8- or 16-bit integer dtype (others are unchanged).
+int64_t WrapSum(int64_t sum, DType dtype) {
+  if (!ir::IsInteger(dtype) || ir::DTypeSize(dtype) >= 4) return sum;
+  const int64_t range = int64_t{1} << (8 * ir::DTypeSize(dtype));
+  int64_t v = ((sum % range) + range) % range;
+  if (ir::IsSignedInteger(dtype) && v >= range / 2) v -= range;
+  return v;
 }
 
 ir::TensorData Input(int rank, DType dtype, const ir::Shape& shape, uint64_t salt) {
@@ -104,7 +119,7 @@ TEST(DistCollectives, AllReduceSumMaxMinEveryDtypeAndSize) {
               want = std::min(want, v);
             }
           }
-          if (dtype == DType::kU8) want %= 256;
+          if (op == ReduceOp::kSum) want = WrapSum(want, dtype);
           if (data.GetInt64(i) != want && wrong++ < 5) {
             ADD_FAILURE() << "element " << i << ": got " << data.GetInt64(i) << ", want " << want;
           }
