@@ -236,11 +236,10 @@ std::unique_ptr<ExternalDataSource> SourceFor(const ImportOptions& options) {
 }
 
 absl::StatusOr<std::span<const std::byte>> ExternalTensorBytes(const ::onnx::TensorProto& proto,
-                                                               int64_t count, ir::DType dtype,
+                                                               int64_t expected_size,
+                                                               const std::string& elements,
                                                                const std::string& what,
                                                                ExternalDataSource* source) {
-  // count <= 2^31 (TensorFromProto's bound) and sizes <= 8: no overflow.
-  const int64_t expected_size = count * ir::DTypeSize(dtype);
   std::optional<std::string> location, offset_text, length_text;
   for (const auto& entry : proto.external_data()) {
     std::optional<std::string>* slot = entry.key() == "location" ? &location
@@ -291,8 +290,7 @@ absl::StatusOr<std::span<const std::byte>> ExternalTensorBytes(const ::onnx::Ten
     }
     if (*length != static_cast<uint64_t>(expected_size)) {
       return Invalid(what, absl::StrCat(at, ": length ", *length, " at offset ", offset, ", but ",
-                                        count, " elements of ", ir::DTypeName(dtype), " need ",
-                                        expected_size, " bytes"));
+                                        elements, " need ", expected_size, " bytes"));
     }
   }
   if (source == nullptr) {
@@ -320,7 +318,7 @@ absl::StatusOr<std::span<const std::byte>> ExternalTensorBytes(const ::onnx::Ten
     return Invalid(
         what, absl::StrCat(at, ": no length given, and the ", size - offset, " bytes from offset ",
                            offset, " to the end of the file are not the ", expected_size, " that ",
-                           count, " elements of ", ir::DTypeName(dtype), " need"));
+                           elements, " need"));
   }
   return file->subspan(static_cast<size_t>(offset), static_cast<size_t>(expected_size));
 }

@@ -45,12 +45,14 @@ std::unique_ptr<ExternalDataSource> SourceFor(const ImportOptions& options);
 
 /// The bytes of an EXTERNAL tensor: its external_data entries parsed (unknown keys such as
 /// `checksum` are ignored), its location checked (not empty, not absolute, no '..' component),
-/// the declared length checked against `count` elements of `dtype` (count <= 2^31), the file
+/// the declared length checked against `expected_size` bytes (at most 2^34) that `elements`
+/// ("16 elements of f32") need, the file
 /// read through `source` and offset/length bounds-checked against its size. Errors start with
 /// `what` and name the location (and the offset and length when out of bounds); with no source
 /// they say how to give one.
 absl::StatusOr<std::span<const std::byte>> ExternalTensorBytes(const ::onnx::TensorProto& proto,
-                                                               int64_t count, ir::DType dtype,
+                                                               int64_t expected_size,
+                                                               const std::string& elements,
                                                                const std::string& what,
                                                                ExternalDataSource* source);
 

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "frontend/onnx/import_internal.h"
+#include "frontend/onnx/narrow_types.h"
 #include "ir/interpreter.h"
 #include "ir/verifier.h"
 
@@ -33,6 +34,14 @@ constexpr int64_t kMaxElements = int64_t{1} << 31;
 absl::Status Invalid(const std::string& what, const std::string& msg) {
   return absl::InvalidArgumentError(absl::StrCat(what, ": ", msg));
 }
+
+// Operators that move narrow values (narrow_types.h) without computing on them: their output 0
+// holds input 0's narrow type.
+const std::set<std::string> kNarrowMovers = {"Identity", "Reshape",   "Flatten",
+                                             "Squeeze",  "Unsqueeze", "Transpose"};
+// Operators that read narrow values as numbers (those that produce them are among them).
+const std::set<std::string> kNarrowReaders = {
+    "Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "Shape", "Size"};
 
 }  // namespace
 
@@ -83,7 +92,40 @@ absl::StatusOr<ir::DType> DTypeFromOnnx(int32_t elem_type, const std::string& wh
       "uint8, uint16, uint32, uint64, bool)"));
 }
 
+absl::StatusOr<ir::DType> HeldDTypeFromOnnx(int32_t elem_type, const std::string& what) {
+  if (const NarrowType* narrow = FindNarrowType(elem_type)) return narrow->held;
+  return DTypeFromOnnx(elem_type, what);
+}
+
 namespace {
+
+// A narrow type's packed bytes: raw_data, external data, or one byte per int32_data entry.
+absl::StatusOr<ir::TensorData> NarrowFromProto(const NarrowType& type,
+                                               const ::onnx::TensorProto& proto,
+                                               const ir::Shape& shape, int64_t count,
+                                               const std::string& what,
+                                               ExternalDataSource* external) {
+  const int64_t size = NarrowByteSize(type, count);
+  const std::string elements = absl::StrCat(count, " elements of ", type.name, " (packed)");
+  std::span<const uint8_t> bytes;
+  std::vector<uint8_t> from_int32;
+  if (proto.data_location() == ::onnx::TensorProto::EXTERNAL) {
+    absl::StatusOr<std::span<const std::byte>> ext =
+        ExternalTensorBytes(proto, size, elements, what, external);
+    if (!ext.ok()) return ext.status();
+    bytes = {reinterpret_cast<const uint8_t*>(ext->data()), ext->size()};
+  } else if (proto.has_raw_data()) {
+    bytes = {reinterpret_cast<const uint8_t*>(proto.raw_data().data()), proto.raw_data().size()};
+  } else {
+    if (proto.int32_data_size() != size) {
+      return Invalid(what, absl::StrCat("int32_data has ", proto.int32_data_size(),
+                                        " entries, but ", elements, " need ", size));
+    }
+    for (int32_t v : proto.int32_data()) from_int32.push_back(static_cast<uint8_t>(v));
+    bytes = from_int32;
+  }
+  return DecodeNarrow(type, shape, count, bytes, what);
+}
 
 // Raw little-endian bytes (raw_data, or an external file's) → a tensor; `source` names them.
 absl::StatusOr<ir::TensorData> FromRawBytes(ir::DType dtype, const ir::Shape& shape, int64_t count,
@@ -123,7 +165,8 @@ absl::StatusOr<ir::TensorData> TensorFromProto(const ::onnx::TensorProto& proto,
     return Invalid(what, "is stored as external data, but also holds data in the model");
   }
   if (proto.has_segment()) return Invalid(what, "segmented tensors are not supported");
-  absl::StatusOr<ir::DType> dtype = DTypeFromOnnx(proto.data_type(), what);
+  const NarrowType* narrow = FindNarrowType(proto.data_type());
+  absl::StatusOr<ir::DType> dtype = HeldDTypeFromOnnx(proto.data_type(), what);
   if (!dtype.ok()) return dtype.status();
   ir::Shape shape;
   int64_t count = 1;
@@ -139,9 +182,12 @@ absl::StatusOr<ir::TensorData> TensorFromProto(const ::onnx::TensorProto& proto,
     }
     count *= d;
   }
+  if (narrow != nullptr) return NarrowFromProto(*narrow, proto, shape, count, what, external);
   if (is_external) {
-    absl::StatusOr<std::span<const std::byte>> bytes =
-        ExternalTensorBytes(proto, count, *dtype, what, external);
+    // count <= 2^31 and sizes <= 8: no overflow.
+    absl::StatusOr<std::span<const std::byte>> bytes = ExternalTensorBytes(
+        proto, count * ir::DTypeSize(*dtype),
+        absl::StrCat(count, " elements of ", ir::DTypeName(*dtype)), what, external);
     if (!bytes.ok()) return bytes.status();
     return FromRawBytes(*dtype, shape, count, *bytes, "external data", what);
   }
@@ -285,7 +331,8 @@ absl::StatusOr<ir::NodeId> Importer::ValueNode(const std::string& name) {
   }
   // Float initializers are the model's weights; integer/bool ones are shape data and indices.
   ir::NodeId id;
-  if (options_.weights_as_parameters && ir::IsFloat(init->second.dtype())) {
+  // (Narrow floats are quantized data: constants, like the integers that they resemble.)
+  if (options_.weights_as_parameters && ir::IsFloat(init->second.dtype()) && !narrow_.count(name)) {
     id = b_.Parameter(name, {init->second.dtype(), init->second.shape()});
     weight_params_[name] = id;
   } else {
@@ -349,6 +396,37 @@ absl::StatusOr<std::vector<int64_t>> Importer::ConstInts(const ::onnx::NodeProto
 
 void Importer::SetOutput(const ::onnx::NodeProto& node, int i, ir::NodeId id) {
   if (HasOutput(node, i)) values_[node.output(i)] = id;
+}
+
+absl::Status Importer::CheckNarrowInputs(const ::onnx::NodeProto& node) const {
+  if (kNarrowMovers.count(node.op_type()) || kNarrowReaders.count(node.op_type())) {
+    return absl::OkStatus();
+  }
+  for (int i = 0; i < node.input_size(); ++i) {
+    if (const NarrowType* narrow = InputNarrowType(node, i)) {
+      return absl::UnimplementedError(absl::StrCat(
+          "input ", i, " ('", node.input(i), "') is ", narrow->name, ", which kiln holds as ",
+          ir::DTypeName(narrow->held),
+          " and reads only into Cast, CastLike, QuantizeLinear, DequantizeLinear, Shape and "
+          "Size, or moves with Identity, Reshape, Flatten, Squeeze, Unsqueeze and Transpose"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+const NarrowType* Importer::InputNarrowType(const ::onnx::NodeProto& node, int i) const {
+  if (!HasInput(node, i)) return nullptr;
+  auto it = narrow_.find(node.input(i));
+  return it == narrow_.end() ? nullptr : it->second;
+}
+
+void Importer::SetOutputNarrowType(const ::onnx::NodeProto& node, int i, const NarrowType* type) {
+  if (!HasOutput(node, i)) return;
+  if (type == nullptr) {
+    narrow_.erase(node.output(i));
+  } else {
+    narrow_[node.output(i)] = type;
+  }
 }
 
 // ---- Importer: folding and broadcasting
@@ -501,8 +579,9 @@ absl::Status Importer::DefineInputs(const ::onnx::GraphProto& graph) {
     if (!names.insert(vi.name()).second) return Invalid(what, "is declared twice");
     if (!vi.type().has_tensor_type()) return Invalid(what, "is not a tensor");
     const auto& tt = vi.type().tensor_type();
-    absl::StatusOr<ir::DType> dtype = DTypeFromOnnx(tt.elem_type(), what);
+    absl::StatusOr<ir::DType> dtype = HeldDTypeFromOnnx(tt.elem_type(), what);
     if (!dtype.ok()) return dtype.status();
+    if (const NarrowType* narrow = FindNarrowType(tt.elem_type())) narrow_[vi.name()] = narrow;
     auto given = options_.input_shapes.find(vi.name());
     ir::Shape shape;
     if (!tt.has_shape()) {
@@ -653,15 +732,16 @@ absl::StatusOr<ImportedModel> Importer::Run(const ::onnx::ModelProto& model) {
     if (!initializers_.emplace(init.name(), *std::move(t)).second) {
       return Invalid(what, "is defined twice");
     }
+    if (const NarrowType* narrow = FindNarrowType(init.data_type())) narrow_[init.name()] = narrow;
   }
   if (absl::Status s = DefineInputs(graph); !s.ok()) return s;
 
   const auto& table = Lowerings();
   for (int i = 0; i < graph.node_size(); ++i) {
     const auto& node = graph.node(i);
-    absl::Status s;
+    absl::Status s = CheckNarrowInputs(node);
     try {
-      s = table.at(node.op_type())(*this, node);
+      if (s.ok()) s = table.at(node.op_type())(*this, node);
     } catch (const BuilderFailed&) {
       s = b_.status().ok() ? absl::InternalError("a node was not built") : b_.status();
     }
@@ -683,6 +763,7 @@ absl::StatusOr<ImportedModel> Importer::Run(const ::onnx::ModelProto& model) {
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat(Describe(node, i), ": ", s.message()));
     }
+    if (kNarrowMovers.count(node.op_type())) SetOutputNarrowType(node, 0, InputNarrowType(node, 0));
   }
 
   ImportedModel result;
@@ -696,10 +777,16 @@ absl::StatusOr<ImportedModel> Importer::Run(const ::onnx::ModelProto& model) {
     if (vi.type().has_tensor_type()) {
       const auto& tt = vi.type().tensor_type();
       if (tt.elem_type() != 0) {
-        absl::StatusOr<ir::DType> d = DTypeFromOnnx(tt.elem_type(), what);
-        if (d.ok() && *d != dtype(*id)) {
-          return Invalid(what, absl::StrCat("the model declares ", ir::DTypeName(*d),
-                                            ", the import computed ", ir::TypeToString(type(*id))));
+        absl::StatusOr<ir::DType> d = HeldDTypeFromOnnx(tt.elem_type(), what);
+        const NarrowType* declared = FindNarrowType(tt.elem_type());
+        auto computed = narrow_.find(vi.name());
+        const NarrowType* held = computed == narrow_.end() ? nullptr : computed->second;
+        if (d.ok() && (*d != dtype(*id) || declared != held)) {
+          return Invalid(what, absl::StrCat("the model declares ",
+                                            declared ? declared->name : ir::DTypeName(*d),
+                                            ", the import computed ",
+                                            held ? absl::StrCat(held->name, " (held as ") : "",
+                                            ir::TypeToString(type(*id)), held ? ")" : ""));
         }
       }
       if (options_.input_shapes.empty() && tt.has_shape()) {

@@ -28,6 +28,10 @@ absl::StatusOr<ir::TensorData> TensorFromProto(const ::onnx::TensorProto& proto,
                                                ExternalDataSource* external = nullptr);
 /// ONNX elem_type → DType, or an error naming `what`.
 absl::StatusOr<ir::DType> DTypeFromOnnx(int32_t elem_type, const std::string& what);
+/// As DTypeFromOnnx, and a narrow type (narrow_types.h) → the dtype that holds its values.
+absl::StatusOr<ir::DType> HeldDTypeFromOnnx(int32_t elem_type, const std::string& what);
+
+struct NarrowType;
 
 class Importer;
 /// Lowers one node: reads its inputs with Importer::Input/ConstInput, defines its outputs.
@@ -71,6 +75,11 @@ class Importer {
   absl::StatusOr<std::vector<int64_t>> ConstInts(const ::onnx::NodeProto& node, int i);
   /// Defines output i of the node (ignored when the output name is empty).
   void SetOutput(const ::onnx::NodeProto& node, int i, ir::NodeId id);
+  /// The narrow ONNX type (narrow_types.h) whose values input i holds, or null when they are
+  /// plain values of its kiln dtype.
+  const NarrowType* InputNarrowType(const ::onnx::NodeProto& node, int i) const;
+  /// Marks output i as holding values of a narrow type (null: plain values).
+  void SetOutputNarrowType(const ::onnx::NodeProto& node, int i, const NarrowType* type);
   /// Whether output i is named (used by the model).
   static bool HasOutput(const ::onnx::NodeProto& node, int i) {
     return i < node.output_size() && !node.output(i).empty();
@@ -116,6 +125,8 @@ class Importer {
 
  private:
   absl::Status DefineInputs(const ::onnx::GraphProto& graph);
+  // An error when the node computes on narrow inputs that kiln only casts and moves.
+  absl::Status CheckNarrowInputs(const ::onnx::NodeProto& node) const;
   absl::StatusOr<ir::NodeId> ValueNode(const std::string& name);
   absl::StatusOr<ir::Graph> Prune(ir::Graph graph, const std::vector<ir::NodeId>& keep);
 
@@ -123,6 +134,8 @@ class Importer {
   int64_t opset_;
   ir::Builder b_;
   std::map<std::string, ir::NodeId> values_;
+  // Values (by name) whose kiln dtype holds a narrow ONNX type's values.
+  std::map<std::string, const NarrowType*> narrow_;
   std::map<std::string, ir::TensorData> initializers_;
   std::map<std::string, ir::NodeId> weight_params_;
   std::vector<ir::NodeId> input_params_;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "frontend/onnx/import_internal.h"
+#include "frontend/onnx/narrow_types.h"
 
 namespace kiln::onnx::internal {
 namespace {
@@ -427,21 +428,105 @@ absl::Status Dropout(Importer& im, const NodeProto& n) {
   return absl::OkStatus();
 }
 
+// ---- Narrow types (narrow_types.h): values held in f32, i8 or u8, rounded here ---------------
+
+// x rounded to nearest, ties to even, onto a narrow float format's grid; NaN, overflow and the
+// sign of zero as ONNX's Cast tables say. The binade is found by comparing |x| with each power of
+// two the format has (a dozen to thirty selects in one fused kernel) rather than by log2, so the
+// quantum, the division by it and the rounding are all exact.
+NodeId RoundToNarrowFloat(Importer& im, NodeId x, const NarrowType& t, bool saturate) {
+  using S = NarrowType::Specials;
+  saturate = saturate || t.specials == S::kFiniteOnly;  // float4 has nothing to overflow to
+  x = im.Cast(x, im.dtype(x) == ir::DType::kF64 ? ir::DType::kF64 : ir::DType::kF32);
+  NodeId a = im.Unary(Op::kAbs, x);
+  NodeId max = im.Like(t.max_finite, a);
+  if (saturate) a = im.Select(im.Binary(Op::kGt, a, max), max, a);  // inf too; NaN stays
+  NodeId quantum = im.Like(std::ldexp(1.0, t.min_exponent - t.mantissa_bits), a);
+  // Up to the binade past the largest finite value: what rounds into it overflows.
+  const int top = std::ilogb(t.max_finite) + 1;
+  for (int k = t.min_exponent + 1; k <= top; ++k) {
+    quantum = im.Select(im.Binary(Op::kGe, a, im.Like(std::ldexp(1.0, k), a)),
+                        im.Like(std::ldexp(1.0, k - t.mantissa_bits), a), quantum);
+  }
+  NodeId r = im.Binary(Op::kMul, im.Unary(Op::kRound, im.Binary(Op::kDiv, a, quantum)), quantum);
+  if (!saturate) {
+    const double overflow = t.specials == S::kIeee ? std::numeric_limits<double>::infinity()
+                                                   : std::numeric_limits<double>::quiet_NaN();
+    r = im.Select(im.Binary(Op::kGt, r, max), im.Like(overflow, r), r);
+  }
+  NodeId zero = im.Like(0.0, x);
+  NodeId y = im.Select(im.Binary(Op::kLt, x, zero), im.Unary(Op::kNeg, r), r);
+  if (t.specials == S::kFnuz) {
+    y = im.Select(im.Binary(Op::kEq, y, zero), zero, y);  // one zero: -0 and tiny negatives → +0
+  } else {
+    y = im.Select(im.Binary(Op::kEq, x, zero), x, y);  // -0 stays -0
+  }
+  if (t.specials == S::kFiniteOnly) {  // NaN → -0, as ONNX's reference (ml_dtypes) casts it
+    y = im.Select(im.Binary(Op::kNe, x, x), im.Like(-0.0, y), y);
+  }
+  return im.Cast(y, ir::DType::kF32);
+}
+
+// x into a narrow integer type: floats truncate and saturate (kiln's casts; ONNX leaves
+// out-of-range values undefined), integers keep their low bits (ONNX's rule for fixed point).
+NodeId ToNarrowInt(Importer& im, NodeId x, const NarrowType& t) {
+  const ir::DType d = im.dtype(x);
+  NodeId v;
+  if (ir::IsFloat(d)) {
+    v = im.Cast(x, ir::DType::kI32);
+    v = im.Binary(Op::kMin, im.Binary(Op::kMax, v, im.Like(static_cast<double>(t.min_int), v)),
+                  im.Like(static_cast<double>(t.max_int), v));
+  } else if (d == ir::DType::kBool) {
+    v = x;
+  } else {
+    // Floored modulo in x's own dtype is in [0, 2^bits) for every sign; then two's complement.
+    const double span = std::ldexp(1.0, t.bits);
+    v = im.Cast(im.Binary(Op::kMod, x, im.Like(span, x)), ir::DType::kI32);
+    if (t.min_int < 0) {
+      v = im.Select(im.Binary(Op::kGt, v, im.Like(static_cast<double>(t.max_int), v)),
+                    im.Binary(Op::kSub, v, im.Like(span, v)), v);
+    }
+  }
+  return im.Cast(v, t.held);
+}
+
+// Cast (and CastLike) to `narrow` when set, else to `to`.
+absl::Status CastTo(Importer& im, const NodeProto& n, NodeId x, const NarrowType* narrow,
+                    ir::DType to) {
+  if (narrow == nullptr) {
+    im.SetOutput(n, 0, im.Cast(x, to));
+    im.SetOutputNarrowType(n, 0, nullptr);
+    return absl::OkStatus();
+  }
+  NodeId y;
+  if (narrow->specials == NarrowType::Specials::kExponentOnly) {
+    return Unsupported(absl::StrCat("casting to ", narrow->name,
+                                    " is not supported (kiln reads it and casts from it)"));
+  }
+  if (narrow->is_float) {
+    y = RoundToNarrowFloat(im, x, *narrow, AttrInt(n, "saturate", 1) != 0);
+  } else {
+    y = ToNarrowInt(im, x, *narrow);
+  }
+  im.SetOutput(n, 0, y);
+  im.SetOutputNarrowType(n, 0, narrow);
+  return absl::OkStatus();
+}
+
 absl::Status Cast(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
-  // saturate (19) only affects float8 targets, which kiln has no type for.
+  // saturate (19) affects float8 targets only.
   TRY_OK(AttrSince(im, n, "saturate", 19));
-  TRY(ir::DType to, DTypeFromOnnx(static_cast<int32_t>(AttrInt(n, "to", 0)), "attribute 'to'"));
-  im.SetOutput(n, 0, im.Cast(x, to));
-  return absl::OkStatus();
+  const auto to = static_cast<int32_t>(AttrInt(n, "to", 0));
+  TRY(ir::DType d, HeldDTypeFromOnnx(to, "attribute 'to'"));
+  return CastTo(im, n, x, FindNarrowType(to), d);
 }
 
 absl::Status CastLike(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY_OK(AttrSince(im, n, "saturate", 19));
   TRY(NodeId like, im.Input(n, 1));
-  im.SetOutput(n, 0, im.Cast(x, im.dtype(like)));
-  return absl::OkStatus();
+  return CastTo(im, n, x, im.InputNarrowType(n, 1), im.dtype(like));
 }
 
 absl::Status IsInf(Importer& im, const NodeProto& n) {
@@ -487,6 +572,7 @@ absl::Status Constant(Importer& im, const NodeProto& n) {
     return Unsupported(absl::StrCat("attribute '", a.name(), "' is not supported"));
   }
   im.SetOutput(n, 0, im.Const(std::move(t)));
+  if (a.name() == "value") im.SetOutputNarrowType(n, 0, FindNarrowType(a.t().data_type()));
   return absl::OkStatus();
 }
 
@@ -540,6 +626,7 @@ absl::Status ConstantOfShape(Importer& im, const NodeProto& n) {
     if (t.num_elements() != 1) return Bad("attribute 'value' must have one element");
     d = t.dtype();
     v = t.GetDouble(0);
+    im.SetOutputNarrowType(n, 0, FindNarrowType(a->t().data_type()));
   }
   im.SetOutput(n, 0, im.Full(v, d, s));
   return absl::OkStatus();
@@ -3018,33 +3105,42 @@ absl::StatusOr<NodeId> QuantParam(Importer& im, const NodeProto& n, NodeId p, No
   return im.Broadcast(im.Reshape(p, shape), xs);
 }
 
-// QuantizeLinear: saturate(round_half_even(x / scale) + zero_point) into uint8, int8, uint16 or
-// int16 (float8 and 4-bit zero points are refused where their tensors are read). The division is
-// in float (double for double x) before opset 23; from 23 (x and y_scale may differ) in
-// y_scale's type, or `precision`'s.
+// QuantizeLinear: saturate(round_half_even(x / scale) + zero_point) into uint8, int8, uint16,
+// int16 or a 4- or 2-bit integer; into a float8 or float4 type, x / scale + zero_point rounded onto
+// its grid (saturating unless `saturate` is 0). The division is in float (double for double x)
+// before opset 23; from 23 (x and y_scale may differ) in y_scale's type, or `precision`'s.
 absl::Status QuantizeLinear(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY(NodeId scale, im.Input(n, 1));
   if (!ir::IsFloat(im.dtype(scale))) return Bad("y_scale must be a float tensor");
   TRY_OK(AttrSince(im, n, "precision", 23));
   TRY_OK(AttrSince(im, n, "output_dtype", 21));
+  TRY_OK(AttrSince(im, n, "saturate", 19));
   ir::DType out = ir::DType::kU8;
+  const NarrowType* narrow = nullptr;
   NodeId zp = ir::kInvalidNode;
   if (Importer::HasInput(n, 2)) {
     TRY(zp, im.Input(n, 2));
     out = im.dtype(zp);
+    narrow = im.InputNarrowType(n, 2);
   }
   if (const auto* a = FindAttr(n, "output_dtype"); a && a->i() != 0) {
-    TRY(ir::DType d, DTypeFromOnnx(static_cast<int32_t>(a->i()), "attribute 'output_dtype'"));
-    if (zp != ir::kInvalidNode && d != out) {
+    const auto code = static_cast<int32_t>(a->i());
+    TRY(ir::DType d, HeldDTypeFromOnnx(code, "attribute 'output_dtype'"));
+    if (zp != ir::kInvalidNode && (d != out || FindNarrowType(code) != narrow)) {
       return Bad("attribute 'output_dtype' differs from y_zero_point's type");
     }
     out = d;
+    narrow = FindNarrowType(code);
   }
-  if (!ir::IsInteger(out) || ir::DTypeSize(out) > 2) {
+  const bool to_float = narrow != nullptr && narrow->is_float;
+  if (narrow != nullptr && narrow->specials == NarrowType::Specials::kExponentOnly) {
+    return Unsupported(absl::StrCat("quantizing to ", narrow->name, " is not supported"));
+  }
+  if (!to_float && (!ir::IsInteger(out) || ir::DTypeSize(out) > 2)) {
     return Unsupported(absl::StrCat("quantizing to ", ir::DTypeName(out),
-                                    " is not supported (kiln quantizes to uint8, int8, uint16 and "
-                                    "int16)"));
+                                    " is not supported (kiln quantizes to 16-, 8-, 4- and 2-bit "
+                                    "integers, float8 and float4)"));
   }
   ir::DType work = im.dtype(x) == ir::DType::kF64 ? ir::DType::kF64 : ir::DType::kF32;
   if (im.opset() >= 23) {
@@ -3056,7 +3152,8 @@ absl::Status QuantizeLinear(Importer& im, const NodeProto& n) {
   }
   NodeId xw = im.Cast(x, work);
   TRY(NodeId s, QuantParam(im, n, im.Cast(scale, work), xw, "y_scale"));
-  NodeId q = im.Unary(Op::kRound, im.Binary(Op::kDiv, xw, s));
+  NodeId q = im.Binary(Op::kDiv, xw, s);
+  if (!to_float) q = im.Unary(Op::kRound, q);
   // The zero point and the clamp in float or double: 16-bit integers are exact in both.
   const ir::DType acc = work == ir::DType::kF64 ? ir::DType::kF64 : ir::DType::kF32;
   q = im.Cast(q, acc);
@@ -3064,11 +3161,20 @@ absl::Status QuantizeLinear(Importer& im, const NodeProto& n) {
     TRY(NodeId z, QuantParam(im, n, im.Cast(zp, acc), q, "y_zero_point"));
     q = im.Binary(Op::kAdd, q, z);
   }
-  const double bits = static_cast<double>(ir::DTypeSize(out) * 8);
-  const double lo = ir::IsSignedInteger(out) ? -std::exp2(bits - 1) : 0.0;
-  const double hi = ir::IsSignedInteger(out) ? std::exp2(bits - 1) - 1 : std::exp2(bits) - 1;
-  q = im.Binary(Op::kMin, im.Binary(Op::kMax, q, im.Like(lo, q)), im.Like(hi, q));
-  im.SetOutput(n, 0, im.Cast(q, out));
+  if (to_float) {
+    im.SetOutput(n, 0, RoundToNarrowFloat(im, q, *narrow, AttrInt(n, "saturate", 1) != 0));
+  } else {
+    const double bits = static_cast<double>(ir::DTypeSize(out) * 8);
+    const double lo = narrow                     ? static_cast<double>(narrow->min_int)
+                      : ir::IsSignedInteger(out) ? -std::exp2(bits - 1)
+                                                 : 0.0;
+    const double hi = narrow                     ? static_cast<double>(narrow->max_int)
+                      : ir::IsSignedInteger(out) ? std::exp2(bits - 1) - 1
+                                                 : std::exp2(bits) - 1;
+    q = im.Binary(Op::kMin, im.Binary(Op::kMax, q, im.Like(lo, q)), im.Like(hi, q));
+    im.SetOutput(n, 0, im.Cast(q, out));
+  }
+  im.SetOutputNarrowType(n, 0, narrow);
   return absl::OkStatus();
 }
 
@@ -3077,8 +3183,10 @@ absl::Status QuantizeLinear(Importer& im, const NodeProto& n) {
 absl::Status DequantizeLinear(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY(NodeId scale, im.Input(n, 1));
-  if (!ir::IsInteger(im.dtype(x))) {
-    return Bad(absl::StrCat("x must be quantized integers, not ", ir::TypeToString(im.type(x))));
+  const NarrowType* narrow = im.InputNarrowType(n, 0);
+  if (!ir::IsInteger(im.dtype(x)) && narrow == nullptr) {
+    return Bad(absl::StrCat("x must be quantized integers or a float8/float4 type, not ",
+                            ir::TypeToString(im.type(x))));
   }
   if (!ir::IsFloat(im.dtype(scale))) return Bad("x_scale must be a float tensor");
   TRY_OK(AttrSince(im, n, "output_dtype", 23));
@@ -3094,7 +3202,9 @@ absl::Status DequantizeLinear(Importer& im, const NodeProto& n) {
   NodeId xw = im.Cast(x, work);
   if (Importer::HasInput(n, 2)) {
     TRY(NodeId zp, im.Input(n, 2));
-    if (im.dtype(zp) != im.dtype(x)) return Bad("x_zero_point's type differs from x's");
+    if (im.dtype(zp) != im.dtype(x) || im.InputNarrowType(n, 2) != narrow) {
+      return Bad("x_zero_point's type differs from x's");
+    }
     TRY(NodeId z, QuantParam(im, n, im.Cast(zp, work), xw, "x_zero_point"));
     xw = im.Binary(Op::kSub, xw, z);
   }
