@@ -3070,6 +3070,10 @@ absl::StatusOr<NodeId> QuantParam(Importer& im, const NodeProto& n, NodeId p, No
     return im.Broadcast(im.Reshape(p, Shape(xs.size(), 1)), xs);
   }
   if (im.opset() < 13) return Bad(absl::StrCat(what, " must be a scalar before opset 13"));
+  if (xs.empty()) {
+    return Bad(absl::StrCat(what, " ", ir::TypeToString(im.type(p)),
+                            " must be a scalar for a scalar input"));
+  }
   TRY(int64_t axis, NormAxis(AttrInt(n, "axis", 1), im.rank(x)));
   const auto ax = static_cast<size_t>(axis);
   if (block > 0) {
