@@ -1,6 +1,7 @@
 #include "codegen/graph_compiler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <utility>
 
@@ -20,6 +21,11 @@ int64_t ByteSize(const ir::TensorType& type) {
   return type.num_elements() * ir::DTypeSize(type.dtype);
 }
 
+double MillisecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
 }  // namespace
 
 GraphCompiler::GraphCompiler(const ir::Graph& source, GraphCompilerOptions options)
@@ -28,31 +34,62 @@ GraphCompiler::GraphCompiler(const ir::Graph& source, GraphCompilerOptions optio
 GraphCompiler::~GraphCompiler() = default;
 
 absl::Status GraphCompiler::Compile() {
+  const auto start = std::chrono::steady_clock::now();
   dump_ = passes::DumpSession::FromEnv(options_.backend);
   passes::PassManagerOptions pm_options;
   pm_options.dump = dump_;
+  // KILN_TIME_PASSES: the passes print their lines; the stages after them are timed here, one
+  // line per fusion group (lowering and the backend's code generation) and one per graph.
+  const bool timing = timing_ = pm_options.time_passes;
   passes::PassManager pm(std::move(pm_options));
   passes::AddSimplifyPasses(pm);
   absl::StatusOr<ir::Graph> simplified = pm.Run(source_);
   if (!simplified.ok()) return simplified.status();
   graph_ = *std::move(simplified);
+  const double passes_ms = MillisecondsSince(start);
 
+  const auto fusion_start = std::chrono::steady_clock::now();
   plan_ = passes::Fuse(graph_);
   CountUses();
   FindTransposedOperands();
+  const double fusion_ms = MillisecondsSince(fusion_start);
 
   for (ir::NodeId p : graph_.Parameters()) parameter_types_.push_back(graph_.node(p).type);
   for (const ir::Output& out : graph_.outputs()) {
     output_types_.push_back(graph_.node(out.node).type);
   }
   BindExternalSlots();
+  if (timing) CodegenNote();  // starts the backend's count here
+  double groups_ms = 0;
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    const auto group_start = std::chrono::steady_clock::now();
     if (absl::Status s = CompileGroup(static_cast<int>(g)); !s.ok()) return s;
+    if (!timing) continue;
+    const double ms = MillisecondsSince(group_start);
+    groups_ms += ms;
+    const FusionGroup& group = plan_.groups[g];
+    const std::string label = absl::StrCat(passes::FusionKindName(group.kind), " ",
+                                           ir::OpName(graph_.node(group.root).op));
+    const std::string note = CodegenNote();
+    std::fprintf(stderr, "kiln: %s group %02zu %-24s %9.3f ms%s%s\n", options_.backend.c_str(), g,
+                 label.c_str(), ms, note.empty() ? "" : "  ", note.c_str());
   }
   Dump("fusion.txt", passes::PrintFusionPlan(graph_, plan_) + fusion_notes_);
+  const auto finish_start = std::chrono::steady_clock::now();
   if (absl::Status s = CopyRepeatedOutputs(); !s.ok()) return s;
   if (absl::Status s = PlaceArenaBuffers(); !s.ok()) return s;
-  return Finish();
+  absl::Status finished = Finish();
+  if (timing && finished.ok()) {
+    const std::string note = CodegenNote();  // what Finish compiled (merged in-place kernels)
+    std::fprintf(stderr,
+                 "kiln: %s graph %d -> %d nodes, %zu groups: passes %.3f ms, fusion %.3f ms, "
+                 "groups %.3f ms, plan+finish %.3f ms%s%s%s, total %.3f ms\n",
+                 options_.backend.c_str(), source_.num_nodes(), graph_.num_nodes(),
+                 plan_.groups.size(), passes_ms, fusion_ms, groups_ms,
+                 MillisecondsSince(finish_start), note.empty() ? "" : " (", note.c_str(),
+                 note.empty() ? "" : ")", MillisecondsSince(start));
+  }
+  return finished;
 }
 
 void GraphCompiler::Dump(const std::string& name, const std::string& contents) const {

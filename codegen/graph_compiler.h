@@ -112,10 +112,15 @@ class GraphCompiler {
   virtual absl::Status AppendCopy(ir::NodeId value, int source_slot, int output_slot) = 0;
   /// After the memory plan: build (and load) the backend's result.
   virtual absl::Status Finish() = 0;
+  /// For KILN_TIME_PASSES: what the backend's code generator spent since the previous call
+  /// ("llvm 12.10 ms, 1 compiled"), or "" when it does not say.
+  virtual std::string CodegenNote() { return ""; }
 
   // ---- Helpers for the hooks --------------------------------------------------------------
 
   const GraphCompilerOptions& options() const { return options_; }
+  /// Whether this compile prints its timing lines (KILN_TIME_PASSES).
+  bool timing() const { return timing_; }
   /// The graph as given, and as compiled (simplified).
   const ir::Graph& source() const { return source_; }
   const ir::Graph& graph() const { return graph_; }
@@ -194,6 +199,7 @@ class GraphCompiler {
 
   const ir::Graph& source_;
   GraphCompilerOptions options_;
+  bool timing_ = false;
   ir::Graph graph_;
   passes::FusionPlan plan_;
   passes::DumpSession dump_;

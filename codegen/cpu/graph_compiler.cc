@@ -1,6 +1,7 @@
 #include "codegen/cpu/graph_compiler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -12,6 +13,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "codegen/cpu/gemm.h"
 #include "codegen/cpu/gemm_kernel.h"
 #include "codegen/cpu/jit.h"
@@ -93,6 +95,7 @@ class Compiler : public GraphCompiler {
     spec_.num_inputs = static_cast<int>(parameter_types().size());
     spec_.num_outputs = static_cast<int>(output_types().size());
     if (absl::Status s = PairDonatedBuffers(); !s.ok()) return s;
+    if (absl::Status s = CompilePendingKernels(); !s.ok()) return s;
 
     spec_.keep_alive = std::make_shared<const KeepAlive>(std::move(keep_alive_));
     absl::StatusOr<runtime::Executable> executable = runtime::Executable::Create(std::move(spec_));
@@ -199,28 +202,65 @@ class Compiler : public GraphCompiler {
     spec_.steps.push_back(std::move(step));
   }
 
-  // Compiles `kernel` with the JIT and appends its launch.
+  // Appends `kernel`'s launch; its code comes in Finish (CompilePendingKernels), once donation
+  // has decided which kernels run in place, so that no kernel goes through LLVM twice.
   absl::Status CompileKernel(int g, const Kernel& kernel, const SlotOverride& override) override {
     const std::string dump_name = absl::StrCat("kernel_", num_kernels_);
     Dump(dump_name + ".kir", PrintKernel(kernel));
-    CompileOptions options;
-    options.dump = dump().enabled() ? &dump() : nullptr;
-    options.dump_name = dump_name;
-    absl::StatusOr<CompiledKernel> code = KernelCompiler().Compile(kernel, options);
-    if (!code.ok()) return GroupError(g, code.status());
-    keep_alive_.code.push_back(code->keep_alive);
-
     KernelBinding binding = BindKernelArgs(kernel, override);
     runtime::Step step;
-    step.fn = code->fn;
     step.parallel_extent = kernel.parallel_extent;
     step.grain = GrainFor(kernel);
     step.name = kernel.name;
     step.error_context = binding.error_context;
     step.slot_args = binding.slots;
     ++num_kernels_;
-    kernel_of_step_[static_cast<int>(spec_.steps.size())] = kernel;
+    const int index = static_cast<int>(spec_.steps.size());
+    kernel_of_step_[index] = kernel;
+    pending_kernels_.push_back(PendingKernel{index, g, dump_name});
     AddStep(std::move(step), binding.reads, binding.writes);
+    return absl::OkStatus();
+  }
+
+  // The kernels CompileKernel appended, compiled concurrently on the thread pool (each LLVM
+  // compile has its own context and target machine; the JIT links them thread-safely).
+  absl::Status CompilePendingKernels() {
+    const size_t n = pending_kernels_.size();
+    std::vector<absl::StatusOr<CompiledKernel>> code(n, absl::UnknownError("not compiled"));
+    std::vector<double> milliseconds(n, 0);
+    runtime::DefaultThreadPool().ParallelFor(
+        static_cast<int64_t>(n), 1, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) {
+            const PendingKernel& pending = pending_kernels_[static_cast<size_t>(i)];
+            CompileOptions options;
+            options.dump = dump().enabled() ? &dump() : nullptr;
+            options.dump_name = pending.dump_name;
+            const auto start = std::chrono::steady_clock::now();
+            code[static_cast<size_t>(i)] =
+                KernelCompiler().Compile(kernel_of_step_.at(pending.step), options);
+            milliseconds[static_cast<size_t>(i)] =
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                    .count();
+          }
+        });
+    for (size_t i = 0; i < n; ++i) {
+      const PendingKernel& pending = pending_kernels_[i];
+      if (!code[i].ok()) {
+        if (!pending.in_place) return GroupError(pending.group, code[i].status());
+        return absl::Status(
+            code[i].status().code(),
+            absl::StrCat("cpu backend: in-place kernel ", kernel_of_step_.at(pending.step).name,
+                         ": ", code[i].status().message()));
+      }
+      keep_alive_.code.push_back(code[i]->keep_alive);
+      spec_.steps[static_cast<size_t>(pending.step)].fn = code[i]->fn;
+      if (timing()) {
+        std::fprintf(stderr, "kiln: cpu kernel %-24s %9.3f ms  %s (group %02d)\n",
+                     pending.dump_name.c_str(), milliseconds[i], CodeSourceName(code[i]->source),
+                     pending.group);
+      }
+    }
+    pending_kernels_.clear();
     return absl::OkStatus();
   }
 
@@ -429,17 +469,11 @@ class Compiler : public GraphCompiler {
     if (!merged.has_value()) return false;
     const std::string dump_name = absl::StrCat("kernel_in_place_", num_in_place_++);
     Dump(dump_name + ".kir", PrintKernel(*merged));
-    CompileOptions options;
-    options.dump = dump().enabled() ? &dump() : nullptr;
-    options.dump_name = dump_name;
-    absl::StatusOr<CompiledKernel> code = KernelCompiler().Compile(*merged, options);
-    if (!code.ok()) {
-      return absl::Status(code.status().code(),
-                          absl::StrCat("cpu backend: in-place kernel ", merged->name, ": ",
-                                       code.status().message()));
+    for (PendingKernel& pending : pending_kernels_) {
+      if (pending.step != step) continue;
+      pending.dump_name = dump_name;
+      pending.in_place = true;
     }
-    keep_alive_.code.push_back(code->keep_alive);
-    launch.fn = code->fn;
     launch.slot_args.erase(launch.slot_args.begin() + in);
     it->second = *std::move(merged);
     return true;
@@ -581,12 +615,49 @@ class Compiler : public GraphCompiler {
     return *compiler;
   }
 
+  // The JIT's work since the previous call: LLVM (emission, O3, codegen), linking, and where
+  // the kernels came from. (Counters of the process-wide compiler: a compile on another thread
+  // meanwhile would show here too.)
+  std::string CodegenNote() override {
+    const CompileStats now = KernelCompiler().stats();
+    const CompileStats& was = last_stats_;
+    std::string note;
+    if (now.compiles > was.compiles) {
+      absl::StrAppendFormat(&note, "llvm %.3f ms, %d compiled",
+                            1e3 * (now.llvm_seconds - was.llvm_seconds),
+                            now.compiles - was.compiles);
+    }
+    if (now.disk_hits > was.disk_hits) {
+      absl::StrAppend(&note, note.empty() ? "" : ", ", now.disk_hits - was.disk_hits,
+                      " from the disk cache");
+    }
+    if (now.memory_hits > was.memory_hits) {
+      absl::StrAppend(&note, note.empty() ? "" : ", ", now.memory_hits - was.memory_hits,
+                      " already loaded");
+    }
+    if (now.load_seconds > was.load_seconds) {
+      absl::StrAppendFormat(&note, "%sload %.3f ms", note.empty() ? "" : ", ",
+                            1e3 * (now.load_seconds - was.load_seconds));
+    }
+    last_stats_ = now;
+    return note;
+  }
+  CompileStats last_stats_;
+
   // Per parameter: the caller may hand its buffer over (CompileGraph's `donatable`).
   std::vector<bool> donatable_;
   // Per output: the parameter whose buffer it is written into, or -1 (PairDonatedBuffers).
   std::vector<int> donor_of_output_;
   // The kernel IR behind each step that launches a JIT kernel, by step index.
   std::map<int, Kernel> kernel_of_step_;
+  // Kernel launches whose code CompilePendingKernels still has to make.
+  struct PendingKernel {
+    int step;
+    int group;
+    std::string dump_name;
+    bool in_place = false;  // rebuilt by MergeIntoOutput
+  };
+  std::vector<PendingKernel> pending_kernels_;
   runtime::ExecutableSpec spec_;
   KeepAlive keep_alive_;
   std::shared_ptr<const CompiledGraph> compiled_;

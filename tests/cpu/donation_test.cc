@@ -6,8 +6,13 @@
 #include <kiln/kiln.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <set>
+#include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "codegen/cpu/graph_compiler.h"
 #include "gtest/gtest.h"
 
@@ -37,7 +42,7 @@ Model<B> Init() {
 // backward and update realized as one graph. With `keep_tape` the loss keeps its tape (it is not
 // detached), so the old parameters stay reachable after the step. Returns the loss.
 template <class B>
-Tensor<B, 0> TrainStep(Model<B>& m, bool keep_tape = false) {
+Tensor<B, 0> TrainStep(Model<B>& m, bool keep_tape = false, double lr = 0.05) {
   const typename B::Device device;
   const auto x =
       Tensor<B, 2>::from_data({{1, 2, -1}, {0.5, -1, 2}, {3, 0, 1}, {-2, 1, 0.5}}, device);
@@ -48,8 +53,8 @@ Tensor<B, 0> TrainStep(Model<B>& m, bool keep_tape = false) {
     NoGradGuard no_grad;
     m.vw = 0.9 * m.vw + *m.w.grad(grads);
     m.vb = 0.9 * m.vb + *m.b.grad(grads);
-    m.w = (m.w - 0.05 * m.vw).require_grad();
-    m.b = (m.b - 0.05 * m.vb).require_grad();
+    m.w = (m.w - lr * m.vw).require_grad();
+    m.b = (m.b - lr * m.vb).require_grad();
   }
   if (!keep_tape) loss = loss.detach();
   realize(m.w, m.b, m.vw, m.vb, loss);
@@ -104,6 +109,30 @@ TEST(Donation, DroppedParametersAreUpdatedInPlace) {
       EXPECT_EQ(codegen::cpu::GetGraphCacheStats().compiles, compiles_before) << "step " << step;
     }
   }
+}
+
+// The updates that run in place are compiled only in that form: the CPU backend compiles a graph's
+// kernels after donation has rebuilt them (KILN_TIME_PASSES prints a line per kernel compiled).
+TEST(Donation, InPlaceKernelsAreCompiledOnce) {
+  Model<Cpu> cpu = Init<Cpu>();
+  ASSERT_EQ(::setenv("KILN_TIME_PASSES", "1", 1), 0);
+  ::testing::internal::CaptureStderr();
+  TrainStep(cpu, false, 0.0371);  // (a learning rate no other test uses: a graph of its own)
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(::unsetenv("KILN_TIME_PASSES"), 0);
+  std::set<std::string> groups;
+  int kernels = 0, in_place = 0;
+  for (absl::string_view line : absl::StrSplit(err, '\n')) {
+    if (!absl::StartsWith(line, "kiln: cpu kernel ")) continue;
+    ++kernels;
+    in_place += absl::StrContains(line, "kernel_in_place_");
+    const size_t at = line.rfind("(group ");
+    ASSERT_NE(at, absl::string_view::npos) << line;
+    EXPECT_TRUE(groups.insert(std::string(line.substr(at))).second) << "compiled twice: " << line;
+  }
+  EXPECT_GE(in_place, 1) << err;
+  EXPECT_EQ(kernels, static_cast<int>(groups.size())) << err;
+  EXPECT_TRUE(absl::StrContains(err, "kiln: cpu graph ")) << err;
 }
 
 TEST(Donation, HeldParametersAreNotOverwritten) {
