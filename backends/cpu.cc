@@ -20,6 +20,8 @@ namespace {
       [](const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
          std::span<const bool> donated,
          runtime::DeviceId) { return codegen::cpu::CompileAndRun(graph, arguments, donated); });
+  detail::RegisterCompileCounter(runtime::DeviceKind::kCpu,
+                                 [] { return codegen::cpu::GetGraphCacheStats().compiles; });
   return true;
 }();
 

@@ -37,6 +37,8 @@ absl::StatusOr<std::vector<std::shared_ptr<const runtime::DeviceBuffer>>> Run(
 [[maybe_unused]] const bool kRegistered = [] {
   detail::RegisterResidentExecutor(runtime::DeviceKind::kCuda, Run,
                                    [](int index) { return Allocators().For(index); });
+  detail::RegisterCompileCounter(runtime::DeviceKind::kCuda,
+                                 [] { return codegen::cuda::GetGraphCacheStats().compiles; });
   return true;
 }();
 

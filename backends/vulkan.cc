@@ -35,6 +35,8 @@ absl::StatusOr<std::vector<std::shared_ptr<const runtime::DeviceBuffer>>> Run(
 [[maybe_unused]] const bool kRegistered = [] {
   detail::RegisterResidentExecutor(runtime::DeviceKind::kVulkan, Run,
                                    [](int index) { return Allocators().For(index); });
+  detail::RegisterCompileCounter(runtime::DeviceKind::kVulkan,
+                                 [] { return codegen::vulkan::GetGraphCacheStats().compiles; });
   return true;
 }();
 

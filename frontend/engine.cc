@@ -44,6 +44,7 @@ struct ExecutorRegistry {
   std::map<runtime::DeviceKind, ResidentEntry> resident;
   // Devices that ran a resident graph: their traffic is reported at exit (KILN_TIME_PASSES).
   std::vector<runtime::DeviceId> used_devices;
+  std::map<runtime::DeviceKind, CompileCounter> compile_counters;
 
   // The reference interpreter is built in; every other backend registers itself from its own
   // library (kiln_backend_cpu, kiln_backend_vulkan), so this library names none of them.
@@ -64,6 +65,28 @@ struct ExecutorRegistry {
 ExecutorRegistry& Registry() {
   static ExecutorRegistry registry;
   return registry;
+}
+
+// A realization at `loc` compiled a graph: the kRecompileWarningAfter-th such compile at one source
+// line warns, once. (A loop that compiles every time runs at compile speed, silently otherwise.)
+void NoteCompile(const Loc& loc) {
+  static std::mutex mutex;
+  static auto* counts = new std::map<std::pair<std::string, uint32_t>, int>();
+  int count;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    count = ++(*counts)[{loc.file_name(), loc.line()}];
+  }
+  if (count != kRecompileWarningAfter) return;
+  std::fprintf(stderr,
+               "kiln: warning: %s:%u: realizations here have compiled %d different graphs. A "
+               "graph that changes from call to call compiles each time: shapes or dtypes that "
+               "vary (pad or bucket them), or a loop that realizes one value of each step (a "
+               "loss read with item()) and leaves the rest pending, so that each realization "
+               "cuts the work elsewhere. Realize a training step as one graph with "
+               "kiln::optim::realize_step(model, optimizer, loss), or use train::Learner "
+               "(docs/performance.md, \"Recompiles\"). This warning is shown once per line.\n",
+               loc.file_name(), static_cast<unsigned>(loc.line()), count);
 }
 
 // Drops `inputs` without recursing once per node of a long chain: operands whose last owner is
@@ -184,8 +207,23 @@ void ReportTransfers() {
 void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device, const Loc& loc) {
   // Pending nodes behind the roots; realized ones are collected (they become parameters) but
   // not expanded.
-  const std::vector<LazyNode*> order =
-      TopologicalOrder(roots, [](const LazyNode* node) { return !node->realized(); });
+  const auto pending = [](const LazyNode* node) { return !node->realized(); };
+  std::vector<LazyNode*> order = TopologicalOrder(roots, pending);
+
+  // Parameters still pending (a layer's lazy initialisation) are realized first, in a graph of
+  // their own: inside this one they would make the first training step's graph differ from every
+  // later step's, which reads them as realized values, and the step would compile twice.
+  std::vector<LazyNode*> parameters;
+  for (LazyNode* node : order) {
+    if (node->requires_grad && !node->realized() &&
+        std::find(roots.begin(), roots.end(), node) == roots.end()) {
+      parameters.push_back(node);
+    }
+  }
+  if (!parameters.empty()) {
+    RealizeOnDevice(parameters, device, loc);  // (every pending parameter there is a root)
+    order = TopologicalOrder(roots, pending);
+  }
 
   // Operand edges inside this DAG; a pending node with more owners than that is also held from
   // outside (a user tensor or a pending node elsewhere) and is worth keeping.
@@ -306,10 +344,15 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
 
   DonatingExecutor executor;
   ResidentExecutor resident;
+  CompileCounter compiles;
   bool takes_donation = false;
   {
     ExecutorRegistry& registry = Registry();
     std::lock_guard<std::mutex> lock(registry.mutex);
+    if (auto it = registry.compile_counters.find(device.kind);
+        it != registry.compile_counters.end()) {
+      compiles = it->second;
+    }
     if (auto it = registry.resident.find(device.kind); it != registry.resident.end()) {
       resident = it->second.run;
       if (std::find(registry.used_devices.begin(), registry.used_devices.end(), device) ==
@@ -324,8 +367,10 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
       takes_donation = it->second.takes_donation;
     }
   }
+  const int64_t compiles_before = compiles ? compiles() : 0;
   if (resident) {
     RunResident(resident, graph, argument_nodes, outputs, device, loc);
+    if (compiles && compiles() > compiles_before) NoteCompile(loc);
     return;
   }
   if (!takes_donation) {
@@ -364,6 +409,7 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
     outputs[i]->data = std::make_shared<ir::TensorData>(std::move((*results)[i]));
   }
   FinishRealization(graph, outputs);
+  if (compiles && compiles() > compiles_before) NoteCompile(loc);
 }
 
 // Gives `node` its operands and the counters that follow from them: the pending chain's depth
@@ -585,6 +631,12 @@ void RegisterExecutor(runtime::DeviceKind kind, Executor executor) {
     registry.executors[kind] = {ExecutorRegistry::Ignoring(std::move(executor)), false};
   }
   runtime::MarkBackendAvailable(kind);
+}
+
+void RegisterCompileCounter(runtime::DeviceKind kind, CompileCounter counter) {
+  ExecutorRegistry& registry = Registry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  registry.compile_counters[kind] = std::move(counter);
 }
 
 void RegisterDonatingExecutor(runtime::DeviceKind kind, DonatingExecutor executor) {

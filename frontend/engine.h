@@ -7,7 +7,9 @@
 // parameters (never constants: a compile cache keys on structure, not data), runs it on the
 // device's executor and stores the result in the node, which then drops its operands so the DAG
 // behind it is freed. Nodes that user tensors still hold inside the DAG are stored too, so they
-// are not computed twice.
+// are not computed twice. Pending parameters (gradient leaves: a layer's lazy initialisation)
+// behind the roots are realized first, in a graph of their own, so that a training step's graph is
+// the same from the first step on.
 //
 // Bounded memory: a node whose pending chain grows past kMaxPendingDepth (or whose pending DAG is
 // estimated larger than kMaxPendingNodes) is realized as soon as it is recorded, and long chains
@@ -182,6 +184,14 @@ using AllocatorLookup =
 /// kiln::Device::memory_stats, transfer_stats and empty_cache).
 void RegisterResidentExecutor(runtime::DeviceKind kind, ResidentExecutor executor,
                               AllocatorLookup allocators);
+/// The number of graphs a backend has compiled so far (its compile cache's misses). With one
+/// registered, the engine notices a call site whose realizations keep compiling new graphs and
+/// warns once, naming it (kRecompileWarningAfter).
+using CompileCounter = std::function<int64_t()>;
+void RegisterCompileCounter(runtime::DeviceKind kind, CompileCounter counter);
+/// Compiles caused by realizations at one source line before the engine warns (as
+/// torch.compile's cache_size_limit).
+inline constexpr int kRecompileWarningAfter = 8;
 /// The allocator of `device`, or null for a backend whose tensors are host memory.
 std::shared_ptr<runtime::CachingAllocator> AllocatorOf(runtime::DeviceId device, const Loc& loc);
 

@@ -1121,11 +1121,23 @@ Tensor<B, R, K> full_like(const Tensor<B, R, K>& like, typename K::Element value
       detail::FullLike(like.ref(), static_cast<double>(value), {}, "full_like", loc));
 }
 
+namespace detail {
+/// realize()'s first tensor with the caller's line, which a parameter pack cannot default to: the
+/// conversion to this type happens at the call, where its default argument is evaluated.
+struct FirstToRealize {
+  template <class T>
+  FirstToRealize(const T& tensor, std::source_location loc = std::source_location::current())
+      : ref(tensor.ref()), loc(loc) {}
+  TensorRef ref;
+  std::source_location loc;
+};
+}  // namespace detail
+
 /// Realizes several tensors in one graph run (shared work is computed once).
-template <class T, class... Ts>
-void realize(const T& first, const Ts&... rest) {
-  const detail::TensorRef refs[] = {first.ref(), rest.ref()...};
-  detail::Realize(refs, std::source_location::current());
+template <class... Ts>
+void realize(detail::FirstToRealize first, const Ts&... rest) {
+  const detail::TensorRef refs[] = {first.ref, rest.ref()...};
+  detail::Realize(refs, first.loc);
 }
 
 }  // namespace kiln

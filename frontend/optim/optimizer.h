@@ -181,13 +181,22 @@ std::vector<kiln::detail::TensorRef> step_tensors(const Module& module, const Op
   return refs;
 }
 
+/// realize_step's optimizer with the caller's line (see kiln::detail::FirstToRealize).
+struct OptimizerAt {
+  OptimizerAt(const Optimizer& optimizer,
+              std::source_location loc = std::source_location::current())
+      : optimizer(optimizer), loc(loc) {}
+  const Optimizer& optimizer;
+  std::source_location loc;
+};
+
 /// Realizes one training step as one graph: step_tensors(module, optimizer) and `extra` tensors
 /// (the loss, metrics).
 template <class Module, class... Ts>
-void realize_step(const Module& module, const Optimizer& optimizer, const Ts&... extra) {
-  std::vector<kiln::detail::TensorRef> refs = step_tensors(module, optimizer);
+void realize_step(const Module& module, OptimizerAt optimizer, const Ts&... extra) {
+  std::vector<kiln::detail::TensorRef> refs = step_tensors(module, optimizer.optimizer);
   (refs.push_back(extra.ref()), ...);
-  kiln::detail::Realize(refs, std::source_location::current());
+  kiln::detail::Realize(refs, optimizer.loc);
 }
 
 // ---- SGD ----------------------------------------------------------------------------------------

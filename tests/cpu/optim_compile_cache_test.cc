@@ -7,13 +7,16 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "codegen/cpu/graph_compiler.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace kiln {
 namespace {
 
 using codegen::cpu::GetGraphCacheStats;
+using ::testing::HasSubstr;
 
 template <int R>
 using TF = Tensor<Cpu, R, Float>;
@@ -57,6 +60,62 @@ TEST(OptimCompileCacheTest, AdamWRmsPropAdaGradCompileOnce) {
   EXPECT_EQ(CompilesPerStep(rmsprop, 4), (std::vector<int64_t>{1, 0, 0, 0}));
   optim::AdaGrad adagrad = optim::AdaGradConfig().with_lr_decay(0.1).init();
   EXPECT_EQ(CompilesPerStep(adagrad, 4), (std::vector<int64_t>{1, 0, 0, 0}));
+}
+
+template <class B>
+struct TwoLayer {
+  nn::Linear<B> fc1, fc2;
+  KILN_MODULE(TwoLayer, fc1, fc2);
+};
+
+// A freshly built model's parameters are still pending (lazy random initialisation); the first
+// step realizes them in a graph of their own, so the step's graph is the same from the first step
+// on and compiles once.
+TEST(OptimCompileCacheTest, FirstTrainingStepCompilesTheStepOnce) {
+  const Cpu::Device device;
+  manual_seed(7);
+  TwoLayer<Cpu> model{nn::LinearConfig(9, 13).init<Cpu>(device),
+                      nn::LinearConfig(13, 3).init<Cpu>(device)};
+  optim::Adam adam = optim::AdamConfig().with_lr(0.0123).init();
+  const TF<2> x = TF<2>::random_normal({6, 9}, 0, 1, device);
+  const TF<2> y = TF<2>::random_normal({6, 3}, 0, 1, device);
+  realize(x, y);
+  std::vector<int64_t> compiles, graphs;
+  for (int step = 0; step < 4; ++step) {
+    const int64_t before = GetGraphCacheStats().compiles;
+    const int64_t graphs_before = kiln::detail::GetEngineStats().graphs_executed;
+    TF<0> loss = nn::mse_loss(model.fc2.forward(activation::relu(model.fc1.forward(x))), y);
+    Gradients grads = loss.backward();
+    adam.step(model, grads);
+    optim::realize_step(model, adam, loss);
+    compiles.push_back(GetGraphCacheStats().compiles - before);
+    graphs.push_back(kiln::detail::GetEngineStats().graphs_executed - graphs_before);
+  }
+  // Step 1: the parameters' initialisation, then the step; later steps: the cached step.
+  EXPECT_EQ(graphs, (std::vector<int64_t>{2, 1, 1, 1}));
+  EXPECT_EQ(compiles, (std::vector<int64_t>{2, 0, 0, 0}));
+}
+
+// Realizations at one line that keep compiling new graphs (here: a new shape each time) warn once,
+// naming the line; a loop that compiles once does not.
+TEST(OptimCompileCacheTest, RecompilingCallSitesWarnOnce) {
+  const Cpu::Device device;
+  ::testing::internal::CaptureStderr();
+  int line = 0;
+  for (int i = 0; i < 12; ++i) {
+    const TF<1> x = TF<1>::full({3 + i}, 0.5, device);
+    line = __LINE__ + 1;
+    (x * 3.25 + 1.0).to_vector<float>();
+  }
+  for (int i = 0; i < 12; ++i) {  // the same graph each time: no warning
+    const TF<1> x = TF<1>::from_vector(std::vector<double>(5, 0.5 + i), {5}, device);
+    (x * 2.75).to_vector<float>();
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  const std::string site = absl::StrCat(__FILE__, ":", line, ": ");
+  EXPECT_THAT(err, HasSubstr(site + "realizations here have compiled 8 different graphs"));
+  EXPECT_THAT(err, HasSubstr("kiln::optim::realize_step(model, optimizer, loss)"));
+  EXPECT_EQ(err.find("kiln: warning:"), err.rfind("kiln: warning:")) << err;  // once
 }
 
 TEST(OptimCompileCacheTest, SgdMomentumCompilesTwice) {
