@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -370,6 +371,47 @@ absl::Status CompileCuda(const ir::Graph& bound, const std::string& name, const 
 }
 #endif
 
+// The host triple's code targets for CompileOptions::cpu_levels, best first.
+absl::StatusOr<std::vector<TargetInfo>> HostTargets(const std::vector<std::string>& names) {
+  using runtime::cpu::CpuLevel;
+  absl::StatusOr<TargetInfo> jit = HostTargetInfo();  // the host, or the level KILN_CPU pins
+  if (!jit.ok()) return jit.status();
+  const bool x86_64 = absl::StartsWith(jit->triple, "x86_64");
+  std::vector<CpuLevel> levels;
+  if (names.empty()) {
+    const absl::StatusOr<CpuLevel>& pinned = runtime::cpu::ProcessCpuLevel();
+    if (!pinned.ok()) return pinned.status();
+    if (!x86_64 || *pinned != CpuLevel::kHost) return std::vector<TargetInfo>{*jit};
+    levels = {CpuLevel::kHost, CpuLevel::kX86_64V4, CpuLevel::kX86_64V3, CpuLevel::kX86_64V2};
+  } else {
+    for (const std::string& name : names) {
+      absl::StatusOr<CpuLevel> level = runtime::cpu::ParseCpuLevel(name);
+      if (!level.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("aot: cpu level \"", name, "\": ", level.status().message()));
+      }
+      if (*level != CpuLevel::kHost && !x86_64) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "aot: cpu level ", name, " is an x86-64 level, and this host is ", jit->triple));
+      }
+      if (std::find(levels.begin(), levels.end(), *level) == levels.end()) levels.push_back(*level);
+    }
+    // The host's own code first, then the levels from the highest: the loader takes the first
+    // the CPU runs. (CpuLevel's enumerators go up from kX86_64.)
+    std::sort(levels.begin(), levels.end(), [](CpuLevel a, CpuLevel b) {
+      if ((a == CpuLevel::kHost) != (b == CpuLevel::kHost)) return a == CpuLevel::kHost;
+      return static_cast<int>(a) > static_cast<int>(b);
+    });
+  }
+  std::vector<TargetInfo> targets;
+  for (CpuLevel level : levels) {
+    absl::StatusOr<TargetInfo> target = LevelTargetInfo(level);
+    if (!target.ok()) return target.status();
+    targets.push_back(*std::move(target));
+  }
+  return targets;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions& options) {
@@ -439,11 +481,11 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
     plan["slots"].push_back(*std::move(s));
   }
 
-  // Targets: the host (its CPU or the KILN_CPU level, as the JIT compiles) and the extra triples
-  // (generic CPUs).
-  absl::StatusOr<TargetInfo> host = HostTargetInfo();
-  if (!host.ok()) return host.status();
-  std::vector<TargetInfo> targets = {*host};
+  // Targets: the host triple's (HostTargets) and the extra triples (generic CPUs).
+  absl::StatusOr<std::vector<TargetInfo>> host_targets = HostTargets(options.cpu_levels);
+  if (!host_targets.ok()) return host_targets.status();
+  std::vector<TargetInfo> targets = *std::move(host_targets);
+  const std::string host_triple = targets[0].triple;
   for (const std::string& triple : options.triples) {
     absl::StatusOr<TargetInfo> target = GenericTargetInfo(triple);
     if (!target.ok()) return target.status();
@@ -586,7 +628,7 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
         return absl::InternalError(absl::StrCat("aot: cannot write ", object_path.string()));
     }
     std::vector<std::string> link;
-    if (t == 0) {
+    if (target.triple == host_triple) {
       const char* cc = std::getenv("KILN_AOT_CC");
       link = {cc != nullptr && *cc != '\0' ? cc : "cc",
               "-shared",
@@ -610,21 +652,27 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
     std::ifstream in(library_path, std::ios::binary);
     std::stringstream bytes;
     bytes << in.rdbuf();
+    // The payload's name holds its triple (and, after the triple's first section, the index of
+    // the section among the triple's): it must fit the entry.
+    int same_triple = 0;
+    for (size_t u = 0; u < t; ++u) same_triple += targets[u].triple == target.triple;
+    const std::string payload = same_triple == 0
+                                    ? "cpu:" + target.triple
+                                    : absl::StrCat("cpu:", target.triple, "@", same_triple);
+    if (payload.size() >= runtime::blob::kSectionNameBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "aot: triple ", target.triple, " is longer than ", runtime::blob::kSectionNameBytes - 7,
+          " characters (the blob's section names)"));
+    }
     json tj{{"triple", target.triple},
             {"cpu", target.cpu},
             {"features", target.features},
             {"vector_bits", target.vectors.bits},
             {"vector_registers", target.vectors.registers},
             {"fma", target.vectors.fma},
-            {"micro_kernels", micro_names}};
+            {"micro_kernels", micro_names},
+            {"payload", payload}};
     plan["targets"].push_back(std::move(tj));
-    // The payload's name holds its triple, which the loader matches: it must fit the entry.
-    const std::string payload = "cpu:" + target.triple;
-    if (payload.size() >= runtime::blob::kSectionNameBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "aot: triple ", target.triple, " is longer than ", runtime::blob::kSectionNameBytes - 5,
-          " characters (the blob's section names)"));
-    }
     sections.push_back(Section{runtime::blob::SectionKind::kPayload, payload, bytes.str()});
   }
   std::string vulkan_plan, spirv;

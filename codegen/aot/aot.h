@@ -33,6 +33,14 @@ struct CompileOptions {
   /// Extra LLVM target triples (e.g. "aarch64-unknown-linux-gnu" or "aarch64-linux-gnu"); the
   /// host triple is always included.
   std::vector<std::string> triples;
+  /// The code the host triple gets, one code section each: "host" (the host's CPU with every
+  /// feature it has, whatever KILN_CPU says), "x86-64-v2", "x86-64-v3", "x86-64-v4" (LLVM's CPU of
+  /// that name with exactly its features, whether or not the host has them). They are stored best
+  /// first, whatever the order here, and the runtime loads the first one the CPU runs (or the
+  /// level KILN_CPU pins there). Empty (the default): on an x86-64 host, "host" and the three
+  /// levels, so that one blob runs on every x86-64 from x86-64-v2 on, at the best code each CPU
+  /// takes; when KILN_CPU pins a level here, that level alone; on other hosts, "host".
+  std::vector<std::string> cpu_levels;
   /// Store the graph's IR text in the blob (for `kiln inspect` and debugging).
   bool include_ir_text = true;
   /// The model's name in the signature ("" → "model").

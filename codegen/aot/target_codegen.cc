@@ -8,6 +8,7 @@
 #include "codegen/cpu/emitter.h"
 #include "codegen/cpu/gemm_kernel.h"
 #include "codegen/cpu/jit.h"
+#include "codegen/cpu/llvm_jit.h"
 #include "codegen/math_expand.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
@@ -44,6 +45,13 @@ absl::StatusOr<TargetInfo> HostTargetInfo() {
       codegen::cpu::gemm_internal::HostVectors();
   if (!vectors.ok()) return vectors.status();
   return TargetInfo{host->triple, host->cpu, host->features, *vectors};
+}
+
+absl::StatusOr<TargetInfo> LevelTargetInfo(runtime::cpu::CpuLevel level) {
+  absl::StatusOr<codegen::cpu::HostTarget> target = codegen::cpu::TargetForLevel(level);
+  if (!target.ok()) return target.status();
+  return TargetInfo{target->triple, target->cpu, target->features,
+                    codegen::cpu::gemm_internal::VectorsFor(*target)};
 }
 
 absl::StatusOr<TargetInfo> GenericTargetInfo(const std::string& name) {

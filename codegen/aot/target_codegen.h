@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "codegen/kernel_ir.h"
+#include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/gemm_internal.h"
 
 namespace kiln::aot {
@@ -22,6 +23,11 @@ struct TargetInfo {
 /// The host as the JIT compiles for it: its CPU name and every feature it has, or the x86-64
 /// level KILN_CPU pins (then the blob's host section runs on any CPU of that level).
 absl::StatusOr<TargetInfo> HostTargetInfo();
+
+/// x86-64 level `level` (x86-64-v2 to -v4; kHost: the host as LLVM detects it) as the JIT
+/// compiles for it under KILN_CPU: LLVM's CPU of that name with exactly its features, on the
+/// host's triple. The host need not be able to run it.
+absl::StatusOr<TargetInfo> LevelTargetInfo(runtime::cpu::CpuLevel level);
 
 /// A generic CPU of `triple` (normalised by LLVM, e.g. "aarch64-linux-gnu" →
 /// "aarch64-unknown-linux-gnu"): baseline features only, so the code runs on any CPU of the

@@ -621,30 +621,33 @@ std::string EmitMicroKernel(llvm::Module& module, ir::DType dtype, const KernelS
   return name;
 }
 
+TargetVectors VectorsFor(const HostTarget& target) {
+  const std::string features = absl::StrCat(target.features, ",");
+  const auto has = [&](const char* feature) {
+    return absl::StrContains(features, absl::StrCat("+", feature, ","));
+  };
+  TargetVectors vectors;
+  if (absl::StartsWith(target.triple, "aarch64") || absl::StartsWith(target.triple, "arm64")) {
+    vectors.registers = 32;  // NEON: 32 x 128-bit, fma always
+    vectors.fma = true;
+  } else if (has("avx512f")) {
+    vectors.bits = 512;
+    vectors.registers = 32;
+    vectors.fma = true;
+  } else if (has("avx")) {
+    vectors.bits = 256;
+    vectors.fma = has("fma");
+  } else {
+    vectors.fma = has("fma");
+  }
+  return vectors;
+}
+
 absl::StatusOr<TargetVectors> HostVectors() {
   static const absl::StatusOr<TargetVectors>* const detected = [] {
     absl::StatusOr<LlvmJit*> jit = LlvmJit::Get();
     if (!jit.ok()) return new absl::StatusOr<TargetVectors>(jit.status());
-    const HostTarget& host = (*jit)->host();
-    const std::string features = absl::StrCat(host.features, ",");
-    const auto has = [&](const char* feature) {
-      return absl::StrContains(features, absl::StrCat("+", feature, ","));
-    };
-    TargetVectors vectors;
-    if (absl::StartsWith(host.triple, "aarch64") || absl::StartsWith(host.triple, "arm64")) {
-      vectors.registers = 32;  // NEON: 32 x 128-bit, fma always
-      vectors.fma = true;
-    } else if (has("avx512f")) {
-      vectors.bits = 512;
-      vectors.registers = 32;
-      vectors.fma = true;
-    } else if (has("avx")) {
-      vectors.bits = 256;
-      vectors.fma = has("fma");
-    } else {
-      vectors.fma = has("fma");
-    }
-    return new absl::StatusOr<TargetVectors>(vectors);
+    return new absl::StatusOr<TargetVectors>(VectorsFor((*jit)->host()));
   }();
   return *detected;
 }

@@ -13,6 +13,10 @@ namespace llvm {
 class Module;
 }  // namespace llvm
 
+namespace kiln::codegen::cpu {
+struct HostTarget;  // llvm_jit.h
+}  // namespace kiln::codegen::cpu
+
 namespace kiln::codegen::cpu::gemm_internal {
 
 using runtime::cpu::gemm_internal::EpilogueVariant;
@@ -23,6 +27,9 @@ using runtime::cpu::gemm_internal::TargetVectors;
 
 /// The vector registers of the JIT's target (LlvmJit::host(): the host, or the KILN_CPU level).
 absl::StatusOr<TargetVectors> HostVectors();
+/// The vector registers code compiled for `target` (its triple and LLVM features) has: what its
+/// GEMM micro-kernels are generated for.
+TargetVectors VectorsFor(const HostTarget& target);
 
 /// The JIT's provider: micro-kernels generated for the host on first use and cached for the life
 /// of the process (and on disk under $KILN_CACHE_DIR). Thread-safe, never destroyed.

@@ -435,12 +435,25 @@ class CpuTargetDriver final : public blob::TargetDriver {
         }
         target.micro_kernels.push_back((*kernels)[k].get<std::string>());
       }
+      // The payload's name: "payload" (several targets of one triple), or "cpu:<triple>" (blobs
+      // with one target per triple, written before "payload" existed).
+      std::string payload = absl::StrCat("cpu:", triple);
+      if (t.is_object() && t.contains("payload")) {
+        KILN_ASSIGN(name, r.String(t, path, "payload"));
+        if (!absl::StartsWith(name, "cpu:")) {
+          return r.Error(path + ".payload", "\"" + name + "\" does not start with \"cpu:\"");
+        }
+        payload = name;
+      }
       for (int s : entry.payload_sections) {
-        if (view.sections[static_cast<size_t>(s)].name == absl::StrCat("cpu:", triple)) {
-          target.section = s;
+        if (view.sections[static_cast<size_t>(s)].name == payload) target.section = s;
+      }
+      if (target.section < 0) return r.Error(path, "no payload section " + payload);
+      for (const CodeTarget& other : plan->code) {
+        if (other.section == target.section) {
+          return r.Error(path, "payload section " + payload + " is another target's too");
         }
       }
-      if (target.section < 0) return r.Error(path, "no payload section cpu:" + triple);
       plan->code.push_back(std::move(target));
     }
     for (int s : entry.payload_sections) {
@@ -610,7 +623,7 @@ class CpuTargetDriver final : public blob::TargetDriver {
     }
     runner->executable = std::make_unique<Executable>(*std::move(exe));
     runner->micro = std::move(micro);
-    runner->description = absl::StrCat("cpu (", target->triple, ")");
+    runner->description = absl::StrCat("cpu (", target->triple, ", ", target->cpu, ")");
     return std::unique_ptr<blob::DeviceRunner>(std::move(runner));
   }
 

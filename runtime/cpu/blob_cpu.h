@@ -26,7 +26,7 @@ struct CodeTarget {
   bool fma = false;
   /// The GEMM micro-kernel symbols the code exports (MicroKernelName).
   std::vector<std::string> micro_kernels;
-  int section = -1;  // index into BlobView::sections: the payload "cpu:<triple>"
+  int section = -1;  // index into BlobView::sections: the payload ("cpu:<triple>[@k]")
 };
 
 /// The CPU plan of a blob, validated (BlobView::PlanOf<CpuBlobPlan>("cpu")).

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "codegen/cpu/graph_compiler.h"
 #include "ir/builder.h"
 #include "ir/tensor_data.h"
@@ -158,6 +160,8 @@ TEST(AotTest, ForeignTripleSectionIsAarch64) {
   ir::Graph g = Mlp(2, &args);
   aot::CompileOptions options;
   options.triples = {"aarch64-linux-gnu"};
+  // One section for the host triple (the host's code, or the level KILN_CPU pins): two in all.
+  options.cpu_levels = {runtime::cpu::CpuLevelName(*runtime::cpu::ProcessCpuLevel())};
   absl::StatusOr<std::string> blob = aot::Compile(g, options);
   ASSERT_TRUE(blob.ok()) << blob.status();
   absl::StatusOr<runtime::blob::BlobView> view = runtime::blob::ParseBlob(
@@ -239,18 +243,33 @@ TEST(AotCpuLevelChild, LoadsWhatItsLevelRunsAndCompilesForIt) {
   std::vector<ir::TensorData> args;
   const ir::Graph g = Mlp(3, &args);
 
-  // The parent's blob: refused exactly when its host section needs more than this level.
-  const std::string parent_path = absl::StrCat(dir, "/parent.kiln");
-  const runtime::cpu::CodeTarget parent = HostSection(ReadFile(parent_path));
-  absl::StatusOr<std::unique_ptr<Model>> parent_model = Model::LoadFile(parent_path);
+  // The parent's blob of the host's code alone: refused exactly when that code needs more than
+  // this level.
+  const std::string host_path = absl::StrCat(dir, "/host.kiln");
+  const runtime::cpu::CodeTarget parent = HostSection(ReadFile(host_path));
+  absl::StatusOr<std::unique_ptr<Model>> host_model = Model::LoadFile(host_path);
   const bool runs = runtime::cpu::CodeRunsAtLevel(*level, parent.features);
-  ASSERT_EQ(parent_model.ok(), runs)
-      << parent.cpu << " " << parent.features << ": " << parent_model.status();
+  ASSERT_EQ(host_model.ok(), runs)
+      << parent.cpu << " " << parent.features << ": " << host_model.status();
   if (!runs) {
-    EXPECT_EQ(parent_model.status().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_THAT(parent_model.status().message(),
+    EXPECT_EQ(host_model.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(host_model.status().message(),
                 testing::HasSubstr(absl::StrCat("no code for this CPU (x86_64 as KILN_CPU=",
                                                 runtime::cpu::CpuLevelName(*level))));
+  }
+  // Its blob of the host's code and every x86-64 level loads at every level, taking the
+  // level's own section, which computes what this level's JIT does, bit for bit.
+  const std::vector<ir::TensorData> expected = RunJit(g, args);
+  {
+    absl::StatusOr<std::unique_ptr<Model>> all = Model::LoadFile(absl::StrCat(dir, "/all.kiln"));
+    ASSERT_TRUE(all.ok()) << all.status();
+    EXPECT_THAT((*all)->device(),
+                testing::HasSubstr(absl::StrCat(", ", runtime::cpu::CpuLevelName(*level), ")")));
+    const std::vector<ir::TensorData> actual = RunBlob(**all, args);
+    ASSERT_EQ(expected.size(), actual.size());
+    for (size_t k = 0; k < expected.size(); ++k) {
+      EXPECT_EQ(std::memcmp(expected[k].data(), actual[k].data(), expected[k].size_bytes()), 0);
+    }
   }
 
   // Its own blob: compiled for the level, and bit for bit the JIT's results at the same level.
@@ -264,7 +283,6 @@ TEST(AotCpuLevelChild, LoadsWhatItsLevelRunsAndCompilesForIt) {
   EXPECT_EQ(own.fma, runtime::cpu::LevelAllows(*level, "fma"));
   absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadFile(own_path);
   ASSERT_TRUE(model.ok()) << model.status();
-  const std::vector<ir::TensorData> expected = RunJit(g, args);
   const std::vector<ir::TensorData> actual = RunBlob(**model, args);
   ASSERT_EQ(expected.size(), actual.size());
   for (size_t k = 0; k < expected.size(); ++k) {
@@ -281,10 +299,16 @@ TEST(AotTest, HostSectionFollowsKilnCpu) {
   std::filesystem::create_directories(dir);
   std::vector<ir::TensorData> args;
   const ir::Graph g = Mlp(3, &args);
-  ASSERT_TRUE(aot::CompileToFile(g, aot::CompileOptions{}, dir + "/parent.kiln").ok());
+  aot::CompileOptions host_only;
+  host_only.cpu_levels = {"host"};
+  ASSERT_TRUE(aot::CompileToFile(g, host_only, dir + "/host.kiln").ok());
+  aot::CompileOptions all;
+  all.cpu_levels = {"x86-64-v2", "host", "x86-64-v4", "x86-64-v3"};  // (stored best first)
+  ASSERT_TRUE(aot::CompileToFile(g, all, dir + "/all.kiln").ok());
   const std::vector<ir::TensorData> jit = RunJit(g, args);
   for (runtime::cpu::CpuLevel level :
-       {runtime::cpu::CpuLevel::kX86_64V2, runtime::cpu::CpuLevel::kX86_64V3}) {
+       {runtime::cpu::CpuLevel::kX86_64V2, runtime::cpu::CpuLevel::kX86_64V3,
+        runtime::cpu::CpuLevel::kX86_64V4}) {
     const char* name = runtime::cpu::CpuLevelName(level);
     if (!runtime::cpu::CheckLevelRunsHere(level).ok()) continue;
     const child_process::ChildRun run =
@@ -306,6 +330,52 @@ TEST(AotTest, HostSectionFollowsKilnCpu) {
     for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << name << " at " << i;
   }
   std::filesystem::remove_all(dir);
+}
+
+// By default an x86-64 host's blob holds the host's code and the three x86-64 levels, best first,
+// in sections of their own; the host loads its own code, the JIT's, bit for bit.
+TEST(AotTest, DefaultBlobHasEveryX86Level) {
+  const absl::StatusOr<runtime::cpu::CpuLevel>& here = runtime::cpu::ProcessCpuLevel();
+  ASSERT_TRUE(here.ok()) << here.status();
+  if (*here != runtime::cpu::CpuLevel::kHost) GTEST_SKIP() << "KILN_CPU pins one level here";
+  std::vector<ir::TensorData> args;
+  const ir::Graph g = Mlp(3, &args);
+  absl::StatusOr<std::string> blob = aot::Compile(g, aot::CompileOptions{});
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  absl::StatusOr<runtime::blob::BlobView> view = runtime::blob::ParseBlob(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
+  ASSERT_TRUE(view.ok()) << view.status();
+  const runtime::cpu::CpuBlobPlan* cpu = view->PlanOf<runtime::cpu::CpuBlobPlan>("cpu");
+  ASSERT_NE(cpu, nullptr);
+  if (!absl::StartsWith(cpu->code[0].triple, "x86_64")) GTEST_SKIP() << "not an x86-64 host";
+  ASSERT_EQ(cpu->code.size(), 4u);
+  EXPECT_NE(cpu->code[0].cpu, "x86-64-v4");  // the host's own CPU name
+  EXPECT_EQ(cpu->code[1].cpu, "x86-64-v4");
+  EXPECT_EQ(cpu->code[2].cpu, "x86-64-v3");
+  EXPECT_EQ(cpu->code[3].cpu, "x86-64-v2");
+  EXPECT_EQ(cpu->code[1].vector_bits, 512);
+  EXPECT_EQ(cpu->code[2].vector_bits, 256);
+  EXPECT_EQ(cpu->code[3].vector_bits, 128);
+  const std::string triple = cpu->code[0].triple;
+  for (size_t t = 0; t < cpu->code.size(); ++t) {
+    EXPECT_EQ(view->sections[static_cast<size_t>(cpu->code[t].section)].name,
+              t == 0 ? "cpu:" + triple : absl::StrCat("cpu:", triple, "@", t));
+  }
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadMemory(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->device(), absl::StrCat("cpu (", triple, ", ", cpu->code[0].cpu, ")"));
+  const std::vector<ir::TensorData> expected = RunJit(g, args);
+  const std::vector<ir::TensorData> actual = RunBlob(**model, args);
+  ASSERT_EQ(expected.size(), actual.size());
+  for (size_t k = 0; k < expected.size(); ++k) {
+    EXPECT_EQ(std::memcmp(expected[k].data(), actual[k].data(), expected[k].size_bytes()), 0);
+  }
+  // Levels are checked by name.
+  aot::CompileOptions bad;
+  bad.cpu_levels = {"x86-64-v5"};
+  EXPECT_THAT(aot::Compile(g, bad).status().message(),
+              testing::HasSubstr("cpu level \"x86-64-v5\""));
 }
 
 TEST(AotTest, WeightErrorsNameTheWeight) {

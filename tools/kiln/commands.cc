@@ -317,6 +317,7 @@ int Compile(const CompileArgs& args) {
   if (!model.ok()) return Fail("compile", model.status());
   aot::CompileOptions options;
   options.triples = args.triples;
+  options.cpu_levels = args.cpu_levels;
   options.include_ir_text = !args.no_ir_text;
   options.name = args.name.empty() ? fs::path(args.input).stem().string() : args.name;
   options.weights = std::move(model->weights);

@@ -55,6 +55,7 @@ struct CompileArgs {
   std::string cuda_arch;         // --target cuda: aot::CompileOptions::cuda_arch ("" -> sm_80)
   bool cuda_allow_tf32 = false;  // --target cuda: aot::CompileOptions::cuda_allow_tf32
   std::vector<std::string> triples;
+  std::vector<std::string> cpu_levels;  // aot::CompileOptions::cpu_levels
   bool no_ir_text = false;
   std::string name;  // the model's name in the signature ("" -> the input's file stem)
   OnnxArgs onnx;

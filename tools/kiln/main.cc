@@ -53,6 +53,11 @@ int main(int argc, char** argv) {
   c->add_option("--triple", compile.triples,
                 "also compile machine code for this LLVM target triple (repeatable), e.g. "
                 "aarch64-linux-gnu; the host's triple is always included");
+  c->add_option("--cpu-level", compile.cpu_levels,
+                "the host triple's code: host, x86-64-v2, x86-64-v3 or x86-64-v4 (repeatable; "
+                "default: host and all three levels on x86-64, or the level KILN_CPU pins); the "
+                "runtime loads the best one the CPU runs")
+      ->delimiter(',');
   c->add_flag("--no-ir-text", compile.no_ir_text, "leave the graph's IR text out of the blob");
   c->add_option("--name", compile.name, "the model's name in the signature (default: file stem)");
   AddOnnxOptions(c, compile.onnx);
