@@ -39,7 +39,7 @@ absl::Status GraphCompiler::Compile() {
   passes::PassManagerOptions pm_options;
   pm_options.dump = dump_;
   // KILN_TIME_PASSES: the passes print their lines; the stages after them are timed here, one
-  // line per fusion group (lowering and the backend's code generation) and one per graph.
+  // line per fusion group (lowering it) and one per graph (with the backend's CodegenNote).
   const bool timing = timing_ = pm_options.time_passes;
   passes::PassManager pm(std::move(pm_options));
   passes::AddSimplifyPasses(pm);
@@ -70,9 +70,8 @@ absl::Status GraphCompiler::Compile() {
     const FusionGroup& group = plan_.groups[g];
     const std::string label = absl::StrCat(passes::FusionKindName(group.kind), " ",
                                            ir::OpName(graph_.node(group.root).op));
-    const std::string note = CodegenNote();
-    std::fprintf(stderr, "kiln: %s group %02zu %-24s %9.3f ms%s%s\n", options_.backend.c_str(), g,
-                 label.c_str(), ms, note.empty() ? "" : "  ", note.c_str());
+    std::fprintf(stderr, "kiln: %s group %02zu %-24s %9.3f ms\n", options_.backend.c_str(), g,
+                 label.c_str(), ms);
   }
   Dump("fusion.txt", passes::PrintFusionPlan(graph_, plan_) + fusion_notes_);
   const auto finish_start = std::chrono::steady_clock::now();
@@ -80,7 +79,7 @@ absl::Status GraphCompiler::Compile() {
   if (absl::Status s = PlaceArenaBuffers(); !s.ok()) return s;
   absl::Status finished = Finish();
   if (timing && finished.ok()) {
-    const std::string note = CodegenNote();  // what Finish compiled (merged in-place kernels)
+    const std::string note = CodegenNote();  // what the groups and Finish compiled
     std::fprintf(stderr,
                  "kiln: %s graph %d -> %d nodes, %zu groups: passes %.3f ms, fusion %.3f ms, "
                  "groups %.3f ms, plan+finish %.3f ms%s%s%s, total %.3f ms\n",

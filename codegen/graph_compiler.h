@@ -113,7 +113,8 @@ class GraphCompiler {
   /// After the memory plan: build (and load) the backend's result.
   virtual absl::Status Finish() = 0;
   /// For KILN_TIME_PASSES: what the backend's code generator spent since the previous call
-  /// ("llvm 12.10 ms, 1 compiled"), or "" when it does not say.
+  /// ("llvm 12.10 ms, 1 compiled"), or "" when it does not say. Called once before the groups
+  /// are compiled and once after Finish (its summary goes on the graph's line).
   virtual std::string CodegenNote() { return ""; }
 
   // ---- Helpers for the hooks --------------------------------------------------------------

@@ -100,19 +100,7 @@ constexpr NarrowType kTypes[] = {
      .max_int = 1},
 };
 
-}  // namespace
-
-const NarrowType* FindNarrowType(int32_t elem_type) {
-  for (const NarrowType& t : kTypes) {
-    if (t.onnx == elem_type) return &t;
-  }
-  return nullptr;
-}
-
-int64_t NarrowByteSize(const NarrowType& type, int64_t count) {
-  return (count * type.bits + 7) / 8;
-}
-
+// The value of one float-format bit pattern (the low `t.bits` bits of `code`).
 double DecodeNarrowFloat(const NarrowType& t, uint32_t code) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   code &= (1u << t.bits) - 1;
@@ -137,6 +125,19 @@ double DecodeNarrowFloat(const NarrowType& t, uint32_t code) {
     magnitude = std::ldexp((1u << t.mantissa_bits) + mantissa, e - t.mantissa_bits);
   }
   return (code & sign_bit) ? -magnitude : magnitude;
+}
+
+}  // namespace
+
+const NarrowType* FindNarrowType(int32_t elem_type) {
+  for (const NarrowType& t : kTypes) {
+    if (t.onnx == elem_type) return &t;
+  }
+  return nullptr;
+}
+
+int64_t NarrowByteSize(const NarrowType& type, int64_t count) {
+  return (count * type.bits + 7) / 8;
 }
 
 absl::StatusOr<ir::TensorData> DecodeNarrow(const NarrowType& type, const ir::Shape& shape,

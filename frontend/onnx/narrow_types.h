@@ -54,7 +54,4 @@ absl::StatusOr<ir::TensorData> DecodeNarrow(const NarrowType& type, const ir::Sh
                                             int64_t count, std::span<const uint8_t> bytes,
                                             const std::string& what);
 
-/// The value of one float-format bit pattern (the low `type.bits` bits of `code`).
-double DecodeNarrowFloat(const NarrowType& type, uint32_t code);
-
 }  // namespace kiln::onnx::internal
