@@ -9,7 +9,6 @@
 #include "codegen/cpu/gemm_kernel.h"
 #include "codegen/cpu/jit.h"
 #include "codegen/cpu/llvm_jit.h"
-#include "codegen/math_expand.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
@@ -105,7 +104,7 @@ absl::StatusOr<std::string> CompileObject(
   module.setDataLayout(machine->createDataLayout());
   for (const auto& [symbol, kernel] : kernels) {
     absl::StatusOr<llvm::Function*> function =
-        codegen::cpu::EmitKernel(codegen::ExpandMath(kernel), symbol, module);
+        codegen::cpu::EmitKernel(codegen::cpu::PrepareKernel(kernel), symbol, module);
     if (!function.ok()) {
       return absl::Status(function.status().code(),
                           absl::StrCat("aot: ", target.triple, ": kernel ", kernel.name, ": ",

@@ -40,7 +40,7 @@ struct MicroKernelRequest {
   runtime::cpu::gemm_internal::EpilogueVariant variant;
 };
 
-/// Compiles `kernels` (symbol, kernel IR: ExpandMath, the CPU emitter, O3 for the target) and
+/// Compiles `kernels` (symbol, kernel IR: PrepareKernel, the CPU emitter, O3 for the target) and
 /// the micro-kernels into one ELF relocatable object for `target`.
 absl::StatusOr<std::string> CompileObject(
     const TargetInfo& target, const std::vector<std::pair<std::string, codegen::Kernel>>& kernels,

@@ -10,6 +10,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "codegen/legalize.h"
+#include "codegen/math_expand.h"
+#include "codegen/reuse_reduced.h"
 #include "codegen/scalar_limits.h"
 #include "llvm/IR/Attributes.h"
 #include "llvm/IR/BasicBlock.h"
@@ -920,6 +922,11 @@ class Emitter {
 };
 
 }  // namespace
+
+Kernel PrepareKernel(Kernel kernel, bool expand_math) {
+  kernel = ReuseReducedValues(std::move(kernel));
+  return expand_math ? ExpandMath(std::move(kernel)) : kernel;
+}
 
 absl::StatusOr<llvm::Function*> EmitKernel(const Kernel& kernel, const std::string& symbol,
                                            llvm::Module& module, const EmitOptions& options) {

@@ -2,7 +2,7 @@
 // one (codegen/graph_compiler.h); this backend supplies its hooks:
 //
 //   simplify passes (passes/simplify.h) → Fuse (passes/fusion.h) → per group:
-//     elementwise / reduction / scatter / copy → LowerGroup → CpuCompiler (ExpandMath, LLVM, JIT)
+//     elementwise / reduction / scatter / copy → LowerGroup → CpuCompiler (PrepareKernel, JIT)
 //     contraction (f32/f64 matmul, conv) → the packed GEMM (gemm.h). A bias add and/or relu
 //       epilogue runs in the GEMM's registers (GemmEpilogue); any other epilogue runs as its own
 //       kernel over the result (LowerEpilogue). A permute of the last two axes read only by

@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "codegen/cpu/emitter.h"
-#include "codegen/math_expand.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "xxhash.h"
@@ -114,11 +113,11 @@ absl::StatusOr<CompiledKernel> CpuCompiler::Compile(const Kernel& kernel,
   if (!jit.ok()) return jit.status();
   const std::string symbol = SymbolFor(kernel);
   auto generate = [&](bool want_text) -> absl::StatusOr<ObjectCode> {
-    const Kernel expanded = options.expand_math ? ExpandMath(kernel) : kernel;
+    const Kernel prepared = PrepareKernel(kernel, options.expand_math);
     llvm::LLVMContext context;
     llvm::Module module(symbol, context);
     (*jit)->ConfigureModule(module);
-    absl::StatusOr<llvm::Function*> function = EmitKernel(expanded, symbol, module);
+    absl::StatusOr<llvm::Function*> function = EmitKernel(prepared, symbol, module);
     if (!function.ok()) return function.status();
     return (*jit)->Codegen(module, want_text);
   };

@@ -5,7 +5,8 @@
 //   k->fn(args, 0, kernel.parallel_extent);               // runtime::KernelFn
 //   spec.keep_alive = k->keep_alive;                       // the code lives while this does
 //
-// Pipeline: ExpandMath (f32 exp/log/tanh/erf/sigmoid → vectorisable polynomials) → emitter
+// Pipeline: PrepareKernel (emitter.h: ReuseReducedValues, then ExpandMath: f32
+// exp/log/tanh/erf/sigmoid → vectorisable polynomials) → emitter
 // (emitter.h: LLVM IR with the kernel ABI) → O3 for the host CPU (LlvmJit) → an object file →
 // loaded into the process's one ORC LLJIT. No LLVM header is included here; users of this header
 // need no LLVM include path.
@@ -42,9 +43,10 @@
 
 namespace kiln::codegen::cpu {
 
-/// Part of every cache key: bump it whenever a change to ExpandMath, the emitter or the LLVM
-/// pipeline changes the code generated for some kernel, so stale disk-cache entries are ignored.
-inline constexpr int kCodegenVersion = 2;
+/// Part of every cache key: bump it whenever a change to PrepareKernel's passes, the emitter or
+/// the LLVM pipeline changes the code generated for some kernel, so stale disk-cache entries are
+/// ignored.
+inline constexpr int kCodegenVersion = 3;
 
 /// Per-compile settings.
 struct CompileOptions {
