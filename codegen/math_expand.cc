@@ -34,6 +34,7 @@ class Expander : public KernelRewriter {
  private:
   ValueId Rewrite(const Expr& e) override {
     if (auto x = MatchSigmoid(e)) return Sigmoid(Get(*x));
+    if (auto x = MatchOnePlusTanh(e)) return OnePlusTanh(Get(*x));
     if (!IsExpandable(e)) return Copy(e);
     const ValueId x = Get(e.operands[0]);
     switch (e.op) {
@@ -74,6 +75,18 @@ class Expander : public KernelRewriter {
     const Expr& neg = input().expr(exp.operands[0]);
     if (neg.op != ExprOp::kNeg) return std::nullopt;
     return neg.operands[0];
+  }
+
+  // add(tanh(x), 1) or add(1, tanh(x)), all f32 (gelu_tanh's 0.5 y (1 + tanh(u))): returns x.
+  std::optional<ValueId> MatchOnePlusTanh(const Expr& e) const {
+    if (e.type != kF32 || e.op != ExprOp::kAdd) return std::nullopt;
+    for (int k = 0; k < 2; ++k) {
+      const Expr& tanh = input().expr(e.operands[static_cast<size_t>(k)]);
+      if (tanh.op == ExprOp::kTanh && IsConstant(e.operands[static_cast<size_t>(1 - k)], 1.0)) {
+        return tanh.operands[0];
+      }
+    }
+    return std::nullopt;
   }
 
   bool IsConstant(ValueId id, double value) const {
@@ -189,6 +202,15 @@ class Expander : public KernelRewriter {
     return Sel(Cmp(ExprOp::kLt, a, F(0.875)), small, big);
   }
 
+  // 1 + tanh(x) = 2 sigmoid(2x): one exp and one division, where tanh's expansion needs its
+  // polynomial, the exp and the division, and adding 1 to tanh(x) near -1 cancels.
+  ValueId OnePlusTanh(ValueId x) {
+    const ValueId t = Bin(ExprOp::kAdd, x, x);
+    const ValueId e = Exp(Un(ExprOp::kNeg, Un(ExprOp::kAbs, t)));
+    const ValueId numerator = Sel(Cmp(ExprOp::kGe, t, F(0.0)), F(2.0), Bin(ExprOp::kAdd, e, e));
+    return Bin(ExprOp::kDiv, numerator, Bin(ExprOp::kAdd, F(1.0), e));
+  }
+
   ValueId Sigmoid(ValueId x) {
     const ValueId e = Exp(Un(ExprOp::kNeg, Un(ExprOp::kAbs, x)));
     const ValueId numerator = Sel(Cmp(ExprOp::kGe, x, F(0.0)), F(1.0), e);
@@ -199,6 +221,7 @@ class Expander : public KernelRewriter {
 }  // namespace
 
 bool NeedsMathExpansion(const Kernel& kernel) {
+  // Every pattern above has an exp or a tanh in it.
   for (const Expr& e : kernel.exprs) {
     if (IsExpandable(e)) return true;
   }

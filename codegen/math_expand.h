@@ -29,6 +29,10 @@
 //            x), 1)), either add order) becomes e = exp(-|x|);
 //            (x >= 0 ? 1 : e) / (1 + e): one exp, and accurate for very
 //            negative x where exp(-x) overflows (sigmoid(-100) = 3.7e-44)
+//   1+tanh   gelu_tanh's add(tanh(x), 1), either order, becomes               2.40 ulp    3
+//            2 sigmoid(2x) as above: (2x >= 0 ? 2 : 2e) / (1 + e) with
+//            e = exp(-|2x|): one exp instead of tanh's two branches, and
+//            no cancellation near tanh(x) = -1 (gelu of large negative x)
 //
 // Special values follow libm: exp(±inf) = inf/0, exp overflows to inf above 88.7228 and
 // underflows through the subnormals to 0 below -103.98; log(±0) = -inf, log(x < 0) = NaN,
@@ -50,10 +54,10 @@
 
 namespace kiln::codegen {
 
-/// Returns `kernel` with every f32 exp, log, tanh and erf expression (and the sigmoid pattern
-/// above) replaced by its expansion. Statements, args and variables are unchanged; expressions
-/// no statement uses any more are dropped. A kernel without such expressions is returned as is
-/// (same expressions, same ids).
+/// Returns `kernel` with every f32 exp, log, tanh and erf expression (and the sigmoid and 1 + tanh
+/// patterns above) replaced by its expansion. Statements, args and variables are unchanged;
+/// expressions no statement uses any more are dropped. A kernel without such expressions is
+/// returned as is (same expressions, same ids).
 Kernel ExpandMath(Kernel kernel);
 
 /// True when ExpandMath would change `kernel`.

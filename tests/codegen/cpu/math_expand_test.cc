@@ -38,6 +38,8 @@ struct MathFunction {
 };
 
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+// 1 + tanh(x) without the cancellation of double's tanh near -1.
+double OnePlusTanh(double x) { return 2.0 * Sigmoid(2.0 * x); }
 
 std::vector<MathFunction> Functions() {
   auto unary = [](ExprOp op) {
@@ -56,6 +58,12 @@ std::vector<MathFunction> Functions() {
                                  b.Float(ScalarType::kF32, 1.0)));
        },
        Sigmoid, 3.0},
+      // gelu_tanh's 1 + tanh(u).
+      {"1+tanh",
+       [](KernelBuilder& b, ValueId x) {
+         return b.Binary(ExprOp::kAdd, b.Unary(ExprOp::kTanh, x), b.Float(ScalarType::kF32, 1.0));
+       },
+       OnePlusTanh, 3.0},
   };
 }
 
@@ -111,7 +119,7 @@ std::vector<float> SweepInputs(const char* name) {
     }
   };
   const std::string f = name;
-  if (f == "exp" || f == "sigmoid") {
+  if (f == "exp" || f == "sigmoid" || f == "1+tanh") {
     every_float(85.0f, 90.0f, 1);     // overflow threshold (88.7228)
     every_float(-105.0f, -85.0f, 7);  // the subnormal results and underflow to 0
     every_float(-1.0f, 1.0f, 1021);
@@ -120,7 +128,7 @@ std::vector<float> SweepInputs(const char* name) {
     every_float(0x1p-149f, 0x1p-126f, 31);  // subnormal inputs
     every_float(0.5f, 2.0f, 23);            // around 1, where log is small
   }
-  if (f == "tanh" || f == "erf" || f == "sigmoid") {
+  if (f == "tanh" || f == "erf" || f == "sigmoid" || f == "1+tanh") {
     every_float(-6.0f, 6.0f, 509);  // the branch points 0.625 / 0.875 and the saturation
     every_float(-0x1p-20f, 0x1p-20f, 9973);
   }
@@ -218,6 +226,21 @@ TEST(MathExpandTest, SigmoidPatternBecomesOneExpWithoutReciprocal) {
         e.op == ExprOp::kConst && e.float_value == static_cast<float>(1.9875691500E-4);
   }
   EXPECT_EQ(exp_polynomials, 1);
+}
+
+TEST(MathExpandTest, OnePlusTanhBecomesOneExpWithoutTanhsPolynomial) {
+  const MathFunction one_plus_tanh = Functions()[5];
+  const Kernel expanded = ExpandMath(UnaryKernel(one_plus_tanh, 8));
+  ASSERT_TRUE(VerifyKernel(expanded).ok());
+  EXPECT_EQ(CountOps(expanded, ExprOp::kDiv, ScalarType::kF32), 1);
+  int exp_polynomials = 0, tanh_polynomials = 0;
+  for (const Expr& e : expanded.exprs) {
+    if (e.op != ExprOp::kConst) continue;
+    exp_polynomials += e.float_value == static_cast<float>(1.9875691500E-4);
+    tanh_polynomials += e.float_value == static_cast<float>(-5.70498872745E-3);
+  }
+  EXPECT_EQ(exp_polynomials, 1);
+  EXPECT_EQ(tanh_polynomials, 0);
 }
 
 TEST(MathExpandTest, ExpansionsInsideReductionsKeepScopes) {
@@ -338,6 +361,7 @@ TEST(MathExpandTest, SpecialValues) {
   const std::vector<float>& tanh = results[2];
   const std::vector<float>& erf = results[3];
   const std::vector<float>& sigmoid = results[4];
+  const std::vector<float>& one_plus_tanh = results[5];
   EXPECT_EQ(exp[0], 1.0f);
   EXPECT_EQ(exp[1], 1.0f);
   EXPECT_EQ(exp[2], INFINITY);
@@ -376,6 +400,14 @@ TEST(MathExpandTest, SpecialValues) {
   // exp(100) overflows, but sigmoid(-100) = 3.7e-44 is still a (subnormal) float.
   EXPECT_NEAR(sigmoid[6], static_cast<float>(Sigmoid(-100.0)), 0x1p-149);
   EXPECT_GT(sigmoid[6], 0.0f);
+  EXPECT_EQ(one_plus_tanh[0], 1.0f);
+  EXPECT_EQ(one_plus_tanh[1], 1.0f);
+  EXPECT_EQ(one_plus_tanh[2], 2.0f);
+  EXPECT_EQ(one_plus_tanh[3], 0.0f);
+  EXPECT_TRUE(std::isnan(one_plus_tanh[4]));
+  EXPECT_EQ(one_plus_tanh[5], 2.0f);
+  // 1 + tanh(-100) = 2 sigmoid(-200) = 2.8e-87 underflows to 0.
+  EXPECT_EQ(one_plus_tanh[6], 0.0f);
 }
 
 }  // namespace
