@@ -109,11 +109,14 @@ class Emitter {
     Value* end = function_->getArg(static_cast<unsigned>(kernel_.args.size() + 1));
     vars_.assign(static_cast<size_t>(std::max(kernel_.num_vars, 1)), nullptr);
     scopes_.emplace_back();
-    CountedLoop(begin, end, /*may_be_empty=*/true, {}, [&](Value* gid, const auto&) {
-      vars_[kGid] = gid;
-      Block(kernel_.body);
-      return std::vector<Value*>{};
-    });
+    CountedLoop(
+        begin, end, /*may_be_empty=*/true, {},
+        [&](Value* gid, const auto&) {
+          vars_[kGid] = gid;
+          Block(kernel_.body);
+          return std::vector<Value*>{};
+        },
+        OuterInterleave());
     scopes_.pop_back();
     builder_.CreateRetVoid();
     if (!error_.ok()) {
@@ -125,6 +128,24 @@ class Emitter {
   }
 
  private:
+  // LLVM's vectoriser interleaves a loop only as far as its register-pressure model allows, which
+  // gives a long elementwise body (an expanded exp, tanh or erf: 40-60 vector ops, nearly one
+  // dependency chain) one iteration in flight, so it runs at the chain's latency, not at the
+  // FMA ports' throughput. Two independent iterations fill the ports; the constants that no
+  // longer fit in registers are reloaded from the stack, which costs loads only. Row kernels
+  // (with Loop or Reduce statements) vectorise their inner loops, which LLVM interleaves itself.
+  int OuterInterleave() const {
+    constexpr int kLongBody = 24;
+    for (const Stmt& stmt : kernel_.body) {
+      if (stmt.kind == StmtKind::kLoop || stmt.kind == StmtKind::kReduce) return 1;
+    }
+    int float_ops = 0;
+    for (const Expr& e : kernel_.exprs) {
+      float_ops += IsFloatType(e.type) && e.op != ExprOp::kConst && e.op != ExprOp::kLoad;
+    }
+    return float_ops >= kLongBody ? 2 : 1;
+  }
+
   // ---- Types --------------------------------------------------------------------------------
 
   llvm::Type* TypeOf(ScalarType type) {
@@ -420,10 +441,12 @@ class Emitter {
   }
 
   // Emits `for (i = lo; i < hi; ++i)` with loop-carried values; `body` returns their next
-  // values. Returns the values after the loop (`init` when it ran zero times).
+  // values. Returns the values after the loop (`init` when it ran zero times). `interleave` > 1
+  // asks the vectoriser for that many vector iterations in flight.
   std::vector<Value*> CountedLoop(
       Value* lo, Value* hi, bool may_be_empty, const std::vector<Value*>& init,
-      const std::function<std::vector<Value*>(Value*, const std::vector<Value*>&)>& body) {
+      const std::function<std::vector<Value*>(Value*, const std::vector<Value*>&)>& body,
+      int interleave = 1) {
     llvm::BasicBlock* preheader = builder_.GetInsertBlock();
     llvm::BasicBlock* header = llvm::BasicBlock::Create(context_, "loop", function_);
     llvm::BasicBlock* exit = llvm::BasicBlock::Create(context_, "loop.exit", function_);
@@ -447,7 +470,17 @@ class Emitter {
     llvm::BasicBlock* latch = builder_.GetInsertBlock();
     Value* next_index = builder_.CreateAdd(index, builder_.getInt64(1), "i.next",
                                            /*HasNUW=*/true, /*HasNSW=*/true);
-    builder_.CreateCondBr(builder_.CreateICmpSLT(next_index, hi), header, exit);
+    llvm::BranchInst* back =
+        builder_.CreateCondBr(builder_.CreateICmpSLT(next_index, hi), header, exit);
+    if (interleave > 1) {
+      llvm::Metadata* count[] = {
+          llvm::MDString::get(context_, "llvm.loop.interleave.count"),
+          llvm::ConstantAsMetadata::get(builder_.getInt32(static_cast<uint32_t>(interleave)))};
+      llvm::MDNode* self =
+          llvm::MDNode::getDistinct(context_, {nullptr, llvm::MDNode::get(context_, count)});
+      self->replaceOperandWith(0, self);
+      back->setMetadata(llvm::LLVMContext::MD_loop, self);
+    }
     index->addIncoming(next_index, latch);
     for (size_t k = 0; k < carried.size(); ++k) carried[k]->addIncoming(next[k], latch);
     builder_.SetInsertPoint(exit);

@@ -581,6 +581,36 @@ TEST(EmitterTest, ElementwiseF32InnerLoopIsVectorised) {
   }
 }
 
+// The vector loads in the main vector loop's block of `llvm_ir` (optimised IR): one per vector
+// iteration in flight for a one-input elementwise kernel.
+int VectorLoadsInVectorBody(const std::string& llvm_ir) {
+  const size_t start = llvm_ir.find("\nvector.body");
+  if (start == std::string::npos) return 0;
+  const std::string block = llvm_ir.substr(start, llvm_ir.find("\n\n", start + 1) - start);
+  int loads = 0;
+  for (size_t at = block.find("= load <"); at != std::string::npos;
+       at = block.find("= load <", at + 1)) {
+    ++loads;
+  }
+  return loads;
+}
+
+TEST(EmitterTest, LongElementwiseBodiesKeepTwoVectorIterationsInFlight) {
+  // tanh's expansion is a long chain of dependent ops: the emitter asks LLVM to interleave two
+  // vector iterations (llvm.loop.interleave.count); a short body is left to LLVM's own choice.
+  KernelBuilder b("tanh");
+  const ArgId x = b.AddArg({"x", ir::DType::kF32, 4096, ArgRole::kInput});
+  const ArgId y = b.AddArg({"y", ir::DType::kF32, 4096, ArgRole::kOutput});
+  b.Store(y, b.Var(kGid), b.Unary(ExprOp::kTanh, b.Load(x, b.Var(kGid))));
+  const Kernel long_body = std::move(b).Finish(4096);
+  const CompiledKernel compiled =
+      CompileDumped(long_body, ::testing::TempDir() + "/kiln_interleave");
+  EXPECT_EQ(VectorLoadsInVectorBody(compiled.llvm_ir), 2) << compiled.llvm_ir;
+  const CompiledKernel short_body =
+      CompileDumped(testing::AxpbKernel(), ::testing::TempDir() + "/kiln_interleave_short");
+  EXPECT_GE(VectorLoadsInVectorBody(short_body.llvm_ir), 1) << short_body.llvm_ir;
+}
+
 TEST(EmitterTest, ExpandedMathAndReductionsVectorise) {
   // A softmax row: the max, the sum of exp and the store loop all run on vectors once
   // ExpandMath has replaced exp, and no libm call is left.
