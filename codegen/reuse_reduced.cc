@@ -92,6 +92,7 @@ class Reuser {
   void TryPair(std::vector<Stmt>& block, size_t p, size_t q) {
     Stmt& reduce = block[p];
     Stmt& loop = block[q];
+    equivalent_.clear();  // its answers hold for one pair of variables
     Stmt* store = nullptr;
     for (Stmt& stmt : loop.body) {
       if (stmt.kind != StmtKind::kLet && stmt.kind != StmtKind::kStore) return;
