@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ namespace kiln {
 namespace {
 
 using runtime::blob::Model;
+
+std::span<const std::byte> Bytes(const std::string& s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
 
 std::vector<ir::TensorData> RunBlob(const Model& model, const std::vector<ir::TensorData>& args) {
   std::vector<const void*> inputs;
@@ -141,8 +146,7 @@ TEST(AotTest, TracedFunctionWithCapturedTensorAndTwoOutputs) {
   options.weights = traced.weights;
   absl::StatusOr<std::string> blob = aot::Compile(traced.graph, options);
   ASSERT_TRUE(blob.ok()) << blob.status();
-  absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadMemory(
-      std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadMemory(Bytes(*blob));
   ASSERT_TRUE(model.ok()) << model.status();
   ASSERT_EQ((*model)->signature().inputs.size(), 1u);
   EXPECT_EQ((*model)->signature().inputs[0].name, "input0");
@@ -164,8 +168,7 @@ TEST(AotTest, ForeignTripleSectionIsAarch64) {
   options.cpu_levels = {runtime::cpu::CpuLevelName(*runtime::cpu::ProcessCpuLevel())};
   absl::StatusOr<std::string> blob = aot::Compile(g, options);
   ASSERT_TRUE(blob.ok()) << blob.status();
-  absl::StatusOr<runtime::blob::BlobView> view = runtime::blob::ParseBlob(
-      std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
+  absl::StatusOr<runtime::blob::BlobView> view = runtime::blob::ParseBlob(Bytes(*blob));
   ASSERT_TRUE(view.ok()) << view.status();
   const runtime::cpu::CpuBlobPlan* cpu = view->PlanOf<runtime::cpu::CpuBlobPlan>("cpu");
   ASSERT_NE(cpu, nullptr);
@@ -186,8 +189,7 @@ TEST(AotTest, ForeignTripleSectionIsAarch64) {
   EXPECT_EQ(machine, 183);
   EXPECT_EQ(cpu->code[1].vector_bits, 128);
   // The host still loads its own section from the two-target blob and matches the JIT.
-  absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadMemory(
-      std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadMemory(Bytes(*blob));
   ASSERT_TRUE(model.ok()) << model.status();
 }
 
@@ -206,8 +208,7 @@ TEST(AotTest, TwoModelsLoadedAtOnceKeepTheirOwnCode) {
   for (const ir::Graph* g : {&add, &mul}) {
     absl::StatusOr<std::string> blob = aot::Compile(*g, aot::CompileOptions{});
     ASSERT_TRUE(blob.ok()) << blob.status();
-    absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadMemory(
-        std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
+    absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadMemory(Bytes(*blob));
     ASSERT_TRUE(model.ok()) << model.status();
     models.push_back(*std::move(model));
   }
@@ -227,8 +228,7 @@ std::string ReadFile(const std::string& path) {
 }
 
 runtime::cpu::CodeTarget HostSection(const std::string& bytes) {
-  absl::StatusOr<runtime::blob::BlobView> view = runtime::blob::ParseBlob(
-      std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
+  absl::StatusOr<runtime::blob::BlobView> view = runtime::blob::ParseBlob(Bytes(bytes));
   EXPECT_TRUE(view.ok()) << view.status();
   const runtime::cpu::CpuBlobPlan* cpu =
       view.ok() ? view->PlanOf<runtime::cpu::CpuBlobPlan>("cpu") : nullptr;
@@ -342,8 +342,7 @@ TEST(AotTest, DefaultBlobHasEveryX86Level) {
   const ir::Graph g = Mlp(3, &args);
   absl::StatusOr<std::string> blob = aot::Compile(g, aot::CompileOptions{});
   ASSERT_TRUE(blob.ok()) << blob.status();
-  absl::StatusOr<runtime::blob::BlobView> view = runtime::blob::ParseBlob(
-      std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
+  absl::StatusOr<runtime::blob::BlobView> view = runtime::blob::ParseBlob(Bytes(*blob));
   ASSERT_TRUE(view.ok()) << view.status();
   const runtime::cpu::CpuBlobPlan* cpu = view->PlanOf<runtime::cpu::CpuBlobPlan>("cpu");
   ASSERT_NE(cpu, nullptr);
@@ -361,8 +360,7 @@ TEST(AotTest, DefaultBlobHasEveryX86Level) {
     EXPECT_EQ(view->sections[static_cast<size_t>(cpu->code[t].section)].name,
               t == 0 ? "cpu:" + triple : absl::StrCat("cpu:", triple, "@", t));
   }
-  absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadMemory(
-      std::span<const std::byte>(reinterpret_cast<const std::byte*>(blob->data()), blob->size()));
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::LoadMemory(Bytes(*blob));
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ((*model)->device(), absl::StrCat("cpu (", triple, ", ", cpu->code[0].cpu, ")"));
   const std::vector<ir::TensorData> expected = RunJit(g, args);
