@@ -33,8 +33,13 @@ class Expander : public KernelRewriter {
 
  private:
   ValueId Rewrite(const Expr& e) override {
-    if (auto x = MatchSigmoid(e)) return Sigmoid(Get(*x));
-    if (auto x = MatchOnePlusTanh(e)) return OnePlusTanh(Get(*x));
+    if (auto x = MatchSigmoid(e)) return ScaledSigmoid(Get(*x), 1.0);
+    // 1 + tanh(x) = 2 sigmoid(2x): one exp and one division, where tanh's expansion needs its
+    // polynomial, the exp and the division, and adding 1 to tanh(x) near -1 cancels.
+    if (auto x = MatchOnePlusTanh(e)) {
+      const ValueId t = Get(*x);
+      return ScaledSigmoid(Bin(ExprOp::kAdd, t, t), 2.0);
+    }
     if (!IsExpandable(e)) return Copy(e);
     const ValueId x = Get(e.operands[0]);
     switch (e.op) {
@@ -202,18 +207,12 @@ class Expander : public KernelRewriter {
     return Sel(Cmp(ExprOp::kLt, a, F(0.875)), small, big);
   }
 
-  // 1 + tanh(x) = 2 sigmoid(2x): one exp and one division, where tanh's expansion needs its
-  // polynomial, the exp and the division, and adding 1 to tanh(x) near -1 cancels.
-  ValueId OnePlusTanh(ValueId x) {
-    const ValueId t = Bin(ExprOp::kAdd, x, x);
-    const ValueId e = Exp(Un(ExprOp::kNeg, Un(ExprOp::kAbs, t)));
-    const ValueId numerator = Sel(Cmp(ExprOp::kGe, t, F(0.0)), F(2.0), Bin(ExprOp::kAdd, e, e));
-    return Bin(ExprOp::kDiv, numerator, Bin(ExprOp::kAdd, F(1.0), e));
-  }
-
-  ValueId Sigmoid(ValueId x) {
+  // scale * sigmoid(x) with scale a power of two (exact scaling): e = exp(-|x|), then
+  // (x >= 0 ? scale : scale e) / (1 + e).
+  ValueId ScaledSigmoid(ValueId x, double scale) {
     const ValueId e = Exp(Un(ExprOp::kNeg, Un(ExprOp::kAbs, x)));
-    const ValueId numerator = Sel(Cmp(ExprOp::kGe, x, F(0.0)), F(1.0), e);
+    const ValueId scaled = scale == 1.0 ? e : Bin(ExprOp::kMul, e, F(scale));
+    const ValueId numerator = Sel(Cmp(ExprOp::kGe, x, F(0.0)), F(scale), scaled);
     return Bin(ExprOp::kDiv, numerator, Bin(ExprOp::kAdd, F(1.0), e));
   }
 };

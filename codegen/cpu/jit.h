@@ -18,7 +18,7 @@
 //  - In memory (per CpuCompiler): key → loaded code. A hit costs a print and a hash.
 //  - On disk, when a cache folder is set (Options::cache_dir, else $KILN_CACHE_DIR): key →
 //    object file (object_cache.h: checksummed, written atomically). A hit in a fresh process
-//    loads the object straight into the JIT: no ExpandMath, no LLVM IR, no optimisation, no
+//    loads the object straight into the JIT: no PrepareKernel, no LLVM IR, no optimisation, no
 //    instruction selection. Unusable entries (bad checksum, failing to link) are recompiled and
 //    overwritten; failing to write the cache is not an error (the kernel still compiles).
 // Thread-safe: Compile may be called concurrently (two threads compiling the same new kernel may
