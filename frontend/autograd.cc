@@ -75,7 +75,6 @@ TensorRef Detach(const TensorRef& x, const Loc& loc) {
   // An identity reshape: a new node with the same value and no tape (simplify removes it).
   ir::Attrs attrs;
   attrs.shape = x->type.shape;
-  attrs.dtype = x->type.dtype;
   return Record("detach", ir::Op::kReshape, {x}, std::move(attrs), loc);
 }
 

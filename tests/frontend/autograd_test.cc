@@ -132,6 +132,12 @@ TEST(Autograd, DetachAndNoGradCutTheTape) {
   std::optional<F64> g = x.grad((x.detach() * x).sum().backward());
   ASSERT_TRUE(g.has_value());
   EXPECT_EQ(g->to_vector<double>(), (std::vector<double>{1, -2, 3}));
+  // A pending value of every float dtype detaches (an identity node of its own dtype).
+  for (ir::DType dtype : {ir::DType::kF64, ir::DType::kF32, ir::DType::kBF16, ir::DType::kF16}) {
+    EXPECT_EQ(x.mul(2.0).cast(dtype).detach().cast(ir::DType::kF64).to_vector<double>(),
+              (std::vector<double>{2, -4, 6}))
+        << ir::DTypeName(dtype);
+  }
 
   NoGradGuard no_grad;
   EXPECT_FALSE(GradEnabled());
