@@ -54,7 +54,8 @@ using runtime::cpu::ContractionStep;
 
 bool GemmSupports(const ir::Node& node) {
   return (node.op == ir::Op::kMatMul || node.op == ir::Op::kConv) &&
-         (node.type.dtype == ir::DType::kF32 || node.type.dtype == ir::DType::kF64);
+         (node.type.dtype == ir::DType::kF32 || node.type.dtype == ir::DType::kF64 ||
+          node.type.dtype == ir::DType::kBF16 || node.type.dtype == ir::DType::kF16);
 }
 
 // The CPU backend's hooks on the shared graph compiler (codegen/graph_compiler.h): kernels go

@@ -253,8 +253,9 @@ absl::StatusOr<CpuBlobPlan::Parsed> ParsePlan(const json& j, const Signature& si
       const std::string dp = path + ".descriptor";
       KILN_ASSIGN(dtype_name, r.String(*d, dp, "dtype"));
       std::optional<base::DType> dtype = base::ParseDType(dtype_name);
-      if (!dtype.has_value() || (*dtype != base::DType::kF32 && *dtype != base::DType::kF64)) {
-        return r.Error(dp + ".dtype", "must be f32 or f64");
+      if (!dtype.has_value() ||
+          (*dtype != base::DType::kF32 && *dtype != base::DType::kF64 && !gi::IsHalf(*dtype))) {
+        return r.Error(dp + ".dtype", "must be f32, f64, bf16 or f16");
       }
       const int64_t esize = base::DTypeSize(*dtype);
       KILN_ASSIGN(activation_name, r.String(*d, dp, "activation"));

@@ -928,9 +928,12 @@ absl::Status ExecuteGemm(const GemmParams& params,
   if (const absl::StatusOr<CpuLevel>& level = ProcessCpuLevel(); !level.ok()) {
     return level.status();
   }
+  if (gemm_internal::IsHalf(params.dtype)) {
+    return gemm_internal::ExecuteHalfGemm(params, kernels, pool);
+  }
   if (params.dtype != base::DType::kF32 && params.dtype != base::DType::kF64) {
     return absl::InvalidArgumentError(absl::StrCat("gemm: dtype ", base::DTypeName(params.dtype),
-                                                   " is not supported (f32, f64 only)"));
+                                                   " is not supported (f32, f64, bf16, f16)"));
   }
   if (params.m < 0 || params.n < 0 || params.k < 0) {
     return absl::InvalidArgumentError(

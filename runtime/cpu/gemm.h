@@ -18,9 +18,11 @@
 // with the thread's own packing buffers; many small batch entries are spread over the threads
 // whole instead. One ParallelFor per call (per batch entry at most).
 //
-// Only f32 and f64 are supported. Nothing here includes LLVM: the driver lives in the runtime
-// (libkiln_runtime runs it for blobs) and takes its micro-kernels from a MicroKernelProvider —
-// the JIT's (codegen/cpu/gemm.h: Gemm, Conv) or a loaded blob's.
+// f32 and f64 run natively; bf16 and f16 are stored narrow and computed in f32 (the operands are
+// widened, the f32 driver runs, the result is rounded once: gemm_half.cc). Nothing here includes
+// LLVM: the driver lives in the runtime (libkiln_runtime runs it for blobs) and takes its
+// micro-kernels from a MicroKernelProvider — the JIT's (codegen/cpu/gemm.h: Gemm, Conv) or a loaded
+// blob's.
 #pragma once
 
 #include <cstdint>
@@ -108,7 +110,8 @@ struct GemmTuning {
 
 /// One GEMM call: C = alpha * A * B + beta * C over every batch entry, then `epilogue`.
 struct GemmParams {
-  base::DType dtype = base::DType::kF32;  // kF32 or kF64; A, B, C, bias and residual all have it
+  /// kF32, kF64, kBF16 or kF16; A, B, C, bias and residual all have it.
+  base::DType dtype = base::DType::kF32;
   /// Batch dimensions (each >= 0); the matrices' batch_strides have one entry per dimension.
   std::vector<int64_t> batch;
   int64_t m = 0, n = 0, k = 0;
@@ -140,7 +143,7 @@ using Dims = std::vector<int64_t>;
 /// [O, C/groups, K...], output [N, O, S'...], each dense row-major. The per-axis vectors follow
 /// the IR's conv attributes (spatial axes only; empty means the default 1 / 0 / 0 / 1 / 1).
 struct ConvParams {
-  base::DType dtype = base::DType::kF32;  // kF32 or kF64
+  base::DType dtype = base::DType::kF32;  // kF32, kF64, kBF16 or kF16 (as GemmParams)
   Dims input_shape;
   Dims weight_shape;
   std::vector<int64_t> strides, low, high, dilation, input_dilation;

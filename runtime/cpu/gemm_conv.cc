@@ -655,9 +655,12 @@ absl::Status ExecuteConv(const ConvParams& params,
   if (const absl::StatusOr<CpuLevel>& level = ProcessCpuLevel(); !level.ok()) {
     return level.status();
   }
+  if (gemm_internal::IsHalf(params.dtype)) {
+    return gemm_internal::ExecuteHalfConv(params, kernels, pool);
+  }
   if (params.dtype != base::DType::kF32 && params.dtype != base::DType::kF64) {
     return absl::InvalidArgumentError(absl::StrCat("conv: dtype ", base::DTypeName(params.dtype),
-                                                   " is not supported (f32, f64 only)"));
+                                                   " is not supported (f32, f64, bf16, f16)"));
   }
   absl::StatusOr<Dims> output_shape = ConvOutputShape(params);
   if (!output_shape.ok()) return output_shape.status();

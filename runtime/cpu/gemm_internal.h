@@ -163,4 +163,12 @@ absl::Status RunCore(const CoreProblem<T>& problem, const EpilogueVariant& epilo
                      const GemmTuning& tuning, const MicroKernelProvider& kernels,
                      runtime::ThreadPool* pool);
 
+/// bf16 and f16: ExecuteGemm and ExecuteConv run them through the two functions below
+/// (gemm_half.cc), which widen the operands to f32, run the f32 driver and round the result.
+bool IsHalf(base::DType dtype);
+absl::Status ExecuteHalfGemm(const GemmParams& params, const MicroKernelProvider& kernels,
+                             runtime::ThreadPool* pool);
+absl::Status ExecuteHalfConv(const ConvParams& params, const MicroKernelProvider& kernels,
+                             runtime::ThreadPool* pool);
+
 }  // namespace kiln::runtime::cpu::gemm_internal
