@@ -83,12 +83,14 @@ inline HostBatch MakeHostBatch(int64_t n, uint32_t seed) {
 
 // One training step as the Learner runs it; returns the loss.
 template <class Backend, class Model, class Optimizer>
-double FrontendTrainStep(Model& model, Optimizer& sgd, const HostBatch& batch) {
+double FrontendTrainStep(Model& model, Optimizer& sgd, const HostBatch& batch,
+                         kiln::amp::Precision precision = kiln::amp::Precision::kF32) {
   typename Backend::Device device;
   const auto images = kiln::Tensor<Backend, 3>::from_vector(
       batch.images, {batch.n, int64_t{28}, int64_t{28}}, device);
   const auto labels =
       kiln::Tensor<Backend, 1, kiln::Int>::from_vector(batch.labels, {batch.n}, device);
+  kiln::amp::AutocastGuard autocast(kiln::amp::AutocastDTypeOf(precision));
   const auto logits = model.logits(images);
   const auto loss = kiln::nn::cross_entropy(logits, labels);
   sgd.step(model, loss.backward());

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "frontend/amp/autocast.h"
 #include "frontend/ops_internal.h"
 #include "frontend/tensor_ops.h"
 
@@ -103,7 +104,8 @@ TensorRef Softplus(const TensorRef& x, double beta, const Loc& loc) {
   return beta == 1.0 ? sum : c.Op(ir::Op::kDiv, sum, beta);
 }
 
-TensorRef Softmax(const TensorRef& x, int64_t dim, const Loc& loc) {
+TensorRef Softmax(const TensorRef& x_in, int64_t dim, const Loc& loc) {
+  const TensorRef x = AutocastToF32(x_in, "softmax", loc);
   const Composer c("softmax", loc);
   c.RequireFloat(x);
   const Shifted s = ShiftByMax(c, x, dim, "softmax", loc);
@@ -112,7 +114,8 @@ TensorRef Softmax(const TensorRef& x, int64_t dim, const Loc& loc) {
   return c.Op(ir::Op::kDiv, e, c.Broadcast(sum, x->type.shape));
 }
 
-TensorRef LogSoftmax(const TensorRef& x, int64_t dim, const Loc& loc) {
+TensorRef LogSoftmax(const TensorRef& x_in, int64_t dim, const Loc& loc) {
+  const TensorRef x = AutocastToF32(x_in, "log_softmax", loc);
   const Composer c("log_softmax", loc);
   c.RequireFloat(x);
   const Shifted s = ShiftByMax(c, x, dim, "log_softmax", loc);

@@ -1,11 +1,14 @@
 // torch.matmul semantics on the ir's equal-rank batched matmul.
 #include "absl/strings/str_cat.h"
+#include "frontend/amp/autocast.h"
 #include "frontend/ops_internal.h"
 #include "frontend/tensor_ops.h"
 
 namespace kiln::detail {
 
-TensorRef MatMul(const TensorRef& a, const TensorRef& b, const Loc& loc) {
+TensorRef MatMul(const TensorRef& a_in, const TensorRef& b_in, const Loc& loc) {
+  const TensorRef a = AutocastToLow(a_in, "matmul", loc);
+  const TensorRef b = AutocastToLow(b_in, "matmul", loc);
   const ir::TensorType& ta = a->type;
   const ir::TensorType& tb = b->type;
   if (ta.rank() < 1 || tb.rank() < 1) {

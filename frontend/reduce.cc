@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "frontend/amp/autocast.h"
 #include "frontend/ops_internal.h"
 #include "frontend/tensor_ops.h"
 
@@ -72,9 +73,11 @@ TensorRef Reduce(Reduction reduction, const TensorRef& x, std::vector<int64_t> d
   switch (reduction) {
     case Reduction::kSum:
     case Reduction::kProd: {
-      const ir::DType acc = is_float ? type.dtype : ir::DType::kI64;
+      // Autocast sums and multiplies bf16/f16 in f32, as torch does.
+      const TensorRef source = AutocastToF32(x, name, loc);
+      const ir::DType acc = is_float ? source->type.dtype : ir::DType::kI64;
       kept = ReduceOrSame(reduction == Reduction::kSum ? ir::Op::kReduceSum : ir::Op::kReduceProd,
-                          CastTo(x, acc, name, loc), axes, name, loc);
+                          CastTo(source, acc, name, loc), axes, name, loc);
       break;
     }
     case Reduction::kMax:

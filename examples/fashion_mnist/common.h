@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -37,17 +38,19 @@ struct Flags {
   int64_t limit_batches = 0;
   /// Data-parallel over the processes of an mpirun job (one process without mpirun).
   bool ddp = false;
+  /// f32, bf16 (autocast) or f16 (autocast and loss scaling): LearnerConfig::with_precision.
+  kiln::amp::Precision precision = kiln::amp::Precision::kF32;
 };
 
-/// Parses --epochs N, --batch-size N, --lr X, --seed N, --workers N, --dir D, --data-dir D and
-/// --ddp; exits with a usage message on anything else.
+/// Parses --epochs N, --batch-size N, --lr X, --seed N, --workers N, --dir D, --data-dir D,
+/// --precision P and --ddp; exits with a usage message on anything else.
 inline Flags ParseFlags(int argc, char** argv, Flags defaults) {
   Flags flags = defaults;
   const auto usage = [&](const std::string& problem) {
     std::cerr << argv[0] << ": " << problem << "\n"
               << "usage: " << argv[0]
               << " [--epochs N] [--batch-size N] [--lr X] [--seed N] [--workers N] [--dir DIR]"
-                 " [--data-dir DIR] [--ddp]\n"
+                 " [--data-dir DIR] [--precision f32|bf16|f16] [--ddp]\n"
               << "  --ddp: data-parallel on the processes of `mpirun -np R " << argv[0]
               << " --ddp`; --batch-size is the global batch (batch-size / R per rank)\n";
     std::exit(2);
@@ -76,6 +79,10 @@ inline Flags ParseFlags(int argc, char** argv, Flags defaults) {
         flags.dir = value;
       } else if (arg == "--data-dir") {
         flags.data_dir = value;
+      } else if (arg == "--precision") {
+        const std::optional<kiln::amp::Precision> precision = kiln::amp::ParsePrecision(value);
+        if (!precision) usage("--precision takes f32, bf16 or f16, not " + value);
+        flags.precision = *precision;
       } else {
         usage("unknown flag " + std::string(arg));
       }
@@ -163,7 +170,7 @@ double Train(Model& model, const Flags& flags, ToLogits to_logits) {
   if (lead) {
     std::cout << "model: " << Model::kModuleName << ", " << model.num_params() << " parameters; "
               << train->size() << " training and " << test->size() << " test images; batch "
-              << flags.batch_size;
+              << flags.batch_size << ", " << kiln::amp::PrecisionName(flags.precision);
     if (world_size > 1) {
       std::cout << " (" << world_size << " ranks x " << flags.batch_size / world_size << ")";
     }
@@ -180,7 +187,8 @@ double Train(Model& model, const Flags& flags, ToLogits to_logits) {
                                kiln::train::LearnerConfig()
                                    .with_epochs(flags.epochs)
                                    .with_checkpoint_dir(flags.dir)
-                                   .with_data_parallel(dp));
+                                   .with_data_parallel(dp)
+                                   .with_precision(flags.precision));
   if (learner.resume() && lead) {
     std::cout << "resumed from " << flags.dir << "/last.safetensors at epoch " << learner.epoch()
               << "\n";

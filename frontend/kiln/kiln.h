@@ -3,6 +3,8 @@
 #pragma once
 
 #include "frontend/activation.h"
+#include "frontend/amp/autocast.h"
+#include "frontend/amp/grad_scaler.h"
 #include "frontend/autograd.h"
 #include "frontend/backend.h"
 #include "frontend/data/data.h"

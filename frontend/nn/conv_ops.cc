@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "frontend/amp/autocast.h"
 #include "frontend/error.h"
 #include "frontend/ops_internal.h"
 #include "frontend/tensor_ops.h"
@@ -58,9 +59,10 @@ void CheckInput(const ir::TensorType& tx, int64_t rank, const char* name,
 }
 
 /// bias [O] added to y [N, O, spatial...].
-TensorRef AddChannelBias(const TensorRef& y, const TensorRef& bias, int64_t channels,
+TensorRef AddChannelBias(const TensorRef& y, const TensorRef& bias_in, int64_t channels,
                          const char* name, const Loc& loc) {
-  if (bias == nullptr) return y;
+  if (bias_in == nullptr) return y;
+  const TensorRef bias = kiln::detail::AutocastBias(bias_in, y, name, loc);
   const ir::TensorType& tb = TypeOf(bias);
   if (tb.rank() != 1 || tb.shape[0] != channels) {
     ThrowOpError(name, absl::StrCat("bias must have shape [", channels, "]"), {TypeOf(y), tb}, loc);
@@ -83,8 +85,10 @@ int64_t OutSize(int64_t in, int64_t window, int64_t stride, int64_t low, int64_t
 
 }  // namespace
 
-TensorRef ConvForward(const TensorRef& x, const TensorRef& weight, const TensorRef& bias,
+TensorRef ConvForward(const TensorRef& x_in, const TensorRef& weight_in, const TensorRef& bias,
                       const ConvArgs& args, const char* name, const Loc& loc) {
+  const TensorRef x = kiln::detail::AutocastToLow(x_in, name, loc);
+  const TensorRef weight = kiln::detail::AutocastToLow(weight_in, name, loc);
   const ir::TensorType& tx = TypeOf(x);
   const ir::TensorType& tw = TypeOf(weight);
   CheckInput(tx, tw.rank(), name, {tx, tw}, loc);
@@ -118,9 +122,12 @@ TensorRef ConvForward(const TensorRef& x, const TensorRef& weight, const TensorR
   return AddChannelBias(y, bias, tw.shape[0], name, loc);
 }
 
-TensorRef ConvTransposeForward(const TensorRef& x, const TensorRef& weight, const TensorRef& bias,
-                               const ConvArgs& args, const std::vector<int64_t>& output_padding,
-                               const char* name, const Loc& loc) {
+TensorRef ConvTransposeForward(const TensorRef& x_in, const TensorRef& weight_in,
+                               const TensorRef& bias, const ConvArgs& args,
+                               const std::vector<int64_t>& output_padding, const char* name,
+                               const Loc& loc) {
+  const TensorRef x = kiln::detail::AutocastToLow(x_in, name, loc);
+  const TensorRef weight = kiln::detail::AutocastToLow(weight_in, name, loc);
   const ir::TensorType& tx = TypeOf(x);
   const ir::TensorType& tw = TypeOf(weight);
   CheckInput(tx, tw.rank(), name, {tx, tw}, loc);
@@ -319,7 +326,12 @@ TensorRef AdaptiveAvgPool(const TensorRef& x, const std::vector<int64_t>& output
     TensorRef matrix = kiln::detail::FromTensorData(std::move(pt), kiln::detail::DeviceOf(x));
     const int64_t axis = static_cast<int64_t>(2 + a);
     TensorRef moved = kiln::detail::SwapDims(y, axis, -1, name, loc);
-    moved = kiln::detail::MatMul(moved, matrix, loc);
+    {
+      // An averaging matrix is not a layer's weight: 1/3 in bf16 would skew every average, so
+      // autocast stays out of it.
+      amp::AutocastGuard exact(std::nullopt, loc);
+      moved = kiln::detail::MatMul(moved, matrix, loc);
+    }
     y = kiln::detail::SwapDims(moved, axis, -1, name, loc);
   }
   return y;

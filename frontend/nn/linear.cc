@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "frontend/amp/autocast.h"
 #include "frontend/tensor_ops.h"
 
 namespace kiln::nn::detail {
@@ -35,7 +36,10 @@ TensorRef LinearForward(const TensorRef& x, const TensorRef& weight, const Tenso
   } else {
     y = kiln::detail::MatMul(x, weight_t, loc);
   }
-  if (bias != nullptr) y = kiln::detail::Binary(ir::Op::kAdd, y, bias, "linear", loc);
+  if (bias != nullptr) {
+    y = kiln::detail::Binary(ir::Op::kAdd, y, kiln::detail::AutocastBias(bias, y, "linear", loc),
+                             "linear", loc);
+  }
   return y;
 }
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "frontend/amp/autocast.h"
 #include "frontend/ops_internal.h"
 #include "frontend/tensor_ops.h"
 
@@ -103,8 +104,9 @@ void CheckHuberDelta(double delta, const Loc& loc) {
   }
 }
 
-TensorRef CrossEntropy(const TensorRef& logits, const TensorRef& targets, double label_smoothing,
+TensorRef CrossEntropy(const TensorRef& logits_in, const TensorRef& targets, double label_smoothing,
                        const Loc& loc) {
+  const TensorRef logits = kd::AutocastToF32(logits_in, "cross_entropy", loc);
   CheckClassification(logits, targets, "cross_entropy", loc);
   CheckLabelSmoothing(label_smoothing, loc);
   TensorRef log_probs = kd::LogSoftmax(logits, 1, loc);
@@ -121,22 +123,30 @@ TensorRef CrossEntropy(const TensorRef& logits, const TensorRef& targets, double
       "cross_entropy", loc);
 }
 
-TensorRef Nll(const TensorRef& log_probs, const TensorRef& targets, const Loc& loc) {
+TensorRef Nll(const TensorRef& log_probs_in, const TensorRef& targets, const Loc& loc) {
+  const TensorRef log_probs = kd::AutocastToF32(log_probs_in, "nll_loss", loc);
   CheckClassification(log_probs, targets, "nll_loss", loc);
   return PickNegated(log_probs, targets, "nll_loss", loc);
 }
 
-TensorRef SquaredError(const TensorRef& input, const TensorRef& target, const Loc& loc) {
+TensorRef SquaredError(const TensorRef& input_in, const TensorRef& target_in, const Loc& loc) {
+  const TensorRef input = kd::AutocastToF32(input_in, "mse_loss", loc);
+  const TensorRef target = kd::AutocastToF32(target_in, "mse_loss", loc);
   CheckSameType(input, target, "mse_loss", loc);
   return kd::Square(kd::Binary(ir::Op::kSub, input, target, "mse_loss", loc), loc);
 }
 
-TensorRef AbsoluteError(const TensorRef& input, const TensorRef& target, const Loc& loc) {
+TensorRef AbsoluteError(const TensorRef& input_in, const TensorRef& target_in, const Loc& loc) {
+  const TensorRef input = kd::AutocastToF32(input_in, "l1_loss", loc);
+  const TensorRef target = kd::AutocastToF32(target_in, "l1_loss", loc);
   CheckSameType(input, target, "l1_loss", loc);
   return kd::Unary(ir::Op::kAbs, kd::Binary(ir::Op::kSub, input, target, "l1_loss", loc), loc);
 }
 
-TensorRef Huber(const TensorRef& input, const TensorRef& target, double delta, const Loc& loc) {
+TensorRef Huber(const TensorRef& input_in, const TensorRef& target_in, double delta,
+                const Loc& loc) {
+  const TensorRef input = kd::AutocastToF32(input_in, "huber_loss", loc);
+  const TensorRef target = kd::AutocastToF32(target_in, "huber_loss", loc);
   CheckSameType(input, target, "huber_loss", loc);
   CheckHuberDelta(delta, loc);
   const char* name = "huber_loss";
@@ -150,7 +160,9 @@ TensorRef Huber(const TensorRef& input, const TensorRef& target, double delta, c
   return kd::Where(small, quadratic, linear, name, loc);
 }
 
-TensorRef BceWithLogits(const TensorRef& logits, const TensorRef& targets, const Loc& loc) {
+TensorRef BceWithLogits(const TensorRef& logits_in, const TensorRef& targets_in, const Loc& loc) {
+  const TensorRef logits = kd::AutocastToF32(logits_in, "bce_with_logits", loc);
+  const TensorRef targets = kd::AutocastToF32(targets_in, "bce_with_logits", loc);
   const char* name = "bce_with_logits";
   CheckSameType(logits, targets, name, loc);
   TensorRef positive = kd::Clamp(logits, 0.0, std::nullopt, name, loc);

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "frontend/amp/autocast.h"
 #include "frontend/autograd.h"
 #include "frontend/error.h"
 #include "frontend/ops_internal.h"
@@ -75,10 +76,11 @@ std::vector<int64_t> LastDims(int64_t rank, int64_t count) {
 
 TensorRef StopGradient(const TensorRef& x, const Loc& loc) { return kiln::detail::Detach(x, loc); }
 
-TensorRef BatchNormForward(const TensorRef& x, const TensorRef& weight, const TensorRef& bias,
+TensorRef BatchNormForward(const TensorRef& x_in, const TensorRef& weight, const TensorRef& bias,
                            const TensorRef& running_mean, const TensorRef& running_var,
                            bool training, double momentum, double eps, TensorRef* new_mean,
                            TensorRef* new_var, const char* name, const Loc& loc) {
+  const TensorRef x = kiln::detail::AutocastToF32(x_in, name, loc);
   const ir::TensorType& tx = TypeOf(x);
   if (tx.rank() < 2 || !ir::IsFloat(tx.dtype)) {
     ThrowOpError(name, "needs a float input [N, C, ...] of rank >= 2", {tx}, loc);
@@ -130,8 +132,9 @@ TensorRef BatchNormForward(const TensorRef& x, const TensorRef& weight, const Te
   return y;
 }
 
-TensorRef LayerNormForward(const TensorRef& x, int64_t normalized_dims, const TensorRef& weight,
+TensorRef LayerNormForward(const TensorRef& x_in, int64_t normalized_dims, const TensorRef& weight,
                            const TensorRef& bias, double eps, const char* name, const Loc& loc) {
+  const TensorRef x = kiln::detail::AutocastToF32(x_in, name, loc);
   const ir::TensorType& tx = TypeOf(x);
   if (normalized_dims < 1 || normalized_dims > tx.rank() || !ir::IsFloat(tx.dtype)) {
     ThrowOpError(name,
@@ -150,8 +153,9 @@ TensorRef LayerNormForward(const TensorRef& x, int64_t normalized_dims, const Te
   return y;
 }
 
-TensorRef GroupNormForward(const TensorRef& x, int64_t groups, const TensorRef& weight,
+TensorRef GroupNormForward(const TensorRef& x_in, int64_t groups, const TensorRef& weight,
                            const TensorRef& bias, double eps, const char* name, const Loc& loc) {
+  const TensorRef x = kiln::detail::AutocastToF32(x_in, name, loc);
   const ir::TensorType& tx = TypeOf(x);
   if (tx.rank() < 2 || !ir::IsFloat(tx.dtype)) {
     ThrowOpError(name, "needs a float input [N, C, ...] of rank >= 2", {tx}, loc);
@@ -174,8 +178,9 @@ TensorRef GroupNormForward(const TensorRef& x, int64_t groups, const TensorRef& 
   return y;
 }
 
-TensorRef RmsNormForward(const TensorRef& x, int64_t normalized_dims, const TensorRef& weight,
+TensorRef RmsNormForward(const TensorRef& x_in, int64_t normalized_dims, const TensorRef& weight,
                          double eps, const char* name, const Loc& loc) {
+  const TensorRef x = kiln::detail::AutocastToF32(x_in, name, loc);
   const ir::TensorType& tx = TypeOf(x);
   if (normalized_dims < 1 || normalized_dims > tx.rank() || !ir::IsFloat(tx.dtype)) {
     ThrowOpError(name,

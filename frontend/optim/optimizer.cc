@@ -89,16 +89,22 @@ void Optimizer::check(const std::string& param, const TensorRef& value, const Te
                                   kd::DeviceOf(value).ToString()),
                      {tp, tg}, loc);
   }
-  for (const std::string& buffer : buffers_) {
+  // A bf16/f16 parameter's state is f32, as its master copy is (update()).
+  ir::TensorType state_type = tp;
+  if (tp.dtype == ir::DType::kBF16 || tp.dtype == ir::DType::kF16)
+    state_type.dtype = ir::DType::kF32;
+  std::vector<std::string> buffers = buffers_;
+  buffers.push_back(kMasterBuffer);
+  for (const std::string& buffer : buffers) {
     const std::string key = absl::StrCat(param, ".", buffer);
     auto loaded = loaded_.find(key);
     if (loaded == loaded_.end()) continue;
     const ir::TensorType have{loaded->second.dtype(), loaded->second.shape()};
-    if (have != tp) {
+    if (have != state_type) {
       kd::ThrowOpError(name_,
                        absl::StrCat("loaded state '", key, "' does not match parameter '", param,
                                     "' (state first)"),
-                       {have, tp}, loc);
+                       {have, state_type}, loc);
     }
   }
 }
@@ -107,7 +113,24 @@ TensorRef Optimizer::update(const std::string& param, const TensorRef& value, co
                             const Loc& loc) {
   check(param, value, grad, loc);
   const int64_t step = steps_[param] + 1;
-  TensorRef result = compute(param, value, grad, step, loc);
+  const ir::DType dtype = kd::TypeOf(value).dtype;
+  TensorRef result;
+  if (dtype == ir::DType::kBF16 || dtype == ir::DType::kF16) {
+    // An update much smaller than the weight vanishes when rounded to 8 or 11 significant bits;
+    // the rule runs on an f32 copy, and the parameter is that copy rounded.
+    TensorRef master = find(param, kMasterBuffer, value);
+    if (master == nullptr) {
+      const ir::TensorData& half = kd::Data(value, loc);
+      ir::TensorData wide(ir::DType::kF32, half.shape());
+      for (int64_t i = 0; i < half.num_elements(); ++i) wide.SetDouble(i, half.GetDouble(i));
+      master = kd::FromTensorData(std::move(wide), kd::DeviceOf(value));
+    }
+    TensorRef updated = compute(param, master, kd::Cast(grad, ir::DType::kF32, loc), step, loc);
+    set(param, kMasterBuffer, updated);
+    result = kd::Cast(updated, dtype, loc);
+  } else {
+    result = compute(param, value, grad, step, loc);
+  }
   steps_[param] = step;
   return result;
 }
@@ -218,7 +241,7 @@ void Optimizer::load_state(const NamedState& state, Loc loc) {
         dot == std::string::npos ? std::string_view() : std::string_view(key).substr(dot + 1);
     bool known = dot != std::string::npos && dot > 0;
     if (known) {
-      known = false;
+      known = suffix == kMasterBuffer;
       for (const std::string& b : buffers_) known = known || b == suffix;
     }
     if (!known) {

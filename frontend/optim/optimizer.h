@@ -63,6 +63,12 @@ class Optimizer {
   /// Updates every Float parameter of `module` (anything with KILN_MODULE's visit) that has a
   /// gradient in `grads`; parameters without one are left alone (and their state too, as in
   /// torch). Throws kiln::Error when a gradient's type differs from its parameter's.
+  ///
+  /// A bf16 or f16 parameter gets f32 master weights: the optimizer keeps an f32 copy (the
+  /// buffer "<parameter>.master", in state() and checkpoints), applies its rule to that copy and
+  /// the gradient in f32 (its other buffers are f32 too), and the parameter becomes the copy
+  /// rounded to its dtype. Updates smaller than the parameter's rounding step then accumulate
+  /// instead of vanishing.
   template <class Module>
   void step(Module& module, const Gradients& grads, Loc loc = Loc::current()) {
     NoGradGuard no_grad;
@@ -145,6 +151,8 @@ class Optimizer {
 
   const char* name_;
   double lr_;
+  /// The f32 copy of a bf16/f16 parameter (see step()).
+  static constexpr const char* kMasterBuffer = "master";
   /// The buffer names this optimizer keeps (for load_state's checks).
   std::vector<std::string> buffers_;
   /// "<param>.<buffer>" -> value.

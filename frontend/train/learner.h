@@ -1,6 +1,7 @@
 // Learner: the training loop around a model, an optimizer and a user step function, with
-// metrics (CSV + SVG), a progress bar, checkpoints (last and best), resume, early stopping and
-// a NaN/Inf guard. docs/training.md ("Learner and checkpoints") describes the design.
+// metrics (CSV + SVG), a progress bar, checkpoints (last and best), resume, early stopping,
+// a NaN/Inf guard and mixed precision (LearnerConfig::with_precision). docs/training.md ("Learner
+// and checkpoints") describes the design.
 //
 //   auto step = [](Mlp<Cpu>& model, const Batch& batch) {
 //     auto logits = model.forward(batch.images);
@@ -61,6 +62,8 @@
 #include <utility>
 #include <vector>
 
+#include "frontend/amp/autocast.h"
+#include "frontend/amp/grad_scaler.h"
 #include "frontend/autograd.h"
 #include "frontend/optim/optimizer.h"
 #include "frontend/optim/scheduler.h"
@@ -112,6 +115,10 @@ struct LearnerConfig {
   std::ostream* summary_stream = &std::cout;
   /// Data-parallel training over these collectives (null: one process).
   std::shared_ptr<const DataParallel> data_parallel;
+  /// What the step function computes in (with_precision).
+  amp::Precision precision = amp::Precision::kF32;
+  /// The loss scaling of amp::Precision::kF16.
+  amp::GradScalerConfig grad_scaler;
 
   LearnerConfig with_epochs(int64_t n) const {
     auto c = *this;
@@ -165,6 +172,17 @@ struct LearnerConfig {
     c.data_parallel = std::move(collectives);
     return c;
   }
+  /// Mixed precision (docs/training.md, "Mixed precision"): kBF16 and kF16 run the step
+  /// function, in training and validation, under amp::AutocastGuard of that dtype, with the
+  /// parameters kept f32; kF16 also scales the loss dynamically (amp::GradScaler with `scaler`,
+  /// its state kept in checkpoints), skips the steps whose gradients overflow, and logs the
+  /// epoch's "loss_scale" and "skipped_steps" with the train metrics.
+  LearnerConfig with_precision(amp::Precision p, amp::GradScalerConfig scaler = {}) const {
+    auto c = *this;
+    c.precision = p;
+    c.grad_scaler = scaler;
+    return c;
+  }
 };
 
 struct FitResult {
@@ -185,7 +203,9 @@ class Learner {
         step_fn_(std::move(step)),
         config_(std::move(config)),
         monitor_(config_.early_stopping.value_or(
-            EarlyStoppingConfig().with_mode(config_.monitor_mode).with_patience(INT64_MAX))) {}
+            EarlyStoppingConfig().with_mode(config_.monitor_mode).with_patience(INT64_MAX))) {
+    if (config_.precision == amp::Precision::kF16) scaler_ = config_.grad_scaler.init();
+  }
 
   /// Trains up to `epochs` (total, counting epochs before a resume; default config.epochs).
   /// After each epoch: logs train and valid loss/accuracy, writes metrics.csv/svg, saves
@@ -227,10 +247,13 @@ class Learner {
   }
   int64_t epoch() const { return epoch_; }
   int64_t step() const { return step_; }
+  /// The loss scaler of amp::Precision::kF16 (its scale and skipped steps); null otherwise.
+  const amp::GradScaler* grad_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
   const LearnerConfig& config() const { return config_; }
 
  private:
   static constexpr std::string_view kStopPrefix = "early_stopping.";
+  static constexpr std::string_view kScalerPrefix = "grad_scaler.";
 
   const DataParallel* dp() const { return config_.data_parallel.get(); }
   // Rank 0 (or the only process) prints and writes files.
@@ -438,11 +461,13 @@ class Learner {
     if (ckpt.rng_state) manual_seed(*ckpt.rng_state);
     epoch_ = ckpt.epoch.value_or(0);
     step_ = ckpt.step.value_or(0);
-    std::map<std::string, std::string> stop_state;
+    std::map<std::string, std::string> stop_state, scaler_state;
     for (const auto& [key, value] : ckpt.user) {
       if (key.starts_with(kStopPrefix)) stop_state[key.substr(kStopPrefix.size())] = value;
+      if (key.starts_with(kScalerPrefix)) scaler_state[key.substr(kScalerPrefix.size())] = value;
     }
     if (!stop_state.empty()) monitor_.load_state(stop_state, loc);
+    if (scaler_ && !scaler_state.empty()) scaler_->load_state(scaler_state, loc);
     if (dp() == nullptr) {
       if (!config_.checkpoint_dir.empty()) {
         metrics_ = MetricsLogger::Resume(path("metrics.csv"), epoch_, loc);
@@ -536,16 +561,25 @@ class Learner {
         return (loader);
       }
     }();
+    const int64_t skipped_before = scaler_ ? scaler_->skipped_steps() : 0;
     for (auto&& batch : batches) {
-      auto out = step_fn_(model_, batch);
+      auto out = [&] {
+        amp::AutocastGuard autocast(amp::AutocastDTypeOf(config_.precision));
+        return step_fn_(model_, batch);
+      }();
       double loss = 0;   // this rank's
       double shown = 0;  // what the progress bar shows
       if (training) {
         ++step_;
         {
-          auto gradients = Policy::backward(out.loss, loc);
+          auto gradients =
+              Policy::backward(scaler_ ? scaler_->scale(out.loss, loc) : out.loss, loc);
           if (dp() != nullptr) all_reduce_gradients(gradients, out, loc);
-          optimizer_.step(model_, gradients);
+          if (scaler_) {
+            scaled_step(gradients, out, loc);
+          } else {
+            optimizer_.step(model_, gradients);
+          }
         }
         // Neither the gradients (which hold the old parameters) nor the loss's and logits' tapes
         // outlive the update, so the old parameters and optimizer state are observable by nothing
@@ -600,6 +634,12 @@ class Learner {
     if (dp() != nullptr) dp()->all_reduce_sum(sums, loc);
     if (sums[1] > 0) metrics_->log(epoch, step_, split, "loss", sums[0] / sums[1]);
     if (sums[3] > 0) metrics_->log(epoch, step_, split, "accuracy", sums[2] / sums[3]);
+    if (training && scaler_) {
+      // Every rank skips the same steps (the gradients are averaged before the check).
+      metrics_->log(epoch, step_, split, "loss_scale", scaler_->scale());
+      metrics_->log(epoch, step_, split, "skipped_steps",
+                    static_cast<double>(scaler_->skipped_steps() - skipped_before));
+    }
     for (size_t i = 0; i < top_k.size(); ++i) {
       const double correct = sums[4 + 2 * i], count = sums[5 + 2 * i];
       if (count > 0) {
@@ -623,6 +663,21 @@ class Learner {
       detail::ThrowStatus(absl::FailedPreconditionError(
                               "Learner: data-parallel training averages kiln::Gradients; this "
                               "Policy's backward() returns another type"),
+                          loc);
+    }
+  }
+
+  // The kF16 optimizer step: unscale, check, then step or skip (amp::GradScaler::step).
+  template <class Grads, class Out>
+  void scaled_step(Grads& grads, const Out& out, const std::source_location& loc) {
+    if constexpr (std::is_same_v<Grads, Gradients>) {
+      std::vector<detail::TensorRef> also{out.loss.ref()};
+      if (out.logits) also.push_back(out.logits->ref());
+      scaler_->step(optimizer_, model_, grads, also, loc);
+    } else {
+      detail::ThrowStatus(absl::FailedPreconditionError(
+                              "Learner: f16 loss scaling unscales kiln::Gradients; this Policy's "
+                              "backward() returns another type"),
                           loc);
     }
   }
@@ -679,6 +734,11 @@ class Learner {
     for (const auto& [key, value] : monitor_.state()) {
       ckpt.user[std::string(kStopPrefix) + key] = value;
     }
+    if (scaler_) {
+      for (const auto& [key, value] : scaler_->state()) {
+        ckpt.user[std::string(kScalerPrefix) + key] = value;
+      }
+    }
     save_checkpoint(file, model_, ckpt, loc);
   }
 
@@ -691,6 +751,8 @@ class Learner {
   // Follows the monitored value: early stopping when configured, otherwise only "best".
   EarlyStopping monitor_;
   std::optional<MetricsLogger> metrics_;
+  // Set for amp::Precision::kF16.
+  std::optional<amp::GradScaler> scaler_;
   int64_t epoch_ = 0;
   int64_t step_ = 0;
   // Set just before throwing an error that every rank throws (see collectively()).

@@ -131,6 +131,32 @@ TEST(AotTest, TracedModuleThroughTheCApi) {
   for (size_t i = 0; i < y.size(); ++i) EXPECT_FLOAT_EQ(y[i], expected[i]) << i;
 }
 
+// A module traced under bf16 autocast: its matmuls are bf16 GEMM steps in the blob (the f32
+// micro-kernels on widened operands), and the blob gives the JIT's bits.
+TEST(AotTest, AutocastModuleCompilesToABlobWithTheJitsBits) {
+  using B = Cpu;
+  manual_seed(4);
+  B::Device device;
+  SmallMlp<B> model{nn::LinearConfig(20, 16).init<B>(device),
+                    nn::LinearConfig(16, 5).init<B>(device)};
+  std::vector<float> xs(8 * 20);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 11) * 0.2f - 1.0f;
+  auto x = Tensor<B, 2>::from_vector(xs, {8, 20}, device);
+  amp::AutocastGuard autocast(ir::DType::kBF16);
+  TracedGraph traced = trace(model, x);
+  ASSERT_EQ(traced.graph.outputs().size(), 1u);
+  aot::CompileOptions options;
+  options.weights = traced.weights;
+  absl::StatusOr<std::string> blob = aot::Compile(traced.graph, options);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  absl::StatusOr<std::unique_ptr<Model>> loaded = Model::LoadMemory(Bytes(*blob));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->signature().outputs[0].dtype, "bf16");
+  const std::vector<ir::TensorData> out = RunBlob(**loaded, {x.into_data()});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0] == model.forward(x).into_data());
+}
+
 TEST(AotTest, TracedFunctionWithCapturedTensorAndTwoOutputs) {
   using B = Cpu;
   B::Device device;

@@ -320,3 +320,90 @@ TEST(Learner, NanGuardStopsADivergingRun) {
 
 }  // namespace
 }  // namespace kiln::testing
+
+namespace kiln::testing {
+namespace {
+
+// The step function of the precision tests: AutogradStep, noting the dtype its product had.
+ir::DType& SeenDType() {
+  static ir::DType dtype = ir::DType::kF32;
+  return dtype;
+}
+StepOutput<B> NotingStep(Regressor<B>& model, const Batch& batch) {
+  const TF<2> pred = model.fc.forward(batch.x);
+  SeenDType() = pred.dtype();
+  return StepOutput<B>{pred.sub(batch.y).square().mean(), pred, batch.labels};
+}
+
+// bf16 autocast trains the regression as f32 does, within bf16's resolution, and the
+// parameters stay f32.
+TEST(LearnerPrecision, Bf16AutocastsTheStepAndTrainsLikeF32) {
+  const std::vector<Batch> train = MakeBatches(4, 700);
+  const std::vector<Batch> valid = MakeBatches(2, 701);
+  const auto config = LearnerConfig().with_progress(false).with_summary(nullptr);
+  std::vector<double> losses[2];
+  for (amp::Precision precision : {amp::Precision::kF32, amp::Precision::kBF16}) {
+    Regressor<B> model = MakeModel();
+    model.visit([](const std::string&, auto& t) { t.require_grad(); });
+    optim::Sgd sgd = optim::SgdConfig().with_lr(0.05).init();
+    Learner learner(model, sgd, &NotingStep, config.with_precision(precision));
+    learner.fit(train, valid, 4);
+    EXPECT_EQ(SeenDType(), precision == amp::Precision::kF32 ? ir::DType::kF32 : ir::DType::kBF16);
+    EXPECT_EQ(model.fc.weight.dtype(), ir::DType::kF32);
+    EXPECT_EQ(learner.grad_scaler(), nullptr);
+    losses[precision == amp::Precision::kBF16] = Values(learner.records(), "valid", "loss");
+  }
+  ASSERT_EQ(losses[1].size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_NEAR(losses[1][i], losses[0][i], 0.02 * losses[0][0]) << i;
+    if (i > 0) EXPECT_LT(losses[1][i], losses[1][i - 1]) << i;
+  }
+}
+
+// f16 with a first scale so large that the f16 backward pass overflows: those steps are
+// skipped and the scale halves until the gradients fit; then training proceeds. The scale, its
+// growth tracker and the skip count are logged and survive a resume.
+TEST(LearnerPrecision, F16ScalesTheLossSkipsOverflowsAndResumes) {
+  const std::vector<Batch> train = MakeBatches(4, 800);
+  const std::vector<Batch> valid = MakeBatches(2, 801);
+  const std::string dir = TempDir("f16");
+  const auto scaling =
+      amp::GradScalerConfig().with_init_scale(std::ldexp(1.0, 24)).with_growth_interval(5);
+  const auto config = LearnerConfig()
+                          .with_progress(false)
+                          .with_summary(nullptr)
+                          .with_checkpoint_dir(dir)
+                          .with_precision(amp::Precision::kF16, scaling);
+  Regressor<B> model = MakeModel();
+  model.visit([](const std::string&, auto& t) { t.require_grad(); });
+  optim::Sgd sgd = optim::SgdConfig().with_lr(0.05).init();
+  Learner learner(model, sgd, &NotingStep, config);
+  learner.fit(train, valid, 3);
+  EXPECT_EQ(SeenDType(), ir::DType::kF16);
+  ASSERT_NE(learner.grad_scaler(), nullptr);
+  const amp::GradScaler& scaler = *learner.grad_scaler();
+  EXPECT_GE(scaler.skipped_steps(), 1);
+  EXPECT_LT(scaler.scale(), std::ldexp(1.0, 24));
+  const std::vector<double> skipped = Values(learner.records(), "train", "skipped_steps");
+  const std::vector<double> scales = Values(learner.records(), "train", "loss_scale");
+  ASSERT_EQ(skipped.size(), 3u);
+  ASSERT_EQ(scales.size(), 3u);
+  EXPECT_EQ(skipped[0] + skipped[1] + skipped[2], static_cast<double>(scaler.skipped_steps()));
+  EXPECT_EQ(scales[2], scaler.scale());
+  EXPECT_EQ(sgd.state().values.at("fc.weight.step"),
+            std::to_string(learner.step() - scaler.skipped_steps()));
+  const std::vector<double> valid_loss = Values(learner.records(), "valid", "loss");
+  EXPECT_LT(valid_loss.back(), valid_loss.front());
+
+  Regressor<B> resumed = MakeModel();
+  resumed.visit([](const std::string&, auto& t) { t.require_grad(); });
+  optim::Sgd resumed_sgd = optim::SgdConfig().with_lr(0.05).init();
+  Learner again(resumed, resumed_sgd, &NotingStep, config);
+  ASSERT_TRUE(again.resume());
+  EXPECT_EQ(again.grad_scaler()->scale(), scaler.scale());
+  EXPECT_EQ(again.grad_scaler()->skipped_steps(), scaler.skipped_steps());
+  EXPECT_EQ(again.grad_scaler()->growth_tracker(), scaler.growth_tracker());
+}
+
+}  // namespace
+}  // namespace kiln::testing
