@@ -86,12 +86,17 @@ struct SmallMlp {
   }
 };
 
+SmallMlp<Cpu> MakeSmallMlp(uint64_t seed) {
+  manual_seed(seed);
+  const Cpu::Device device;
+  return SmallMlp<Cpu>{nn::LinearConfig(20, 16).init<Cpu>(device),
+                       nn::LinearConfig(16, 5).init<Cpu>(device)};
+}
+
 TEST(AotTest, TracedModuleThroughTheCApi) {
   using B = Cpu;
-  manual_seed(3);
   B::Device device;
-  SmallMlp<B> model{nn::LinearConfig(20, 16).init<B>(device),
-                    nn::LinearConfig(16, 5).init<B>(device)};
+  SmallMlp<B> model = MakeSmallMlp(3);
   std::vector<float> xs(4 * 20);
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 7) * 0.25f - 0.5f;
   auto x = Tensor<B, 2>::from_vector(xs, {4, 20}, device);
@@ -135,10 +140,8 @@ TEST(AotTest, TracedModuleThroughTheCApi) {
 // micro-kernels on widened operands), and the blob gives the JIT's bits.
 TEST(AotTest, AutocastModuleCompilesToABlobWithTheJitsBits) {
   using B = Cpu;
-  manual_seed(4);
   B::Device device;
-  SmallMlp<B> model{nn::LinearConfig(20, 16).init<B>(device),
-                    nn::LinearConfig(16, 5).init<B>(device)};
+  SmallMlp<B> model = MakeSmallMlp(4);
   std::vector<float> xs(8 * 20);
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 11) * 0.2f - 1.0f;
   auto x = Tensor<B, 2>::from_vector(xs, {8, 20}, device);
