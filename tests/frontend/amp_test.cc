@@ -228,7 +228,9 @@ TEST(GradScaler, SkipsOverflowingStepsAndAdaptsTheScale) {
     const bool stepped = scaler.step(sgd, model, grads);
     const std::optional<TF<1>> unscaled = w.grad(grads);
     EXPECT_TRUE(unscaled.has_value());
-    if (stepped && unscaled) EXPECT_EQ(unscaled->to_vector<float>(), input.to_vector<float>());
+    if (stepped && unscaled) {
+      EXPECT_EQ(unscaled->to_vector<float>(), input.to_vector<float>());
+    }
     return stepped;
   };
   const TF<0> loss = model.w.mul(x).sum();
