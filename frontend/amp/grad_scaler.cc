@@ -1,11 +1,11 @@
 #include "frontend/amp/grad_scaler.h"
 
 #include <cmath>
-#include <limits>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/float_limits.h"
 #include "frontend/error.h"
 #include "frontend/ops_internal.h"
 #include "frontend/tensor_ops.h"
@@ -17,20 +17,6 @@ namespace kd = kiln::detail;
 
 [[noreturn]] void ThrowConfig(const std::string& message, const std::source_location& loc) {
   kd::ThrowOpError("GradScaler", message, {}, loc);
-}
-
-// The largest finite value of a float dtype: |g| <= it is false for inf and NaN alike.
-double LargestFinite(ir::DType dtype) {
-  switch (dtype) {
-    case ir::DType::kF64:
-      return std::numeric_limits<double>::max();
-    case ir::DType::kBF16:
-      return base::BFloat16ToFloat(0x7f7f);
-    case ir::DType::kF16:
-      return 65504.0;
-    default:
-      return std::numeric_limits<float>::max();
-  }
 }
 
 }  // namespace
@@ -98,7 +84,7 @@ bool GradScaler::unscale(const std::vector<std::string>& names,
     const kd::TensorRef finite =
         kd::Reduce(kd::Reduction::kAll,
                    kd::BinaryScalar(ir::Op::kLe, kd::Unary(ir::Op::kAbs, gradients[i], loc),
-                                    LargestFinite(type.dtype), false, op, loc),
+                                    base::LargestFinite(type.dtype), false, op, loc),
                    {}, true, false, false, loc);
     all_finite =
         all_finite == nullptr ? finite : kd::Binary(ir::Op::kAnd, all_finite, finite, op, loc);

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/float_limits.h"
 #include "ir/dtype.h"
 #include "ir/ops.h"
 #include "ir/verifier.h"
@@ -240,24 +241,12 @@ int Mantissa(DType d) {
       return 53;
   }
 }
-double MaxFinite(DType d) {
-  switch (d) {
-    case DType::kF16:
-      return 65504.0;
-    case DType::kBF16:
-      return static_cast<double>(ir::BFloat16ToFloat(0x7f7f));
-    case DType::kF32:
-      return std::numeric_limits<float>::max();
-    default:
-      return std::numeric_limits<double>::max();
-  }
-}
 
 // The largest value of float dtype `f` that is <= `hi` (a positive integer bound 2^b - 1 or 255).
 double LargestBelow(double hi, DType f) {
   const int b = static_cast<int>(std::ceil(std::log2(hi + 1)));
   double v = b <= Mantissa(f) ? hi : std::ldexp(1.0, b) - std::ldexp(1.0, b - Mantissa(f));
-  return std::min(v, MaxFinite(f));
+  return std::min(v, base::LargestFinite(f));
 }
 
 // ---- The exporter -----------------------------------------------------------------------------
@@ -432,7 +421,7 @@ std::string Exporter::IrCast(const std::string& x, DType from, DType to, std::st
   // Float → integer: clip to the largest in-range values the source dtype can hold, cast
   // (truncates toward zero), then saturate what lay beyond them and map NaN to 0.
   const double hi_r = LargestBelow(hi_to, from);
-  const double lo_r = lo_to == 0 ? 0.0 : std::max(lo_to, -MaxFinite(from));
+  const double lo_r = lo_to == 0 ? 0.0 : std::max(lo_to, -base::LargestFinite(from));
   const std::string clipped = Node("Clip", {x, Scalar(from, lo_r), Scalar(from, hi_r)});
   std::string v = RawCast(clipped, from, to);
   auto int_const = [&](double value) {

@@ -604,9 +604,7 @@ class Learner {
           agreed_ = false;
         }
       } else {
-        std::vector<detail::TensorRef> refs{out.loss.ref()};
-        if (out.logits) refs.push_back(out.logits->ref());
-        detail::Realize(refs, loc);
+        detail::Realize(LossAndLogits(out), loc);
         loss = static_cast<double>(out.loss.item(loc));
         shown = loss;
       }
@@ -655,9 +653,7 @@ class Learner {
       std::vector<detail::TensorRef> params;
       model_.visit([&params](const std::string&, const auto& t) { params.push_back(t.ref()); });
       // The loss and logits are realized with the gradients: the forward pass runs once.
-      std::vector<detail::TensorRef> also{out.loss.ref()};
-      if (out.logits) also.push_back(out.logits->ref());
-      dp()->all_reduce_gradients(params, grads, also, loc);
+      dp()->all_reduce_gradients(params, grads, LossAndLogits(out), loc);
     } else {
       agreed_ = true;
       detail::ThrowStatus(absl::FailedPreconditionError(
@@ -671,9 +667,7 @@ class Learner {
   template <class Grads, class Out>
   void scaled_step(Grads& grads, const Out& out, const std::source_location& loc) {
     if constexpr (std::is_same_v<Grads, Gradients>) {
-      std::vector<detail::TensorRef> also{out.loss.ref()};
-      if (out.logits) also.push_back(out.logits->ref());
-      scaler_->step(optimizer_, model_, grads, also, loc);
+      scaler_->step(optimizer_, model_, grads, LossAndLogits(out), loc);
     } else {
       detail::ThrowStatus(absl::FailedPreconditionError(
                               "Learner: f16 loss scaling unscales kiln::Gradients; this Policy's "
@@ -696,9 +690,16 @@ class Learner {
   template <class Out>
   void realize_step(const Out& out, const std::source_location& loc) {
     std::vector<detail::TensorRef> refs = optim::step_tensors(model_, optimizer_);
-    refs.push_back(out.loss.ref());
-    if (out.logits) refs.push_back(out.logits->ref());
+    for (detail::TensorRef& ref : LossAndLogits(out)) refs.push_back(std::move(ref));
     detail::Realize(refs, loc);
+  }
+
+  // The step's loss and, when it gave them, its logits.
+  template <class Out>
+  static std::vector<detail::TensorRef> LossAndLogits(const Out& out) {
+    std::vector<detail::TensorRef> refs{out.loss.ref()};
+    if (out.logits) refs.push_back(out.logits->ref());
+    return refs;
   }
 
   // "epoch 2/5  train loss 0.4123 accuracy 0.8512 | valid loss 0.4410 accuracy 0.8420  3.1 s".
