@@ -606,6 +606,8 @@ absl::StatusOr<std::vector<ir::NodeId>> Importer::Broadcasted(std::vector<ir::No
 
 // ---- Importer: the model ---------------------------------------------------------------------
 
+namespace {
+// What a value of this type is, for errors about values that are not tensors.
 std::string TypeKindName(const ::onnx::TypeProto& type) {
   switch (type.value_case()) {
     case ::onnx::TypeProto::kTensorType:
@@ -622,6 +624,7 @@ std::string TypeKindName(const ::onnx::TypeProto& type) {
       return "untyped";
   }
 }
+}  // namespace
 
 absl::Status Importer::DefineInputs(const ::onnx::GraphProto& graph) {
   for (const auto& [name, shape] : options_.input_shapes) {

@@ -151,10 +151,6 @@ class Importer {
   std::unique_ptr<ExternalDataSource> external_;
 };
 
-/// What a value of this type is, for errors about values that are not tensors: "a tensor",
-/// "a sequence", "an optional", "a map", "a sparse tensor" or "untyped".
-std::string TypeKindName(const ::onnx::TypeProto& type);
-
 /// "node 'conv1' (Conv)" or "node #3 (Conv)" for an unnamed node.
 std::string Describe(const ::onnx::NodeProto& node, int index = -1);
 

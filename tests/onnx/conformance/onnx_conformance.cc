@@ -54,7 +54,6 @@
 #include "absl/status/statusor.h"
 #include "codegen/cpu/graph_compiler.h"
 #include "frontend/onnx/import.h"
-#include "frontend/onnx/import_internal.h"  // TypeKindName
 #include "ir/interpreter.h"
 #include "ir/tensor_data.h"
 #include "onnx/onnx_pb.h"
@@ -97,16 +96,20 @@ std::string OneLine(std::string s, size_t max = 400) {
 }
 
 // "input 0 ('opt_in') is an optional, not a tensor: its test data input_0.pb is an OptionalProto,
-// and kiln reads tensors only".
+// and kiln reads tensors only" (the importer names the type the same way).
 std::string NotATensor(const std::string& what, size_t index, const ::onnx::ValueInfoProto& vi) {
-  const std::string kind = kiln::onnx::internal::TypeKindName(vi.type());
-  static const std::map<std::string, std::string> kProto = {{"a sequence", "a SequenceProto"},
-                                                            {"an optional", "an OptionalProto"},
-                                                            {"a map", "a MapProto"}};
-  auto proto = kProto.find(kind);
-  return what + " " + std::to_string(index) + " ('" + vi.name() + "') is " + kind +
-         ", not a tensor: its test data " + what + "_" + std::to_string(index) + ".pb is " +
-         (proto == kProto.end() ? "not a TensorProto" : proto->second) +
+  using T = ::onnx::TypeProto;
+  static const std::map<T::ValueCase, std::pair<std::string, std::string>> kKinds = {
+      {T::kSequenceType, {"a sequence", "a SequenceProto"}},
+      {T::kOptionalType, {"an optional", "an OptionalProto"}},
+      {T::kMapType, {"a map", "a MapProto"}},
+      {T::kSparseTensorType, {"a sparse tensor", "a SparseTensorProto"}}};
+  auto kind = kKinds.find(vi.type().value_case());
+  const auto [type, proto] =
+      kind == kKinds.end() ? std::pair<std::string, std::string>{"untyped", "not a TensorProto"}
+                           : kind->second;
+  return what + " " + std::to_string(index) + " ('" + vi.name() + "') is " + type +
+         ", not a tensor: its test data " + what + "_" + std::to_string(index) + ".pb is " + proto +
          ", and kiln reads tensors only";
 }
 
