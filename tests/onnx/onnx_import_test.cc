@@ -385,6 +385,21 @@ TEST(OnnxImport, SupportedOperatorsAreTheImportersTable) {
   }
 }
 
+// README.md and docs/onnx.md state the number of supported operators; they must state this one.
+// (The docs are not in Bazel's runfiles of this test: there it skips.)
+TEST(OnnxImport, DocsStateTheNumberOfSupportedOperators) {
+  const std::string count = std::to_string(SupportedOperators().size());
+  for (const auto& [path, phrase] :
+       {std::pair<std::string, std::string>{"README.md", "mean the same; " + count + " operators)"},
+        {"docs/onnx.md", "\n" + count + " operators. \"in\" = "}}) {
+    std::ifstream in(path);
+    if (!in) GTEST_SKIP() << path << " is not in this test's files (Bazel)";
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_THAT(text.str(), HasSubstr(phrase)) << path;
+  }
+}
+
 TEST(OnnxErrors, MissingAndUndefinedInputsNameTheNode) {
   auto m = Model();
   AddNode(m, "Add", "add1", {"x", "nowhere"}, {"y"});

@@ -5,6 +5,7 @@
 #include "frontend/text/wordpiece.h"
 
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,16 @@ TEST(WordPiece, MatchesHuggingFaceOnTheFixture) {
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_EQ(tok->vocab_size(), 30522);
   ExpectMatchesFixture(*tok);
+}
+
+// docs/text.md states how many sentences the fixture has. (Not in Bazel's runfiles: skips.)
+TEST(WordPiece, DocsStateTheNumberOfFixtureSentences) {
+  std::ifstream in("docs/text.md");
+  if (!in) GTEST_SKIP() << "docs/text.md is not in this test's files (Bazel)";
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("`WordPiece.*`: " + std::to_string(Cases().size()) + " sentences"),
+            std::string::npos);
 }
 
 TEST(WordPiece, MatchesHuggingFaceWithTheModelsVocab) {
