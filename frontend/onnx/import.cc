@@ -366,7 +366,8 @@ std::optional<ir::TensorData> Importer::KnownValue(ir::NodeId id) {
   return std::nullopt;
 }
 
-absl::StatusOr<ir::TensorData> Importer::ConstInput(const ::onnx::NodeProto& node, int i) {
+absl::StatusOr<ir::TensorData> Importer::ConstInput(const ::onnx::NodeProto& node, int i,
+                                                    const std::string& why) {
   if (!HasInput(node, i)) {
     return absl::InvalidArgumentError(absl::StrCat("input ", i, " is missing"));
   }
@@ -377,10 +378,54 @@ absl::StatusOr<ir::TensorData> Importer::ConstInput(const ::onnx::NodeProto& nod
   absl::StatusOr<ir::NodeId> id = Input(node, i);
   if (!id.ok()) return id.status();
   if (std::optional<ir::TensorData> v = KnownValue(*id)) return *std::move(v);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "input ", i, " ('", name,
-      "') must be known at import time (kiln compiles static shapes), but it depends on a model "
-      "input"));
+  return NotKnownAtImport(node, i, *id, why);
+}
+
+absl::Status Importer::NotKnownAtImport(const ::onnx::NodeProto& node, int i, ir::NodeId id,
+                                        const std::string& why) const {
+  // The parameters the value is computed from: the model inputs (and weights) to name, so that
+  // a user (or a test harness that freezes inputs) knows which values would have to be fixed.
+  const ir::Graph& g = b_.graph();
+  std::vector<bool> seen(static_cast<size_t>(g.num_nodes()), false);
+  std::vector<ir::NodeId> stack = {id};
+  std::set<ir::NodeId> params;
+  while (!stack.empty()) {
+    const ir::NodeId at = stack.back();
+    stack.pop_back();
+    if (at < 0 || at >= g.num_nodes() || seen[static_cast<size_t>(at)]) continue;
+    seen[static_cast<size_t>(at)] = true;
+    const ir::Node& n = g.node(at);
+    if (n.op == ir::Op::kParameter) params.insert(at);
+    stack.insert(stack.end(), n.inputs.begin(), n.inputs.end());
+  }
+  auto quoted = [&](bool inputs) {
+    std::vector<std::string> names;
+    for (ir::NodeId p : params) {
+      const bool is_input =
+          std::find(input_params_.begin(), input_params_.end(), p) != input_params_.end();
+      if (is_input == inputs) names.push_back(absl::StrCat("'", g.node(p).attrs.name, "'"));
+    }
+    return names;
+  };
+  const std::vector<std::string> inputs = quoted(true), weights = quoted(false);
+  std::string from;
+  if (!inputs.empty()) {
+    absl::StrAppend(&from, "depends on the model input", inputs.size() > 1 ? "s " : " ",
+                    absl::StrJoin(inputs, ", "));
+  }
+  if (!weights.empty()) {
+    absl::StrAppend(&from, from.empty() ? "depends on " : " and ", "the weight",
+                    weights.size() > 1 ? "s " : " ", absl::StrJoin(weights, ", "),
+                    " (graph parameters under ImportOptions::weights_as_parameters)");
+  }
+  if (from.empty()) {
+    from = absl::StrCat("is not folded at import time (folding skips results over ", kFoldLimit,
+                        " elements and large broadcasts and contractions)");
+  }
+  return absl::UnimplementedError(
+      absl::StrCat("input ", i, " ('", node.input(i),
+                   "') must be known at import time (kiln compiles static shapes), but it ", from,
+                   why.empty() ? "" : "; ", why));
 }
 
 absl::StatusOr<std::vector<int64_t>> Importer::ConstInts(const ::onnx::NodeProto& node, int i) {
@@ -561,6 +606,26 @@ absl::StatusOr<std::vector<ir::NodeId>> Importer::Broadcasted(std::vector<ir::No
 
 // ---- Importer: the model ---------------------------------------------------------------------
 
+namespace {
+// What a value of this type is, for errors about values that are not tensors.
+std::string TypeKindName(const ::onnx::TypeProto& type) {
+  switch (type.value_case()) {
+    case ::onnx::TypeProto::kTensorType:
+      return "a tensor";
+    case ::onnx::TypeProto::kSequenceType:
+      return "a sequence";
+    case ::onnx::TypeProto::kOptionalType:
+      return "an optional";
+    case ::onnx::TypeProto::kMapType:
+      return "a map";
+    case ::onnx::TypeProto::kSparseTensorType:
+      return "a sparse tensor";
+    default:
+      return "untyped";
+  }
+}
+}  // namespace
+
 absl::Status Importer::DefineInputs(const ::onnx::GraphProto& graph) {
   for (const auto& [name, shape] : options_.input_shapes) {
     bool found = false;
@@ -577,7 +642,10 @@ absl::Status Importer::DefineInputs(const ::onnx::GraphProto& graph) {
     const std::string what = absl::StrCat("input '", vi.name(), "'");
     if (vi.name().empty()) return Invalid("graph input", "has no name");
     if (!names.insert(vi.name()).second) return Invalid(what, "is declared twice");
-    if (!vi.type().has_tensor_type()) return Invalid(what, "is not a tensor");
+    if (!vi.type().has_tensor_type()) {
+      return Invalid(what, absl::StrCat("is ", TypeKindName(vi.type()),
+                                        ", not a tensor (kiln imports tensor inputs only)"));
+    }
     const auto& tt = vi.type().tensor_type();
     absl::StatusOr<ir::DType> dtype = HeldDTypeFromOnnx(tt.elem_type(), what);
     if (!dtype.ok()) return dtype.status();
