@@ -20,7 +20,8 @@
 // data loader's batch is. Before timing, two steps run on kiln::Cpu and on kiln::Reference (the
 // interpreter) from the same seed, and their losses and updated parameters must agree; a third
 // warm-up step reaches the cache-hit path, and the benchmark fails if a timed step recompiles.
-// real/infer/... is the same MLP's forward on one sample realized under NoGradGuard.
+// real/infer/... is the same MLP's forward on one sample (b1) or a batch of 256 (b256) realized
+// under NoGradGuard.
 //
 // diag/kernel_only/<name> (not targets, diagnostics): the same graph compiled once and run
 // through runtime::Executable::Run into output buffers allocated once, so the time is the
@@ -503,21 +504,22 @@ void BM_RealCnnTrainStepBf16(benchmark::State& state) {
   RunFrontendTrain<FrontendCnn>(state, 64, kiln::amp::Precision::kBF16);
 }
 
-// Batch-1 inference: forward + realize under NoGradGuard, checked against the interpreter.
+// Inference of kBatch samples: forward + realize under NoGradGuard, checked against the
+// interpreter.
+template <int64_t kBatch>
 void BM_RealMlpInference(benchmark::State& state) {
   try {
     kiln::NoGradGuard no_grad;
-    const std::vector<float> sample = RandomValues(784, 12, -0.81f, 2.02f);
+    const std::vector<float> sample = RandomValues(kBatch * 784, 12, -0.81f, 2.02f);
     kiln::manual_seed(0);
     const auto reference = FrontendMlp<kiln::Reference>::Make();
     kiln::manual_seed(0);
     const auto model = FrontendMlp<B>::Make();
-    const auto x = Tensor2::from_vector(sample, {int64_t{1}, int64_t{784}}, B::Device{});
-    const ir::TensorData want =
-        reference
-            .forward(kiln::Tensor<kiln::Reference, 2>::from_vector(
-                sample, {int64_t{1}, int64_t{784}}, kiln::Reference::Device{}))
-            .into_data();
+    const auto x = Tensor2::from_vector(sample, {kBatch, int64_t{784}}, B::Device{});
+    const ir::TensorData want = reference
+                                    .forward(kiln::Tensor<kiln::Reference, 2>::from_vector(
+                                        sample, {kBatch, int64_t{784}}, kiln::Reference::Device{}))
+                                    .into_data();
     const ir::TensorData got = model.forward(x).into_data();
     if (const std::string problem = CompareParameters({got}, {want}); !problem.empty()) {
       state.SkipWithError(("wrong logits: " + problem).c_str());
@@ -680,8 +682,12 @@ BENCHMARK(BM_RealMlpTrainStep)
     ->Name("real/train/mlp_step/784-512-256-10/b128")
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_RealMlpInference)
+BENCHMARK(BM_RealMlpInference<1>)
     ->Name("real/infer/mlp/784-512-256-10/b1")
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RealMlpInference<256>)
+    ->Name("real/infer/mlp/784-512-256-10/b256")
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_RealCnnTrainStep)
