@@ -358,10 +358,19 @@ def jax_rows(options, results):
     import jax
     import jax.numpy as jnp
 
+    # Linear weights in JAX's own layout, [in, out] (flax.linen.Dense's kernel), so that a layer
+    # is x @ W: as nn.Linear's [out, in] they cost XLA a transposing copy of W per call when W is
+    # an argument (batch-1 inference took about 3 times as long here).
+    def to_jax(params):
+        return [jnp.asarray(p.T if p.ndim == 2 else p) for p in params]
+
+    def from_jax(params):
+        return [np.asarray(p).T if p.ndim == 2 else np.asarray(p) for p in params]
+
     def mlp_apply(params, x):
         h = x.reshape(x.shape[0], -1)
         for i in range(0, len(params), 2):
-            h = h @ params[i].T + params[i + 1]
+            h = h @ params[i] + params[i + 1]
             if i + 2 < len(params):
                 h = jax.nn.relu(h)
         return h
@@ -379,8 +388,8 @@ def jax_rows(options, results):
         w1, b1, w2, b2, w3, b3, w4, b4 = params
         h = pool(jax.nn.relu(conv(images[:, None], w1, b1)))
         h = pool(jax.nn.relu(conv(h, w2, b2)))
-        h = jax.nn.relu(h.reshape(h.shape[0], -1) @ w3.T + b3)
-        return h @ w4.T + b4
+        h = jax.nn.relu(h.reshape(h.shape[0], -1) @ w3 + b3)
+        return h @ w4 + b4
 
     def train_row(apply, params0, inputs, grads_fn):
         def loss_fn(params, x, labels):
@@ -398,8 +407,8 @@ def jax_rows(options, results):
         want = sgd_reference(grads_fn, params0, inputs)
 
         def build():
-            state = {"params": [jnp.asarray(p) for p in params0],
-                     "velocities": [jnp.zeros_like(jnp.asarray(p)) for p in params0]}
+            state = {"params": to_jax(params0),
+                     "velocities": [jnp.zeros_like(p) for p in to_jax(params0)]}
             x, labels = jnp.asarray(inputs[0]), jnp.asarray(inputs[1])
 
             def call():
@@ -410,8 +419,8 @@ def jax_rows(options, results):
 
             def first():
                 loss = call()
-                return check_step((loss, [np.asarray(v) for v in state["velocities"]],
-                                   [np.asarray(p) for p in state["params"]]), want)
+                return check_step((loss, from_jax(state["velocities"]),
+                                   from_jax(state["params"])), want)
 
             return first, call
 
@@ -435,7 +444,7 @@ def jax_rows(options, results):
     for batch, name in ((1, INFER_B1), (256, INFER_B256)):
         x = uniform((batch, 784), 12, IMAGE_LOW, IMAGE_HIGH)
         # The parameters are arguments (as jax.jit(model.apply)(params, x)), not constants.
-        run_row(name, function_row(mlp_apply, [mlp, x],
+        run_row(name, function_row(mlp_apply, [to_jax(mlp), x],
                                    lambda y, x=x: check_values(y, mlp_forward(mlp, x))),
                 options, results)
     elementwise_rows(function_row, lambda x: jax.nn.gelu(x, approximate=True),
