@@ -61,7 +61,10 @@ import sys
 import tempfile
 import time
 
-import numpy as np
+# numpy's float64 references run before the timing: one thread, so that no OpenBLAS pool of
+# numpy's own is left spinning beside the peer being timed.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import numpy as np  # noqa: E402 (after the variable above)
 
 from peer_common import (CNN_STEP, DISPATCH, GELU, INFER_B1, INFER_B256, MLP_STEP, SOFTMAX,
                          best_mean_seconds)
