@@ -123,11 +123,12 @@ TARGETS_18 = [
     ("cache-hit dispatch <= 10 us", DISPATCH, "max_s", None, 10e-6),
 ]
 # Every GEMM of the two training steps as kiln runs them (KILN_DUMP's executable.txt and
-# fusion.txt of real/train/*: gemm_* steps; conv_* steps are per-image GEMMs of ExecuteConv,
-# runtime/cpu/gemm.h), in gemm_vs_openblas's --shapes spelling: C[M,N] = A[M,K] B[K,N], `a` = A
-# read transposed, `t` = B read transposed, `/B` = B products (one per image). The convolutions
-# are timed on an explicit im2col matrix for both libraries, so kiln's implicit im2col gathering
-# is not in their figure (the CNN step's own time includes it).
+# fusion.txt of real/train/*: gemm_* steps; the conv_* steps are the GEMMs of RunConv in
+# runtime/cpu/gemm_conv.cc), in gemm_vs_openblas's --shapes spelling: C[M,N] = A[M,K] B[K,N],
+# `a` = A read transposed, `t` = B read transposed, `/B` = B products (one per image). The
+# convolutions are timed on explicit matrices for both libraries, so kiln's implicit im2col
+# gathering, its explicit im2col^T and col2im passes are not in their figure (the CNN step's own
+# time includes them).
 GEMM_SHAPES = [
     ("128x512x784t", "MLP fc1 forward, X W1^T"),
     ("128x256x512t", "MLP fc2 forward"),
@@ -139,9 +140,9 @@ GEMM_SHAPES = [
     ("10x256x128a", "MLP fc3 dW"),
     ("32x676x9/64", "CNN conv1 forward, W[32,9] im2col[9,676] per image"),
     ("64x121x288/64", "CNN conv2 forward"),
-    ("32x169x576/64", "CNN conv2 dX (flipped kernel on the padded dY)"),
-    ("9x64x7744t/32", "CNN conv2 dW, as im2col^T dY^T (9 outputs, depth 64*11*11)"),
-    ("9x32x43264t", "CNN conv1 dW, the same (depth 64*26*26)"),
+    ("288x121x64/64", "CNN conv2 dX as col2im: W'^T[(c, kk), o] dY[o, 121] per image"),
+    ("288x64x7744t", "CNN conv2 dW as im2col^T dY^T: 32 x 9 outputs, depth 64*11*11"),
+    ("9x32x43264t", "CNN conv1 dW, the same: 9 outputs, depth 64*26*26"),
     ("64x128x1600t", "CNN fc1 forward"),
     ("64x10x128t", "CNN fc2 forward"),
     ("64x128x10", "CNN fc2 dX"),
