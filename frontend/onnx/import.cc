@@ -921,7 +921,11 @@ absl::StatusOr<std::vector<ir::TensorData>> ImportedModel::Arguments(
   return args;
 }
 
-absl::StatusOr<ImportedModel> ImportBytes(std::string_view bytes, const ImportOptions& options) {
+namespace {
+
+absl::StatusOr<ImportedModel> ImportBytesFrom(
+    std::string_view bytes, const ImportOptions& options,
+    std::unique_ptr<internal::ExternalDataSource> source) {
   if (bytes.size() > static_cast<size_t>(INT_MAX)) {
     return absl::InvalidArgumentError("ONNX model larger than 2 GiB (protobuf's limit)");
   }
@@ -947,8 +951,14 @@ absl::StatusOr<ImportedModel> ImportBytes(std::string_view bytes, const ImportOp
         "ONNX opset ", opset, " is newer than kiln's operator table (opsets 1 to ",
         internal::NewestKnownOpset(), ", from ", internal::OperatorTableSource(), ")"));
   }
-  internal::Importer importer(options, opset);
+  internal::Importer importer(options, opset, std::move(source));
   return importer.Run(model);
+}
+
+}  // namespace
+
+absl::StatusOr<ImportedModel> ImportBytes(std::string_view bytes, const ImportOptions& options) {
+  return ImportBytesFrom(bytes, options, nullptr);
 }
 
 std::vector<std::string> SupportedOperators() {
@@ -965,13 +975,15 @@ absl::StatusOr<ImportedModel> ImportFile(const std::string& path, const ImportOp
   ss << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
   // External data locations are relative to the model file's folder (as written, not with the
-  // model's own symlink resolved, like onnx.load).
-  ImportOptions with_folder = options;
+  // model's own symlink resolved, like onnx.load). Where the model file is itself a symlink
+  // (Bazel's runfiles, the Hugging Face cache's snapshots/ -> blobs/), the folder it really lies
+  // in holds its data too, as onnxruntime allows.
+  std::unique_ptr<internal::ExternalDataSource> source;
   if (options.external_data_dir.empty() && options.external_data_files.empty()) {
     const std::filesystem::path folder = std::filesystem::path(path).parent_path();
-    with_folder.external_data_dir = folder.empty() ? "." : folder.string();
+    source = internal::DirectorySource(folder.empty() ? "." : folder.string(), path);
   }
-  absl::StatusOr<ImportedModel> m = ImportBytes(ss.str(), with_folder);
+  absl::StatusOr<ImportedModel> m = ImportBytesFrom(ss.str(), options, std::move(source));
   if (!m.ok())
     return absl::Status(m.status().code(), absl::StrCat(path, ": ", m.status().message()));
   return m;

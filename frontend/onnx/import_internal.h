@@ -44,7 +44,10 @@ struct BuilderFailed {};
 
 class Importer {
  public:
-  Importer(const ImportOptions& options, int64_t opset) : options_(options), opset_(opset) {}
+  /// `external`: where external tensors come from; nullptr: SourceFor(options).
+  Importer(const ImportOptions& options, int64_t opset,
+           std::unique_ptr<ExternalDataSource> external = nullptr)
+      : options_(options), opset_(opset), external_(std::move(external)) {}
 
   absl::StatusOr<ImportedModel> Run(const ::onnx::ModelProto& model);
 
@@ -146,8 +149,8 @@ class Importer {
   std::map<std::string, ir::TensorData> initializers_;
   std::map<std::string, ir::NodeId> weight_params_;
   std::vector<ir::NodeId> input_params_;
-  // Where external tensors come from (SourceFor(options_), made by Run); its files stay mapped
-  // as long as the importer (a local of ImportBytes).
+  // Where external tensors come from (the constructor's, or SourceFor(options_) made by Run); its
+  // files stay mapped as long as the importer (a local of ImportBytes).
   std::unique_ptr<ExternalDataSource> external_;
 };
 
