@@ -262,21 +262,30 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
     order = TopologicalOrder(roots, pending);
   }
 
-  // Operand edges inside this DAG; a pending node with more owners than that is also held from
-  // outside (a user tensor or a pending node elsewhere) and is worth keeping.
-  absl::flat_hash_map<LazyNode*, long> internal_uses;
-  internal_uses.reserve(order.size());
+  // Per node of the DAG: its id in the graph; for a pending node's operands, the edges inside
+  // this DAG that reach them and their owners in all (a pending node with more owners than edges
+  // here is also held from outside: a user tensor or a pending node elsewhere, worth keeping).
+  struct NodeInfo {
+    ir::NodeId id = ir::kInvalidNode;
+    long internal_uses = 0;
+    long owners = 0;  // 0: no operand edge points at it (a root)
+  };
+  absl::flat_hash_map<LazyNode*, NodeInfo> info;
+  info.reserve(order.size());
   for (LazyNode* node : order) {
     if (node->realized()) continue;
-    for (const TensorRef& in : node->inputs) ++internal_uses[in.get()];
+    for (const TensorRef& in : node->inputs) {
+      NodeInfo& operand = info[in.get()];
+      ++operand.internal_uses;
+      operand.owners = in.use_count();
+    }
   }
 
   // Every pending node was type-checked when it was recorded (RecordOn, or a verified graph for
   // Import), so the graph is assembled directly with the recorded types: no second inference and
   // no verification on this per-call path (debug builds still verify below).
   ir::Graph graph;
-  absl::flat_hash_map<LazyNode*, ir::NodeId> ids;
-  ids.reserve(order.size());
+  graph.Reserve(static_cast<int64_t>(order.size()));
   std::vector<std::shared_ptr<const ir::TensorData>> arguments;
   for (LazyNode* node : order) {
     ir::NodeId id;
@@ -296,10 +305,10 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
     } else {
       std::vector<ir::NodeId> inputs;
       inputs.reserve(node->inputs.size());
-      for (const TensorRef& in : node->inputs) inputs.push_back(ids.at(in.get()));
+      for (const TensorRef& in : node->inputs) inputs.push_back(info.at(in.get()).id);
       id = graph.AddNode(ir::Node{node->op, std::move(inputs), node->attrs, node->type, node->loc});
     }
-    ids[node] = id;
+    info[node].id = id;
   }
 
   std::vector<LazyNode*> outputs;
@@ -308,24 +317,17 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
       outputs.push_back(root);
     }
   }
-  // Find externally held intermediates through the operand lists that reference them.
-  absl::flat_hash_map<LazyNode*, long> owners;
-  owners.reserve(order.size());
+  // Intermediates held from outside are outputs too.
   for (LazyNode* node : order) {
     if (node->realized()) continue;
-    for (const TensorRef& in : node->inputs) owners[in.get()] = in.use_count();
-  }
-  for (LazyNode* node : order) {
-    if (node->realized()) continue;
-    auto it = owners.find(node);
-    if (it == owners.end()) continue;  // a root: no operand edge points at it
-    if (it->second > internal_uses[node] &&
+    const NodeInfo& i = info.at(node);
+    if (i.owners > i.internal_uses &&
         std::find(outputs.begin(), outputs.end(), node) == outputs.end()) {
       outputs.push_back(node);
     }
   }
   if (outputs.empty()) return;
-  for (LazyNode* out : outputs) graph.AddOutput(ids.at(out));
+  for (LazyNode* out : outputs) graph.AddOutput(info.at(out).id);
 
   // Buffer donation: a realized value that enters as a parameter is handed over to the executor
   // (which may write an output into its buffer) when nothing can observe it once this
@@ -363,11 +365,10 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
   bool any_donated = false;
   for (size_t j = 0; j < argument_nodes.size(); ++j) {
     LazyNode* node = argument_nodes[j];
-    auto owned = owners.find(node);
+    const NodeInfo& i = info.at(node);
     // `arguments` holds one more reference to the data.
-    donated[j] = owned != owners.end() && owned->second == internal_uses[node] &&
-                 observable.count(node) == 0 && node->data.use_count() == 2 &&
-                 node->data->size_bytes() > 0;
+    donated[j] = i.owners != 0 && i.owners == i.internal_uses && observable.count(node) == 0 &&
+                 node->data.use_count() == 2 && node->data->size_bytes() > 0;
     any_donated |= donated[j];
   }
 

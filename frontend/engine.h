@@ -12,8 +12,9 @@
 // the same from the first step on.
 //
 // Bounded memory: a node whose pending chain grows past kMaxPendingDepth (or whose pending DAG is
-// estimated larger than kMaxPendingNodes) is realized as soon as it is recorded, and long chains
-// are released iteratively, so a loop of `x = x + 1` runs in constant memory.
+// estimated larger than kMaxPendingNodes) is realized as soon as it is recorded (except while
+// kiln::jit records a function: RecordingScope), and long chains are released iteratively, so a
+// loop of `x = x + 1` runs in constant memory.
 //
 // Buffer donation: a realized value entering a realization as a parameter that nothing can observe
 // afterwards (only edges inside the DAG hold its node, no output's surviving tape reaches it, its

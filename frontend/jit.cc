@@ -476,6 +476,7 @@ JitFlat JitCore::Record(Variant* confirming, const JitArguments& arguments,
 
   // The program: the pending DAG, its realized leaves as parameters.
   ir::Graph graph;
+  graph.Reserve(static_cast<int64_t>(order.size()));
   absl::flat_hash_map<const LazyNode*, ir::NodeId> ids;
   ids.reserve(order.size());
   const auto parameter = [&](const TensorRef& ref) {
