@@ -156,7 +156,7 @@ TensorRef ReduceKeep(ir::Op op, const TensorRef& x, std::vector<int64_t> axes, c
 }
 
 ir::Shape BroadcastShapes(const ir::Shape& a, const ir::Shape& b, const char* name,
-                          std::initializer_list<ir::TensorType> operands, const Loc& loc) {
+                          OperandTypes operands, const Loc& loc) {
   const size_t rank = std::max(a.size(), b.size());
   ir::Shape out(rank);
   for (size_t i = 0; i < rank; ++i) {
@@ -164,24 +164,24 @@ ir::Shape BroadcastShapes(const ir::Shape& a, const ir::Shape& b, const char* na
     const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
     const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
     if (da != db && da != 1 && db != 1) {
-      ThrowOpError(name,
-                   absl::StrCat("cannot broadcast ", ir::ShapeToString(a), " with ",
-                                ir::ShapeToString(b), " (dim ", i, ": ", da, " vs ", db, ")"),
-                   operands, loc);
+      ThrowOpErrorByRef(name,
+                        absl::StrCat("cannot broadcast ", ir::ShapeToString(a), " with ",
+                                     ir::ShapeToString(b), " (dim ", i, ": ", da, " vs ", db, ")"),
+                        operands, loc);
     }
     out[i] = da == 1 ? db : da;
   }
   return out;
 }
 
-ir::DType PromoteDTypes(ir::DType a, ir::DType b, const char* name,
-                        std::initializer_list<ir::TensorType> operands, const Loc& loc) {
+ir::DType PromoteDTypes(ir::DType a, ir::DType b, const char* name, OperandTypes operands,
+                        const Loc& loc) {
   if (a == b) return a;
   if (KindOf(a) != KindOf(b)) {
-    ThrowOpError(name,
-                 absl::StrCat("operands of different kinds (", ir::DTypeName(a), " vs ",
-                              ir::DTypeName(b), "); convert one first"),
-                 operands, loc);
+    ThrowOpErrorByRef(name,
+                      absl::StrCat("operands of different kinds (", ir::DTypeName(a), " vs ",
+                                   ir::DTypeName(b), "); convert one first"),
+                      operands, loc);
   }
   if (ir::IsInteger(a)) {
     // The narrowest integer dtype that holds every value of both (torch's and numpy's rule).
@@ -190,10 +190,10 @@ ir::DType PromoteDTypes(ir::DType a, ir::DType b, const char* name,
     const ir::DType s = ir::IsSignedInteger(a) ? a : b, u = ir::IsSignedInteger(a) ? b : a;
     if (ir::DTypeSize(s) > ir::DTypeSize(u)) return s;
     if (u == ir::DType::kU64) {
-      ThrowOpError(name,
-                   absl::StrCat("no integer dtype holds every value of both u64 and ",
-                                ir::DTypeName(s), "; convert one first"),
-                   operands, loc);
+      ThrowOpErrorByRef(name,
+                        absl::StrCat("no integer dtype holds every value of both u64 and ",
+                                     ir::DTypeName(s), "; convert one first"),
+                        operands, loc);
     }
     return SignedOfBits(ir::DTypeSize(u) * 16);
   }

@@ -12,8 +12,11 @@ void ThrowStatus(const absl::Status& status, const std::source_location& loc) {
   throw Error(std::string(ir::AnnotateWithLocation(status, loc).message()));
 }
 
-void ThrowOpError(const char* op, const std::string& message,
-                  std::initializer_list<ir::TensorType> operands, const std::source_location& loc) {
+namespace {
+
+template <class Types>
+[[noreturn]] void ThrowWithOperands(const char* op, const std::string& message,
+                                    const Types& operands, const std::source_location& loc) {
   std::string text = absl::StrCat(op, ": ", message);
   if (operands.size() > 0) {
     absl::StrAppend(&text, "; operands ",
@@ -22,6 +25,18 @@ void ThrowOpError(const char* op, const std::string& message,
                     }));
   }
   ThrowStatus(absl::InvalidArgumentError(text), loc);
+}
+
+}  // namespace
+
+void ThrowOpError(const char* op, const std::string& message,
+                  std::initializer_list<ir::TensorType> operands, const std::source_location& loc) {
+  ThrowWithOperands(op, message, operands, loc);
+}
+
+void ThrowOpErrorByRef(const char* op, const std::string& message, OperandTypes operands,
+                       const std::source_location& loc) {
+  ThrowWithOperands(op, message, operands, loc);
 }
 
 }  // namespace kiln::detail

@@ -5,6 +5,7 @@
 // Inside the library, layers return absl::Status; the frontend converts at its boundary.
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 #include <source_location>
 #include <stdexcept>
@@ -29,6 +30,12 @@ namespace detail {
 [[noreturn]] void ThrowOpError(const char* op, const std::string& message,
                                std::initializer_list<ir::TensorType> operands,
                                const std::source_location& loc);
+
+/// Operand types by reference, for checks on the recording path that only need them to throw
+/// (an initializer_list of TensorType would copy every shape on every call).
+using OperandTypes = std::initializer_list<std::reference_wrapper<const ir::TensorType>>;
+[[noreturn]] void ThrowOpErrorByRef(const char* op, const std::string& message,
+                                    OperandTypes operands, const std::source_location& loc);
 
 }  // namespace detail
 }  // namespace kiln

@@ -30,11 +30,11 @@ TensorRef ReduceKeep(ir::Op op, const TensorRef& x, std::vector<int64_t> axes, c
 
 /// The numpy broadcast of two shapes; throws naming `name` and the operands when they clash.
 ir::Shape BroadcastShapes(const ir::Shape& a, const ir::Shape& b, const char* name,
-                          std::initializer_list<ir::TensorType> operands, const Loc& loc);
+                          OperandTypes operands, const Loc& loc);
 /// The wider dtype of one kind (f16/bf16 -> f32 -> f64; integers: the narrowest that holds both,
 /// so u8 with i8 is i16); throws across kinds and for u64 with a signed integer.
-ir::DType PromoteDTypes(ir::DType a, ir::DType b, const char* name,
-                        std::initializer_list<ir::TensorType> operands, const Loc& loc);
+ir::DType PromoteDTypes(ir::DType a, ir::DType b, const char* name, OperandTypes operands,
+                        const Loc& loc);
 
 /// Normalizes a list of dims; throws on a repeat.
 std::vector<int64_t> NormalizeDims(const std::vector<int64_t>& dims, int64_t rank, const char* name,
