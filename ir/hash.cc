@@ -67,6 +67,11 @@ void EncodeAttrs(Encoder& e, const Attrs& a) {
   e.U64(a.seed);
   e.U64(kAttrName);
   e.Str(a.name);
+  // Only when set, so that the hashes of graphs without it stay what they were.
+  if (a.accumulate.has_value()) {
+    e.U64(kAttrAccumulate);
+    e.Str(DTypeName(*a.accumulate));
+  }
   e.U64(kAttrLiteral);
   if (a.literal) {
     e.U64(1);

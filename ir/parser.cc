@@ -38,6 +38,7 @@ constexpr AttrSpec kAttrSpecs[] = {
     {"window", kAttrWindow},     {"groups", kAttrGroups},
     {"value", kAttrValue},       {"seed", kAttrSeed},
     {"name", kAttrName},         {"literal", kAttrLiteral},
+    {"accumulate", kAttrAccumulate},
 };
 
 const char* AttrName(uint32_t field) {
@@ -661,7 +662,8 @@ class Parser {
       return absl::OkStatus();
     }
     switch (field) {
-      case kAttrDType: {
+      case kAttrDType:
+      case kAttrAccumulate: {
         SkipSpace();
         const size_t start = pos_;
         const std::string_view name = TakeWord();
@@ -670,7 +672,7 @@ class Parser {
           pos_ = start;
           return Expected("a dtype (f32, f64, f16, bf16, i32, i64, u8, bool)");
         }
-        attrs.dtype = *dtype;
+        (field == kAttrDType ? attrs.dtype : attrs.accumulate.emplace()) = *dtype;
         return absl::OkStatus();
       }
       case kAttrShape: {
