@@ -56,18 +56,27 @@ class RecordingProvider final : public gi::MicroKernelProvider {
   gi::TargetVectors vectors() const override { return vectors_; }
   absl::StatusOr<gi::MicroKernelFn> Get(ir::DType dtype, const gi::KernelShape& shape,
                                         const gi::EpilogueVariant& variant) const override {
-    requests_[gi::MicroKernelName(dtype, shape, variant)] = Request{dtype, shape, variant};
+    requests_[gi::MicroKernelName(dtype, shape, variant)] = Request{dtype, shape, variant, {}};
     return &Nothing;
+  }
+  absl::StatusOr<gi::Int8MicroKernelFn> GetInt8(
+      const gi::KernelShape& shape, const gi::Int8EpilogueVariant& variant) const override {
+    requests_[gi::Int8MicroKernelName(shape, variant)] =
+        Request{ir::DType::kI32, shape, {}, variant};
+    return &NothingInt8;
   }
   struct Request {
     ir::DType dtype;
     gi::KernelShape shape;
     gi::EpilogueVariant variant;
+    std::optional<gi::Int8EpilogueVariant> int8;
   };
   const std::map<std::string, Request>& requests() const { return requests_; }
 
  private:
   static void Nothing(int64_t, const void*, const void*, void*, int64_t, const gi::TileArgs*) {}
+  static void NothingInt8(int64_t, const int16_t*, const int16_t*, void*, int64_t,
+                          const gi::Int8TileArgs*) {}
   gi::TargetVectors vectors_;
   mutable std::map<std::string, Request> requests_;
 };
@@ -518,7 +527,78 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
         zeros.emplace_back(static_cast<size_t>(slots[slot].size_bytes) + 64);
         args.push_back(zeros.back().data());
       }
-      if (c->is_conv) {
+      if (c->is_int8) {
+        // An int8 contraction: the float descriptor's geometry plus "int8" (operand dtypes, the
+        // epilogue); its vectors are args[4...].
+        const runtime::cpu::Int8Epilogue& e =
+            c->is_conv ? c->int8_conv.epilogue : c->int8_gemm.epilogue;
+        json steps = json::array();
+        for (const runtime::cpu::Int8EpilogueStep& step : e.steps) {
+          steps.push_back(json{{"op", runtime::cpu::Int8EpilogueOpName(step.op)},
+                               {"operand", runtime::cpu::Int8OperandName(step.operand)},
+                               {"scalar", step.scalar}});
+        }
+        d["int8"] = json{
+            {"lhs", ir::DTypeName(c->is_conv ? c->int8_conv.input_dtype : c->int8_gemm.a_dtype)},
+            {"rhs", ir::DTypeName(c->is_conv ? c->int8_conv.weight_dtype : c->int8_gemm.b_dtype)},
+            {"output", ir::DTypeName(e.output)},
+            {"steps", std::move(steps)}};
+        d["dtype"] = "i32";
+        d["activation"] = "none";
+        const auto bind_vectors = [&](runtime::cpu::Int8Epilogue& epilogue) {
+          size_t arg = 4;
+          for (runtime::cpu::Int8EpilogueStep& step : epilogue.steps) {
+            if (step.operand == runtime::cpu::Int8Operand::kRow ||
+                step.operand == runtime::cpu::Int8Operand::kColumn) {
+              step.vector = static_cast<const float*>(args[arg++]);
+            }
+          }
+        };
+        if (c->is_conv) {
+          const runtime::cpu::ConvParams& p = c->int8_conv.conv;
+          j["kind"] = "conv";
+          d["input_shape"] = p.input_shape;
+          d["weight_shape"] = p.weight_shape;
+          d["strides"] = p.strides;
+          d["low"] = p.low;
+          d["high"] = p.high;
+          d["dilation"] = p.dilation;
+          d["input_dilation"] = p.input_dilation;
+          d["groups"] = p.groups;
+          for (RecordingProvider& r : recorders) {
+            runtime::cpu::Int8ConvParams q = c->int8_conv;
+            q.conv.input = args[0];
+            q.conv.weight = args[1];
+            q.conv.output = args[2];
+            bind_vectors(q.epilogue);
+            if (absl::Status st = runtime::cpu::ExecuteInt8Conv(q, r, nullptr); !st.ok()) {
+              return st;
+            }
+          }
+        } else {
+          const runtime::cpu::Int8GemmParams& p = c->int8_gemm;
+          j["kind"] = "gemm";
+          d["batch"] = p.batch;
+          d["m"] = p.m;
+          d["n"] = p.n;
+          d["k"] = p.k;
+          d["alpha"] = 1.0;
+          d["beta"] = 0.0;
+          d["a"] = ViewJson(p.a);
+          d["b"] = ViewJson(p.b);
+          d["c"] = ViewJson(p.c);
+          for (RecordingProvider& r : recorders) {
+            runtime::cpu::Int8GemmParams q = p;
+            q.a.data = args[0];
+            q.b.data = args[1];
+            q.c.data = args[2];
+            bind_vectors(q.epilogue);
+            if (absl::Status st = runtime::cpu::ExecuteInt8Gemm(q, r, nullptr); !st.ok()) {
+              return st;
+            }
+          }
+        }
+      } else if (c->is_conv) {
         const runtime::cpu::ConvParams& p = c->conv;
         j["kind"] = "conv";
         d["dtype"] = ir::DTypeName(p.dtype);
@@ -614,7 +694,7 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
     std::vector<MicroKernelRequest> micro;
     std::vector<std::string> micro_names;
     for (const auto& [name, r] : recorders[t].requests()) {
-      micro.push_back(MicroKernelRequest{r.dtype, r.shape, r.variant});
+      micro.push_back(MicroKernelRequest{r.dtype, r.shape, r.variant, r.int8});
       micro_names.push_back(name);
     }
     absl::StatusOr<std::string> object = CompileObject(target, kernels, micro);

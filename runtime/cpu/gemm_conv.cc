@@ -634,6 +634,82 @@ absl::Status RunConv(const ConvParams& params, const Dims& output_shape,
 
 }  // namespace
 
+absl::Status ExecuteInt8Conv(const Int8ConvParams& params,
+                             const gemm_internal::MicroKernelProvider& kernels,
+                             runtime::ThreadPool* pool) {
+  if (const absl::StatusOr<CpuLevel>& level = ProcessCpuLevel(); !level.ok()) {
+    return level.status();
+  }
+  const ConvParams& conv = params.conv;
+  for (auto [name, dtype] :
+       {std::pair{"input", params.input_dtype}, {"weight", params.weight_dtype}}) {
+    if (!gemm_internal::IsInt8Operand(dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat("conv int8: ", name, " dtype ",
+                                                     base::DTypeName(dtype),
+                                                     " is not supported (u8, i8, i16)"));
+    }
+  }
+  if (conv.bias != nullptr || conv.residual != nullptr ||
+      conv.activation != GemmActivation::kNone) {
+    return absl::InvalidArgumentError(
+        "conv int8: bias, residual and activation are epilogue steps, not ConvParams fields");
+  }
+  if (absl::Status s = gemm_internal::CheckInt8Epilogue("conv int8", params.epilogue); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<Dims> output_shape = ConvOutputShape(conv);
+  if (!output_shape.ok()) return output_shape.status();
+  for (int64_t d : conv.input_shape) {
+    if (d < 0) return absl::InvalidArgumentError("conv int8: negative input dimension");
+  }
+  if (NumElements(*output_shape) == 0) return absl::OkStatus();
+  if (conv.output == nullptr || (NumElements(conv.input_shape) > 0 && conv.input == nullptr) ||
+      (NumElements(conv.weight_shape) > 0 && conv.weight == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat("conv int8: null operand for input ",
+                                                   ShapeString(conv.input_shape), " and weight ",
+                                                   ShapeString(conv.weight_shape)));
+  }
+  // out[image, g * Og + o, P] = W_g[o, Cg * prod(K)] * im2col(x)[Cg * prod(K), P], as RunConv.
+  const Dims& out = *output_shape;
+  const int64_t images = conv.input_shape[0], channels = conv.input_shape[1];
+  const int64_t out_channels = conv.weight_shape[0], group_channels = conv.weight_shape[1];
+  const int64_t groups = conv.groups, group_outputs = out_channels / groups;
+  const int64_t input_plane = Product(conv.input_shape.begin() + 2, conv.input_shape.end());
+  const int64_t output_plane = Product(out.begin() + 2, out.end());
+  gemm_internal::Int8CoreProblem problem;
+  problem.m = group_outputs;
+  problem.n = output_plane;
+  problem.k = group_channels * Product(conv.weight_shape.begin() + 2, conv.weight_shape.end());
+  problem.a_dtype = params.weight_dtype;
+  problem.a = conv.weight;
+  problem.a_row_stride = problem.k;
+  problem.a_col_stride = 1;
+  problem.b = conv.input;
+  problem.b_element_size = base::DTypeSize(params.input_dtype);
+  problem.c = conv.output;
+  problem.ldc = output_plane;
+  problem.epilogue = params.epilogue;
+  problem.batches.reserve(static_cast<size_t>(images * groups));
+  for (int64_t image = 0; image < images; ++image) {
+    for (int64_t g = 0; g < groups; ++g) {
+      BatchOffsets offsets;
+      offsets.a = g * group_outputs * problem.k;
+      offsets.b = (image * channels + g * group_channels) * input_plane;
+      offsets.c = (image * out_channels + g * group_outputs) * output_plane;
+      offsets.row_bias = g * group_outputs;
+      problem.batches.push_back(offsets);
+    }
+  }
+  return gemm_internal::WithInt8OperandType(params.input_dtype, [&]<class T>(T*) {
+    const ConvBPacker<T> gather(conv, out);
+    const StridedBPacker<T> pointwise(input_plane, 1);
+    const gemm_internal::NarrowPairPacker<T> pairs(
+        IsPointwise(conv) ? static_cast<const BPacker<T>&>(pointwise) : gather);
+    problem.b_packer = &pairs;
+    return gemm_internal::RunInt8Core(problem, conv.tuning, kernels, pool);
+  });
+}
+
 absl::StatusOr<Dims> ConvOutputShape(const ConvParams& params) {
   absl::StatusOr<Dims> shape = base::ConvOutputShape(
       params.input_shape, params.weight_shape,
