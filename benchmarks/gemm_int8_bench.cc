@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/gemm_flags.h"
 #include "codegen/cpu/gemm.h"
 #include "codegen/cpu/gemm_kernel.h"
 #include "runtime/cpu/gemm_internal.h"
@@ -33,10 +34,8 @@ namespace {
 using kiln::base::DType;
 using namespace kiln::codegen::cpu;  // NOLINT: the GEMM entry points and their types
 
-struct Shape {
-  int64_t m, n, k;
-  bool b_transposed;
-};
+using Shape = kiln::bench::GemmShape;
+using kiln::bench::ParseFlag;
 
 struct Options {
   std::vector<Shape> shapes = {{1024, 1024, 1024, false}, {2048, 2048, 2048, false}};
@@ -48,24 +47,6 @@ struct Options {
   bool print_assembly = false;
 };
 
-bool ParseFlag(const char* arg, const char* name, std::string* value) {
-  const size_t length = std::strlen(name);
-  if (std::strncmp(arg, name, length) != 0 || arg[length] != '=') return false;
-  *value = arg + length + 1;
-  return true;
-}
-
-std::vector<std::string> SplitList(const std::string& value) {
-  std::vector<std::string> items;
-  for (size_t start = 0; start < value.size();) {
-    size_t end = value.find(',', start);
-    if (end == std::string::npos) end = value.size();
-    items.push_back(value.substr(start, end - start));
-    start = end + 1;
-  }
-  return items;
-}
-
 [[noreturn]] void Usage(const std::string& why) {
   std::fprintf(stderr, "gemm_int8_bench: %s\n", why.c_str());
   std::exit(2);
@@ -76,25 +57,9 @@ Options ParseOptions(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string value;
     if (ParseFlag(argv[i], "--sizes", &value)) {
-      options.shapes.clear();
-      for (const std::string& size : SplitList(value)) {
-        const int64_t n = std::stoll(size);
-        options.shapes.push_back({n, n, n, false});
-      }
+      options.shapes = kiln::bench::ParseSizes(value);
     } else if (ParseFlag(argv[i], "--shapes", &value)) {
-      options.shapes.clear();
-      for (const std::string& text : SplitList(value)) {
-        Shape shape{};
-        char transposed = 0;
-        const int fields = std::sscanf(text.c_str(), "%" SCNd64 "x%" SCNd64 "x%" SCNd64 "%c",
-                                       &shape.m, &shape.n, &shape.k, &transposed);
-        if (fields < 3 || (fields == 4 && transposed != 't') || shape.m < 1 || shape.n < 1 ||
-            shape.k < 1) {
-          Usage("--shapes: '" + text + "' is not MxNxK or MxNxKt");
-        }
-        shape.b_transposed = fields == 4;
-        options.shapes.push_back(shape);
-      }
+      options.shapes = kiln::bench::ParseShapes(value);
     } else if (ParseFlag(argv[i], "--threads", &value)) {
       options.threads = std::stoi(value);
     } else if (ParseFlag(argv[i], "--rounds", &value)) {

@@ -97,6 +97,31 @@ json ViewJson(const runtime::cpu::MatrixView& view) {
               {"batch_strides", view.batch_strides}};
 }
 
+// A convolution descriptor's geometry fields (shared by float and int8 convolutions).
+void AddConvGeometry(const runtime::cpu::ConvParams& p, json& d) {
+  d["input_shape"] = p.input_shape;
+  d["weight_shape"] = p.weight_shape;
+  d["strides"] = p.strides;
+  d["low"] = p.low;
+  d["high"] = p.high;
+  d["dilation"] = p.dilation;
+  d["input_dilation"] = p.input_dilation;
+  d["groups"] = p.groups;
+}
+
+// A GEMM descriptor's shape and views (shared by float and int8 GEMMs).
+void AddGemmGeometry(const std::vector<int64_t>& batch, int64_t m, int64_t n, int64_t k,
+                     const runtime::cpu::MatrixView& a, const runtime::cpu::MatrixView& b,
+                     const runtime::cpu::MatrixView& c, json& d) {
+  d["batch"] = batch;
+  d["m"] = m;
+  d["n"] = n;
+  d["k"] = k;
+  d["a"] = ViewJson(a);
+  d["b"] = ViewJson(b);
+  d["c"] = ViewJson(c);
+}
+
 // Replaces the parameters named in `weights` by constants holding the values.
 absl::StatusOr<ir::Graph> BindWeights(const ir::Graph& graph, const CompileOptions& options,
                                       json* weight_list) {
@@ -554,63 +579,47 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
             }
           }
         };
-        if (c->is_conv) {
-          const runtime::cpu::ConvParams& p = c->int8_conv.conv;
-          j["kind"] = "conv";
-          d["input_shape"] = p.input_shape;
-          d["weight_shape"] = p.weight_shape;
-          d["strides"] = p.strides;
-          d["low"] = p.low;
-          d["high"] = p.high;
-          d["dilation"] = p.dilation;
-          d["input_dilation"] = p.input_dilation;
-          d["groups"] = p.groups;
+        // Runs the driver on each recorder with `execute(recorder)`.
+        const auto record = [&](const auto& execute) -> absl::Status {
           for (RecordingProvider& r : recorders) {
+            if (absl::Status st = execute(r); !st.ok()) return st;
+          }
+          return absl::OkStatus();
+        };
+        absl::Status recorded;
+        if (c->is_conv) {
+          j["kind"] = "conv";
+          AddConvGeometry(c->int8_conv.conv, d);
+          recorded = record([&](RecordingProvider& r) {
             runtime::cpu::Int8ConvParams q = c->int8_conv;
             q.conv.input = args[0];
             q.conv.weight = args[1];
             q.conv.output = args[2];
             bind_vectors(q.epilogue);
-            if (absl::Status st = runtime::cpu::ExecuteInt8Conv(q, r, nullptr); !st.ok()) {
-              return st;
-            }
-          }
+            return runtime::cpu::ExecuteInt8Conv(q, r, nullptr);
+          });
         } else {
           const runtime::cpu::Int8GemmParams& p = c->int8_gemm;
           j["kind"] = "gemm";
-          d["batch"] = p.batch;
-          d["m"] = p.m;
-          d["n"] = p.n;
-          d["k"] = p.k;
+          AddGemmGeometry(p.batch, p.m, p.n, p.k, p.a, p.b, p.c, d);
           d["alpha"] = 1.0;
           d["beta"] = 0.0;
-          d["a"] = ViewJson(p.a);
-          d["b"] = ViewJson(p.b);
-          d["c"] = ViewJson(p.c);
-          for (RecordingProvider& r : recorders) {
+          recorded = record([&](RecordingProvider& r) {
             runtime::cpu::Int8GemmParams q = p;
             q.a.data = args[0];
             q.b.data = args[1];
             q.c.data = args[2];
             bind_vectors(q.epilogue);
-            if (absl::Status st = runtime::cpu::ExecuteInt8Gemm(q, r, nullptr); !st.ok()) {
-              return st;
-            }
-          }
+            return runtime::cpu::ExecuteInt8Gemm(q, r, nullptr);
+          });
         }
+        if (!recorded.ok()) return recorded;
       } else if (c->is_conv) {
         const runtime::cpu::ConvParams& p = c->conv;
         j["kind"] = "conv";
         d["dtype"] = ir::DTypeName(p.dtype);
         d["activation"] = runtime::cpu::GemmActivationName(p.activation);
-        d["input_shape"] = p.input_shape;
-        d["weight_shape"] = p.weight_shape;
-        d["strides"] = p.strides;
-        d["low"] = p.low;
-        d["high"] = p.high;
-        d["dilation"] = p.dilation;
-        d["input_dilation"] = p.input_dilation;
-        d["groups"] = p.groups;
+        AddConvGeometry(p, d);
         for (RecordingProvider& r : recorders) {
           runtime::cpu::ConvParams q = p;
           q.input = args[0];
@@ -627,15 +636,9 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
         j["kind"] = "gemm";
         d["dtype"] = ir::DTypeName(p.dtype);
         d["activation"] = runtime::cpu::GemmActivationName(p.epilogue.activation);
-        d["batch"] = p.batch;
-        d["m"] = p.m;
-        d["n"] = p.n;
-        d["k"] = p.k;
+        AddGemmGeometry(p.batch, p.m, p.n, p.k, p.a, p.b, p.c, d);
         d["alpha"] = p.alpha;
         d["beta"] = p.beta;
-        d["a"] = ViewJson(p.a);
-        d["b"] = ViewJson(p.b);
-        d["c"] = ViewJson(p.c);
         for (RecordingProvider& r : recorders) {
           runtime::cpu::GemmParams q = p;
           q.a.data = args[0];

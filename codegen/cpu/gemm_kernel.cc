@@ -209,14 +209,20 @@ class SkeletonEmitter {
     llvm::BranchInst* back = builder_.CreateCondBr(builder_.CreateICmpSLT(k_next, depth_main),
                                                    main_loop, remainder_check);
     if (keep_unroll) DisableUnrolling(back);
-    add_incoming(main_phis, zeros, entry_);
-    add_incoming(main_phis, acc, main_loop);
-    k_main->addIncoming(builder_.getInt64(0), entry_);
-    k_main->addIncoming(k_next, main_loop);
-    a_main->addIncoming(a_, entry_);
-    a_main->addIncoming(a_next, main_loop);
-    b_main->addIncoming(b_, entry_);
-    b_main->addIncoming(b_next, main_loop);
+    // The main loop and the remainder check are both entered from the entry block (nothing done
+    // yet) and from the main loop (after its iterations).
+    const auto enter_from_entry_or_main = [&](Tile& phis, llvm::PHINode* k, llvm::PHINode* pa,
+                                              llvm::PHINode* pb) {
+      add_incoming(phis, zeros, entry_);
+      add_incoming(phis, acc, main_loop);
+      k->addIncoming(builder_.getInt64(0), entry_);
+      k->addIncoming(k_next, main_loop);
+      pa->addIncoming(a_, entry_);
+      pa->addIncoming(a_next, main_loop);
+      pb->addIncoming(b_, entry_);
+      pb->addIncoming(b_next, main_loop);
+    };
+    enter_from_entry_or_main(main_phis, k_main, a_main, b_main);
 
     // remainder_check: the depth steps depth_main..depth one at a time.
     Tile check_phis;
@@ -224,14 +230,7 @@ class SkeletonEmitter {
     llvm::PHINode* k_check = builder_.CreatePHI(i64_, 2, "k_rest");
     llvm::PHINode* a_check = builder_.CreatePHI(ptr_, 2, "pa_rest");
     llvm::PHINode* b_check = builder_.CreatePHI(ptr_, 2, "pb_rest");
-    add_incoming(check_phis, zeros, entry_);
-    add_incoming(check_phis, acc, main_loop);
-    k_check->addIncoming(builder_.getInt64(0), entry_);
-    k_check->addIncoming(k_next, main_loop);
-    a_check->addIncoming(a_, entry_);
-    a_check->addIncoming(a_next, main_loop);
-    b_check->addIncoming(b_, entry_);
-    b_check->addIncoming(b_next, main_loop);
+    enter_from_entry_or_main(check_phis, k_check, a_check, b_check);
     builder_.CreateCondBr(builder_.CreateICmpSLT(k_check, depth_), remainder_loop, tail);
 
     Tile rest_phis;

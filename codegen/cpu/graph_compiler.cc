@@ -197,17 +197,24 @@ class Compiler : public GraphCompiler {
       }
       current = id;
     }
-    // Every movement node of the group must be part of the bias chain.
+    if (!EpilogueCovers(group, chain, current)) return std::nullopt;
+    match.final = current;
+    return match;
+  }
+
+  // Whether an epilogue match that ends at `current` and read its operands through the movement
+  // nodes `chain` accounts for the whole group: every movement node is in the chain, and the
+  // group writes `current` alone.
+  bool EpilogueCovers(const FusionGroup& group, const std::vector<ir::NodeId>& chain,
+                      ir::NodeId current) const {
     for (const ir::NodeId id : group.nodes) {
       const ir::Op op = graph().node(id).op;
       if (id != group.root && (op == ir::Op::kReshape || op == ir::Op::kBroadcast) &&
           std::find(chain.begin(), chain.end(), id) == chain.end()) {
-        return std::nullopt;
+        return false;
       }
     }
-    if (group.outputs.size() != 1 || group.outputs[0] != current) return std::nullopt;
-    match.final = current;
-    return match;
+    return group.outputs.size() == 1 && group.outputs[0] == current;
   }
 
   // The part of an int8 contraction group the int8 GEMM's epilogue computes in registers: the
@@ -374,15 +381,7 @@ class Compiler : public GraphCompiler {
       if (!converted) return std::nullopt;
       match.epilogue.output = ir::DType::kF32;
     }
-    // Every movement node of the group must be part of an operand's chain.
-    for (const ir::NodeId id : group.nodes) {
-      const ir::Op op = graph().node(id).op;
-      if (id != group.root && (op == ir::Op::kReshape || op == ir::Op::kBroadcast) &&
-          std::find(chain.begin(), chain.end(), id) == chain.end()) {
-        return std::nullopt;
-      }
-    }
-    if (group.outputs.size() != 1 || group.outputs[0] != current) return std::nullopt;
+    if (!EpilogueCovers(group, chain, current)) return std::nullopt;
     match.final = current;
     return match;
   }

@@ -582,6 +582,32 @@ absl::Status RunConvCol2Im(const ConvParams& params, const Dims& output_shape,
   return absl::OkStatus();
 }
 
+// One GEMM per (image, group): the offsets of its weight rows, input channels, output channels
+// (and residual), and per-channel vectors.
+std::vector<BatchOffsets> ConvBatches(const ConvParams& params, const Dims& output_shape) {
+  const int64_t images = params.input_shape[0], channels = params.input_shape[1];
+  const int64_t out_channels = params.weight_shape[0], group_channels = params.weight_shape[1];
+  const int64_t groups = params.groups, group_outputs = out_channels / groups;
+  const int64_t input_plane = Product(params.input_shape.begin() + 2, params.input_shape.end());
+  const int64_t output_plane = Product(output_shape.begin() + 2, output_shape.end());
+  const int64_t depth =
+      group_channels * Product(params.weight_shape.begin() + 2, params.weight_shape.end());
+  std::vector<BatchOffsets> batches;
+  batches.reserve(static_cast<size_t>(images * groups));
+  for (int64_t image = 0; image < images; ++image) {
+    for (int64_t g = 0; g < groups; ++g) {
+      BatchOffsets offsets;
+      offsets.a = g * group_outputs * depth;
+      offsets.b = (image * channels + g * group_channels) * input_plane;
+      offsets.c = (image * out_channels + g * group_outputs) * output_plane;
+      offsets.residual = offsets.c;
+      offsets.row_bias = g * group_outputs;
+      batches.push_back(offsets);
+    }
+  }
+  return batches;
+}
+
 template <class T>
 absl::Status RunConv(const ConvParams& params, const Dims& output_shape,
                      const gemm_internal::MicroKernelProvider& kernels, runtime::ThreadPool* pool) {
@@ -589,9 +615,7 @@ absl::Status RunConv(const ConvParams& params, const Dims& output_shape,
     return RunConvTransposed<T>(params, output_shape, kernels, pool);
   }
   if (UseCol2Im(params, output_shape)) return RunConvCol2Im<T>(params, output_shape, kernels, pool);
-  const int64_t images = params.input_shape[0], channels = params.input_shape[1];
-  const int64_t out_channels = params.weight_shape[0], group_channels = params.weight_shape[1];
-  const int64_t groups = params.groups, group_outputs = out_channels / groups;
+  const int64_t group_outputs = params.weight_shape[0] / params.groups;
   const int64_t input_plane = Product(params.input_shape.begin() + 2, params.input_shape.end());
   const int64_t output_plane = Product(output_shape.begin() + 2, output_shape.end());
   const int64_t kernel_volume = Product(params.weight_shape.begin() + 2, params.weight_shape.end());
@@ -599,7 +623,7 @@ absl::Status RunConv(const ConvParams& params, const Dims& output_shape,
   CoreProblem<T> problem;
   problem.m = group_outputs;
   problem.n = output_plane;
-  problem.k = group_channels * kernel_volume;
+  problem.k = params.weight_shape[1] * kernel_volume;
   problem.a = static_cast<const T*>(params.weight);
   problem.a_row_stride = problem.k;
   problem.a_col_stride = 1;
@@ -612,18 +636,7 @@ absl::Status RunConv(const ConvParams& params, const Dims& output_shape,
   problem.row_bias = static_cast<const T*>(params.bias);
   problem.residual = static_cast<const T*>(params.residual);
   problem.residual_ld = output_plane;
-  problem.batches.reserve(static_cast<size_t>(images * groups));
-  for (int64_t image = 0; image < images; ++image) {
-    for (int64_t g = 0; g < groups; ++g) {
-      BatchOffsets offsets;
-      offsets.a = g * group_outputs * problem.k;
-      offsets.b = (image * channels + g * group_channels) * input_plane;
-      offsets.c = (image * out_channels + g * group_outputs) * output_plane;
-      offsets.residual = offsets.c;
-      offsets.row_bias = g * group_outputs;
-      problem.batches.push_back(offsets);
-    }
-  }
+  problem.batches = ConvBatches(params, output_shape);
   EpilogueVariant variant;
   variant.activation = params.activation;
   variant.row_bias = params.bias != nullptr;
@@ -671,15 +684,14 @@ absl::Status ExecuteInt8Conv(const Int8ConvParams& params,
   }
   // out[image, g * Og + o, P] = W_g[o, Cg * prod(K)] * im2col(x)[Cg * prod(K), P], as RunConv.
   const Dims& out = *output_shape;
-  const int64_t images = conv.input_shape[0], channels = conv.input_shape[1];
-  const int64_t out_channels = conv.weight_shape[0], group_channels = conv.weight_shape[1];
-  const int64_t groups = conv.groups, group_outputs = out_channels / groups;
+  const int64_t group_outputs = conv.weight_shape[0] / conv.groups;
   const int64_t input_plane = Product(conv.input_shape.begin() + 2, conv.input_shape.end());
   const int64_t output_plane = Product(out.begin() + 2, out.end());
   gemm_internal::Int8CoreProblem problem;
   problem.m = group_outputs;
   problem.n = output_plane;
-  problem.k = group_channels * Product(conv.weight_shape.begin() + 2, conv.weight_shape.end());
+  problem.k =
+      conv.weight_shape[1] * Product(conv.weight_shape.begin() + 2, conv.weight_shape.end());
   problem.a_dtype = params.weight_dtype;
   problem.a = conv.weight;
   problem.a_row_stride = problem.k;
@@ -689,17 +701,7 @@ absl::Status ExecuteInt8Conv(const Int8ConvParams& params,
   problem.c = conv.output;
   problem.ldc = output_plane;
   problem.epilogue = params.epilogue;
-  problem.batches.reserve(static_cast<size_t>(images * groups));
-  for (int64_t image = 0; image < images; ++image) {
-    for (int64_t g = 0; g < groups; ++g) {
-      BatchOffsets offsets;
-      offsets.a = g * group_outputs * problem.k;
-      offsets.b = (image * channels + g * group_channels) * input_plane;
-      offsets.c = (image * out_channels + g * group_outputs) * output_plane;
-      offsets.row_bias = g * group_outputs;
-      problem.batches.push_back(offsets);
-    }
-  }
+  problem.batches = ConvBatches(conv, out);
   return gemm_internal::WithInt8OperandType(params.input_dtype, [&]<class T>(T*) {
     const ConvBPacker<T> gather(conv, out);
     const StridedBPacker<T> pointwise(input_plane, 1);
