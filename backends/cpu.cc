@@ -20,6 +20,20 @@ namespace {
       [](const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
          std::span<const bool> donated,
          runtime::DeviceId) { return codegen::cpu::CompileAndRun(graph, arguments, donated); });
+  // kiln::jit's replay runs the compiled graph without looking it up again.
+  detail::RegisterPreparer(
+      runtime::DeviceKind::kCpu,
+      [](const ir::Graph& graph, std::span<const bool> donatable,
+         runtime::DeviceId) -> absl::StatusOr<detail::PreparedGraph::Program> {
+        absl::StatusOr<std::shared_ptr<const codegen::cpu::CompiledGraph>> compiled =
+            codegen::cpu::CompileCached(graph, donatable);
+        if (!compiled.ok()) return compiled.status();
+        return [compiled = *std::move(compiled)](
+                   std::span<const std::shared_ptr<const ir::TensorData>> arguments,
+                   std::span<const bool> donated) {
+          return codegen::cpu::RunCompiledGraph(*compiled, arguments, donated);
+        };
+      });
   detail::RegisterCompileCounter(runtime::DeviceKind::kCpu,
                                  [] { return codegen::cpu::GetGraphCacheStats().compiles; });
   return true;

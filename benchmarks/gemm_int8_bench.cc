@@ -12,8 +12,6 @@
 // The i32 sums are checked against a scalar loop on a sample of elements. --json prints one JSON
 // object per shape instead of the table (benchmarks/peers/int8_peers.py reads it).
 
-#include <algorithm>
-#include <chrono>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
@@ -38,7 +36,7 @@ using Shape = kiln::bench::GemmShape;
 using kiln::bench::ParseFlag;
 
 struct Options {
-  std::vector<Shape> shapes = {{1024, 1024, 1024, false}, {2048, 2048, 2048, false}};
+  std::vector<Shape> shapes = {{1024, 1024, 1024}, {2048, 2048, 2048}};
   int threads = 2;
   int rounds = 5;
   double min_time = 0.3;
@@ -59,7 +57,7 @@ Options ParseOptions(int argc, char** argv) {
     if (ParseFlag(argv[i], "--sizes", &value)) {
       options.shapes = kiln::bench::ParseSizes(value);
     } else if (ParseFlag(argv[i], "--shapes", &value)) {
-      options.shapes = kiln::bench::ParseShapes(value);
+      options.shapes = kiln::bench::ParseShapes(value, /*transposed_b_only=*/true);
     } else if (ParseFlag(argv[i], "--threads", &value)) {
       options.threads = std::stoi(value);
     } else if (ParseFlag(argv[i], "--rounds", &value)) {
@@ -85,16 +83,6 @@ Options ParseOptions(int argc, char** argv) {
     }
   }
   return options;
-}
-
-// Operations per second of one batch of `reps` back-to-back calls, in G.
-template <class Fn>
-double TimeBatch(double ops, int reps, Fn&& fn) {
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  for (int i = 0; i < reps; ++i) fn();
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  return ops * reps / elapsed * 1e-9;
 }
 
 void Check(const absl::Status& status) {
@@ -200,21 +188,10 @@ int Run(const Options& options) {
     }
     const double ops =
         2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-    const double estimate = TimeBatch(ops, 1, f32_gemm);
-    const int reps = std::max(1, static_cast<int>(0.02 * estimate * 1e9 / ops));
-    const int batches =
-        std::max(options.rounds, static_cast<int>(options.min_time * options.rounds / 0.02));
-    double best_int8 = 0, best_f32 = 0;
-    std::vector<double> ratios;
-    for (int batch = 0; batch < batches; ++batch) {
-      const double int8 = TimeBatch(ops, reps, int8_gemm);
-      const double f32 = TimeBatch(ops, reps, f32_gemm);
-      best_int8 = std::max(best_int8, int8);
-      best_f32 = std::max(best_f32, f32);
-      ratios.push_back(int8 / f32);
-    }
-    std::sort(ratios.begin(), ratios.end());
-    const double median = ratios[ratios.size() / 2];
+    const kiln::bench::AlternatingRates rates =
+        kiln::bench::AlternateBatches(ops, options.rounds, options.min_time, int8_gemm, f32_gemm);
+    const double best_int8 = rates.best_first, best_f32 = rates.best_second;
+    const double median = rates.median_ratio;
     if (options.json) {
       std::printf(
           "{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"b_transposed\": %s, \"output\": \"%s\", "

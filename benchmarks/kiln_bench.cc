@@ -15,12 +15,16 @@
 // real/<name>: the user's path, as examples/fashion_mnist/{mlp,cnn}.cc and the Learner train:
 // nn::Linear / nn::Conv2d modules, model.forward -> nn::cross_entropy on integer labels ->
 // loss.backward() (the autodiff pass builds the gradient graph) -> optim::Sgd (lr 0.01, momentum
-// 0.9) step -> one realize of parameters, velocities, loss and logits (optim::realize_step, as
-// Learner::realize_step) -> loss.item(). The batch is fixed random data, uploaded each step as the
-// data loader's batch is. Before timing, two steps run on kiln::Cpu and on kiln::Reference (the
-// interpreter) from the same seed, and their losses and updated parameters must agree; a third
-// warm-up step reaches the cache-hit path, and the benchmark fails if a timed step recompiles.
-// real/infer/... is the same MLP's forward on one sample realized under NoGradGuard.
+// 0.9) step, the whole step a kiln::jit function of the batch's tensors with the model and the
+// optimizer as its state (recorded once, then replayed: no ops recorded per step), then
+// loss.item(). The batch is fixed random data, uploaded each step as the data loader's batch is.
+// Before timing, two steps run on kiln::Cpu and on kiln::Reference (the interpreter) from the
+// same seed, and their losses and updated parameters must agree; warm-up steps reach the replay
+// (or cache-hit) path, and the benchmark fails if a timed step recompiles or runs eagerly.
+// real/infer/... is the same MLP's forward (jitted) at batch 1 and 256 under NoGradGuard.
+// lazy/<name>: the same steps without kiln::jit: each step records its ops and realizes them
+// as one graph (optim::realize_step), found in the compile cache by its structural hash: the
+// plain lazy path. dispatch/cache_hit and dispatch/jit: 10 ops on 16 elements, lazily and jitted.
 //
 // diag/kernel_only/<name> (not targets, diagnostics): the same graph compiled once and run
 // through runtime::Executable::Run into output buffers allocated once, so the time is the
@@ -304,18 +308,21 @@ void BM_CompileMlpStep(benchmark::State& state) {
 
 // A cache-hit realize of a 10-op elementwise graph (12 nodes with its 2 parameters) on a tiny
 // tensor: the fixed cost per realization (graph building, hashing, cache lookup, launch).
-void BM_DispatchCacheHit(benchmark::State& state) {
+// 10 elementwise ops on two tensors (12 graph nodes; no scalar constants, which would add fill
+// nodes), realized: the per-call cost of a small graph. `jitted`: through kiln::jit (x is its
+// argument, y a constant), so no op is recorded.
+void RunDispatch(benchmark::State& state, bool jitted) {
   const std::vector<float> host = RandomValues(16, 21, -1.f, 1.f);
   const Tensor1 x = Tensor1::from_vector(host, {16}, B::Device{});
   const Tensor1 y = RandomVector(16, 22);
-  auto body = [&] {
-    // 10 elementwise ops on two parameters: 12 graph nodes (no scalar constants, which would add
-    // fill nodes).
-    const Tensor1 a = x * y;
+  const auto ops = [&](const Tensor1& input) {
+    const Tensor1 a = input * y;
     const Tensor1 b = (a - y).tanh();
     const Tensor1 c = b * a + y.exp();
-    return c / (y.abs() + x.abs());
+    return c / (y.abs() + input.abs());
   };
+  auto jitted_ops = kiln::jit(ops);
+  auto body = [&] { return jitted ? jitted_ops(x) : ops(x); };
   RunRealized(state, body, [&](const ir::TensorData& out) {
     const std::vector<float> yv = y.to_vector<float>();
     return CheckSample(out, 1, 1e-5, [&](int64_t i) {
@@ -325,6 +332,8 @@ void BM_DispatchCacheHit(benchmark::State& state) {
     });
   });
 }
+void BM_DispatchCacheHit(benchmark::State& state) { RunDispatch(state, false); }
+void BM_DispatchJit(benchmark::State& state) { RunDispatch(state, true); }
 
 // ---- Training (issue #4): hand-built step graphs on codegen::cpu::CompileAndRun ----------------
 
@@ -447,8 +456,10 @@ void BM_CnnTrainStep(benchmark::State& state) {
 
 // `precision`: the step under autocast (bf16 matmuls and convolutions, f32 master weights); the
 // interpreter runs the same policy, and bf16's 8-bit significand loosens the loss check.
+// `jitted`: the steps run through kiln::jit, as the Learner runs them (the user's path); otherwise
+// each step records its ops and realizes them (FrontendTrainStep, the plain lazy path).
 template <template <class> class Net>
-void RunFrontendTrain(benchmark::State& state, int64_t batch_size,
+void RunFrontendTrain(benchmark::State& state, int64_t batch_size, bool jitted,
                       kiln::amp::Precision precision = kiln::amp::Precision::kF32) {
   try {
     const HostBatch batch = MakeHostBatch(batch_size, 11);
@@ -458,14 +469,32 @@ void RunFrontendTrain(benchmark::State& state, int64_t batch_size,
     Net<B> model = Net<B>::Make();
     auto reference_sgd = kiln::optim::SgdConfig().with_lr(0.01).with_momentum(0.9).init();
     auto sgd = kiln::optim::SgdConfig().with_lr(0.01).with_momentum(0.9).init();
+    auto jitted_step = kiln::jit(
+        [&](const kiln::Tensor<B, 3>& images, const kiln::Tensor<B, 1, kiln::Int>& labels) {
+          kiln::amp::AutocastGuard autocast(kiln::amp::AutocastDTypeOf(precision));
+          const auto loss = kiln::nn::cross_entropy(model.logits(images), labels);
+          sgd.step(model, loss.backward());
+          return loss;
+        },
+        model, sgd);
+    // One step as the data loader's batch arrives: uploaded, then the step.
+    const auto step = [&] {
+      if (!jitted) return FrontendTrainStep<B>(model, sgd, batch, precision);
+      const B::Device device;
+      const auto images = kiln::Tensor<B, 3>::from_vector(
+          batch.images, {batch.n, int64_t{28}, int64_t{28}}, device);
+      const auto labels =
+          kiln::Tensor<B, 1, kiln::Int>::from_vector(batch.labels, {batch.n}, device);
+      return static_cast<double>(jitted_step(images, labels).item());
+    };
     // Two steps: the second reads the first's velocities, so the whole update is checked.
     const double tolerance = precision == kiln::amp::Precision::kF32 ? 1e-4 : 1e-2;
-    for (int step = 0; step < 2; ++step) {
+    for (int i = 0; i < 2; ++i) {
       const double want =
           FrontendTrainStep<kiln::Reference>(reference, reference_sgd, batch, precision);
-      const double got = FrontendTrainStep<B>(model, sgd, batch, precision);
+      const double got = step();
       if (!(std::abs(got - want) <= tolerance * (1.0 + std::abs(want)))) {
-        state.SkipWithError(("wrong loss at step " + std::to_string(step) + ": " +
+        state.SkipWithError(("wrong loss at step " + std::to_string(i) + ": " +
                              std::to_string(got) + ", reference " + std::to_string(want))
                                 .c_str());
         return;
@@ -476,62 +505,77 @@ void RunFrontendTrain(benchmark::State& state, int64_t batch_size,
       state.SkipWithError(("wrong update: " + problem).c_str());
       return;
     }
-    FrontendTrainStep<B>(model, sgd, batch, precision);  // the steady state's graph
+    step();  // the steady state's graph (jitted: its first replay)
     const auto before = kiln::detail::GetEngineStats();
-    FrontendTrainStep<B>(model, sgd, batch, precision);
+    step();
     const auto after = kiln::detail::GetEngineStats();
     state.counters["graph_nodes"] =
         static_cast<double>(after.nodes_executed - before.nodes_executed);
     const int64_t compiles = kiln::codegen::cpu::GetGraphCacheStats().compiles;
-    for (auto _ : state) {
-      benchmark::DoNotOptimize(FrontendTrainStep<B>(model, sgd, batch, precision));
-    }
+    for (auto _ : state) benchmark::DoNotOptimize(step());
     if (kiln::codegen::cpu::GetGraphCacheStats().compiles != compiles) {
       state.SkipWithError("a timed step recompiled (not the cache-hit path)");
+    }
+    if (jitted && jitted_step.stats().eager_calls != 0) {
+      state.SkipWithError("the jitted step ran eagerly");
     }
   } catch (const std::exception& error) {
     state.SkipWithError(error.what());
   }
 }
 
-void BM_RealMlpTrainStep(benchmark::State& state) { RunFrontendTrain<FrontendMlp>(state, 128); }
-void BM_RealCnnTrainStep(benchmark::State& state) { RunFrontendTrain<FrontendCnn>(state, 64); }
+void BM_RealMlpTrainStep(benchmark::State& state) {
+  RunFrontendTrain<FrontendMlp>(state, 128, /*jitted=*/true);
+}
+void BM_RealCnnTrainStep(benchmark::State& state) {
+  RunFrontendTrain<FrontendCnn>(state, 64, /*jitted=*/true);
+}
 void BM_RealMlpTrainStepBf16(benchmark::State& state) {
-  RunFrontendTrain<FrontendMlp>(state, 128, kiln::amp::Precision::kBF16);
+  RunFrontendTrain<FrontendMlp>(state, 128, /*jitted=*/true, kiln::amp::Precision::kBF16);
 }
 void BM_RealCnnTrainStepBf16(benchmark::State& state) {
-  RunFrontendTrain<FrontendCnn>(state, 64, kiln::amp::Precision::kBF16);
+  RunFrontendTrain<FrontendCnn>(state, 64, /*jitted=*/true, kiln::amp::Precision::kBF16);
+}
+void BM_LazyMlpTrainStep(benchmark::State& state) {
+  RunFrontendTrain<FrontendMlp>(state, 128, /*jitted=*/false);
+}
+void BM_LazyCnnTrainStep(benchmark::State& state) {
+  RunFrontendTrain<FrontendCnn>(state, 64, /*jitted=*/false);
 }
 
-// Batch-1 inference: forward + realize under NoGradGuard, checked against the interpreter.
-void BM_RealMlpInference(benchmark::State& state) {
+// Inference at `batch_size`: the forward pass under NoGradGuard, realized, checked against the
+// interpreter; `jitted` as for RunFrontendTrain.
+void RunFrontendInference(benchmark::State& state, int64_t batch_size, bool jitted) {
   try {
     kiln::NoGradGuard no_grad;
-    const std::vector<float> sample = RandomValues(784, 12, -0.81f, 2.02f);
+    const std::vector<float> sample = RandomValues(batch_size * 784, 12, -0.81f, 2.02f);
     kiln::manual_seed(0);
     const auto reference = FrontendMlp<kiln::Reference>::Make();
     kiln::manual_seed(0);
-    const auto model = FrontendMlp<B>::Make();
-    const auto x = Tensor2::from_vector(sample, {int64_t{1}, int64_t{784}}, B::Device{});
+    auto model = FrontendMlp<B>::Make();
+    const auto x = Tensor2::from_vector(sample, {batch_size, int64_t{784}}, B::Device{});
     const ir::TensorData want =
         reference
             .forward(kiln::Tensor<kiln::Reference, 2>::from_vector(
-                sample, {int64_t{1}, int64_t{784}}, kiln::Reference::Device{}))
+                sample, {batch_size, int64_t{784}}, kiln::Reference::Device{}))
             .into_data();
-    const ir::TensorData got = model.forward(x).into_data();
+    auto jitted_forward =
+        kiln::jit([&](const Tensor2& input) { return model.forward(input); }, model);
+    const auto forward = [&] {
+      Tensor2 logits = jitted ? jitted_forward(x) : model.forward(x);
+      logits.realize();
+      return logits;
+    };
+    const ir::TensorData got = forward().into_data();
     if (const std::string problem = CompareParameters({got}, {want}); !problem.empty()) {
       state.SkipWithError(("wrong logits: " + problem).c_str());
       return;
     }
     // The first call's graph also held the parameters' lazy initialisation; this one is the
     // steady state's.
-    model.forward(x).realize();
+    forward();
     const int64_t compiles = kiln::codegen::cpu::GetGraphCacheStats().compiles;
-    for (auto _ : state) {
-      auto logits = model.forward(x);
-      logits.realize();
-      benchmark::DoNotOptimize(logits);
-    }
+    for (auto _ : state) benchmark::DoNotOptimize(forward());
     if (kiln::codegen::cpu::GetGraphCacheStats().compiles != compiles) {
       state.SkipWithError("a timed call recompiled (not the cache-hit path)");
     }
@@ -539,6 +583,9 @@ void BM_RealMlpInference(benchmark::State& state) {
     state.SkipWithError(error.what());
   }
 }
+void BM_RealMlpInference(benchmark::State& state) { RunFrontendInference(state, 1, true); }
+void BM_RealMlpInference256(benchmark::State& state) { RunFrontendInference(state, 256, true); }
+void BM_LazyMlpInference(benchmark::State& state) { RunFrontendInference(state, 1, false); }
 
 // ---- Diagnostics: kernel time alone -------------------------------------------------------------
 
@@ -662,6 +709,7 @@ BENCHMARK(BM_DispatchCacheHit)
     ->Name("dispatch/cache_hit")
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DispatchJit)->Name("dispatch/jit")->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_MlpTrainStep)
     ->Name("train/mlp_step/784-512-256-10/b128")
@@ -680,6 +728,22 @@ BENCHMARK(BM_RealMlpTrainStep)
     ->Name("real/train/mlp_step/784-512-256-10/b128")
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LazyMlpTrainStep)
+    ->Name("lazy/train/mlp_step/784-512-256-10/b128")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LazyCnnTrainStep)
+    ->Name("lazy/train/cnn_step/mnist/b64")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LazyMlpInference)
+    ->Name("lazy/infer/mlp/784-512-256-10/b1")
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RealMlpInference256)
+    ->Name("real/infer/mlp/784-512-256-10/b256")
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_RealMlpInference)
     ->Name("real/infer/mlp/784-512-256-10/b1")
     ->UseRealTime()

@@ -17,6 +17,16 @@ Then (--memory on, the default; --memory only runs just this) the peak-memory co
 epoch of examples/fashion_mnist/mlp (target fashion_mnist_mlp) against
 peers/torch_fashion_mnist_mlp.py, each under /usr/bin/time -v, and the ratio of their maximum
 resident set sizes.
+
+Then (--compilers on, the default; --compilers only runs just this) issue #18's comparison beside
+the compilers, when the venv of peers/make_peers_venv.sh exists (--peers-venv; without it one
+line says it was skipped): --rounds rounds, each running kiln_bench's rows of the targets and
+then peers/compiler_peers.py once per peer (jax.jit, torch.compile, onnxruntime), so kiln and
+the peers alternate; each row keeps its best round. On a host with AVX-512, kiln runs twice per
+round, natively and under KILN_CPU=x86-64-v3 (the issue's AVX2 host), and the targets are judged
+on the latter. Then gemm_vs_openblas on every GEMM shape of the MLP and CNN training steps
+(GEMM_SHAPES). It prints the targets table (each target, kiln's figure, the peer's, the ratio,
+PASS/MISS), the per-shape GEMM table and every peer's time on every row.
 """
 
 import argparse
@@ -27,6 +37,9 @@ import re
 import subprocess
 import sys
 import tempfile
+
+from peers.peer_common import (CNN_STEP, DISPATCH, GELU, INFER_B1, INFER_B256, MLP_STEP,
+                               SOFTMAX)
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -90,13 +103,70 @@ IDEAL_BYTES = {
 
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
+# ---- Issue #18: beside the compilers -------------------------------------------------------------
 
-def run_json(command, env=None):
+# The peers' row (peers/compiler_peers.py's names) -> kiln_bench's row on the user's path.
+KILN_ROW = {MLP_STEP: "real/" + MLP_STEP, INFER_B1: "real/" + INFER_B1,
+            INFER_B256: "real/" + INFER_B256, GELU: GELU, SOFTMAX: SOFTMAX, DISPATCH: DISPATCH,
+            CNN_STEP: "real/" + CNN_STEP}
+COMPILER_PEERS = ("jax", "torch", "ort")
+PEER_LABEL = {"jax": "JAX jit", "torch": "torch.compile", "ort": "onnxruntime"}
+# (what, kiln row, kind, peer, value); kinds as ROWS's, plus
+#   at_most_peer  kiln time <= value x the peer's
+TARGETS_18 = [
+    ("user-path MLP step <= 0.8x JAX's", MLP_STEP, "at_most_peer", "jax", 0.8),
+    ("user-path batch-1 inference <= 25 us", INFER_B1, "max_s", None, 25e-6),
+    ("user-path batch-1 inference <= 0.6x onnxruntime's", INFER_B1, "at_most_peer", "ort", 0.6),
+    ("batch-256 inference <= onnxruntime's", INFER_B256, "at_most_peer", "ort", 1.0),
+    ("gelu >= 75% of STREAM", GELU, "stream", None, 0.75),
+    ("softmax >= 60% of STREAM", SOFTMAX, "stream", None, 0.60),
+    ("cache-hit dispatch <= 10 us", DISPATCH, "max_s", None, 10e-6),
+]
+# Every GEMM of the two training steps as kiln runs them (KILN_DUMP's executable.txt and
+# fusion.txt of real/train/*: gemm_* steps; the conv_* steps are the GEMMs of RunConv in
+# runtime/cpu/gemm_conv.cc), in gemm_vs_openblas's --shapes spelling: C[M,N] = A[M,K] B[K,N],
+# `a` = A read transposed, `t` = B read transposed, `/B` = B products (one per image). The
+# convolutions are timed on explicit matrices for both libraries, so kiln's implicit im2col
+# gathering, its explicit im2col^T and col2im passes are not in their figure (the CNN step's own
+# time includes them).
+GEMM_SHAPES = [
+    ("128x512x784t", "MLP fc1 forward, X W1^T"),
+    ("128x256x512t", "MLP fc2 forward"),
+    ("128x10x256t", "MLP fc3 forward"),
+    ("128x256x10", "MLP fc3 dX = dY W3"),
+    ("128x512x256", "MLP fc2 dX"),
+    ("512x784x128a", "MLP fc1 dW = dY^T X"),
+    ("256x512x128a", "MLP fc2 dW"),
+    ("10x256x128a", "MLP fc3 dW"),
+    ("32x676x9/64", "CNN conv1 forward, W[32,9] im2col[9,676] per image"),
+    ("64x121x288/64", "CNN conv2 forward"),
+    ("288x121x64/64", "CNN conv2 dX as col2im: W'^T[(c, kk), o] dY[o, 121] per image"),
+    ("288x64x7744t", "CNN conv2 dW as im2col^T dY^T: 32 x 9 outputs, depth 64*11*11"),
+    ("9x32x43264t", "CNN conv1 dW, the same: 9 outputs, depth 64*26*26"),
+    ("64x128x1600t", "CNN fc1 forward"),
+    ("64x10x128t", "CNN fc2 forward"),
+    ("64x128x10", "CNN fc2 dX"),
+    ("64x1600x128", "CNN fc1 dX"),
+    ("128x1600x64a", "CNN fc1 dW"),
+    ("10x128x64a", "CNN fc2 dW"),
+]
+GEMM_TARGET = 1.0
+
+
+def run_json(command, env=None, may_fail=False):
+    """The JSON a program prints. A failing program ends the run, unless `may_fail` (a program
+    that reports failed rows in its JSON and exits non-zero): then its JSON, or None."""
     print("+ " + " ".join(str(c) for c in command), file=sys.stderr, flush=True)
     done = subprocess.run([str(c) for c in command], env=env, stdout=subprocess.PIPE, text=True,
                           check=False)
     if done.returncode != 0:
-        sys.exit(f"run_peers: {command[0]} exited with {done.returncode}")
+        if not may_fail:
+            sys.exit(f"run_peers: {command[0]} exited with {done.returncode}")
+        print(f"run_peers: {command[0]} exited with {done.returncode}", file=sys.stderr)
+        try:
+            return json.loads(done.stdout)
+        except json.JSONDecodeError:
+            return None
     return json.loads(done.stdout)
 
 
@@ -152,6 +222,15 @@ def main():
     parser.add_argument("--memory", choices=("on", "off", "only"), default="on",
                         help="peak-memory comparison of one Fashion-MNIST MLP epoch (needs the "
                         "fashion_mnist_mlp target and Debian's dataset-fashion-mnist)")
+    parser.add_argument("--compilers", choices=("on", "off", "only"), default="on",
+                        help="issue #18: kiln beside jax.jit, torch.compile and onnxruntime, and "
+                        "every GEMM shape of the training steps beside OpenBLAS (needs "
+                        "--peers-venv and the gemm_vs_openblas target)")
+    parser.add_argument("--peers-venv", default=str(ROOT / "build" / "peers-venv"),
+                        help="the venv of benchmarks/peers/make_peers_venv.sh")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="--compilers: rounds of kiln, then each peer; each row keeps its "
+                        "best round")
     options = parser.parse_args()
 
     if options.memory == "only":
@@ -159,19 +238,23 @@ def main():
     bench_dir = pathlib.Path(options.build_dir) / "benchmarks"
     out = pathlib.Path(options.out) if options.out else bench_dir / "peer_results"
     if options.table_only:
-        data = {n: json.loads((out / f"{n}.json").read_text())
-                for n in ("stream", "kiln", "torch", "openblas")}
-        train_json = out / "torch_train.json"
-        if train_json.exists():
-            data["torch"]["results"].update(json.loads(train_json.read_text())["results"])
-        print_table(data["stream"], data["kiln"], data["torch"], data["openblas"], out,
-                    "(from saved JSON)")
+        if options.compilers != "only":
+            data = {n: json.loads((out / f"{n}.json").read_text())
+                    for n in ("stream", "kiln", "torch", "openblas")}
+            train_json = out / "torch_train.json"
+            if train_json.exists():
+                data["torch"]["results"].update(json.loads(train_json.read_text())["results"])
+            print_table(data["stream"], data["kiln"], data["torch"], data["openblas"], out,
+                        "(from saved JSON)")
+        compilers_json = out / "compilers.json"
+        if options.compilers != "off" and compilers_json.exists():
+            print()
+            print_compilers(json.loads(compilers_json.read_text()), out)
         return 0
-    programs = [bench_dir / p for p in ("stream_triad", "kiln_bench", "openblas_bench")]
-    missing = [str(p) for p in programs if not p.exists()]
-    if missing:
-        sys.exit("run_peers: not built: " + ", ".join(missing) + "\n(cmake --build " +
-                 options.build_dir + " --target kiln_bench openblas_bench stream_triad)")
+    if options.compilers == "only":
+        run_compilers(options, bench_dir, out)
+        return 0
+    require_built(bench_dir, ("stream_triad", "kiln_bench", "openblas_bench"), options)
     out.mkdir(parents=True, exist_ok=True)
     load_before = load()
 
@@ -201,7 +284,17 @@ def main():
     if options.memory == "on":
         print()
         print_memory(options)
+    if options.compilers == "on":
+        print()
+        run_compilers(options, bench_dir, out, stream)
     return 0
+
+
+def require_built(bench_dir, programs, options):
+    missing = [str(bench_dir / p) for p in programs if not (bench_dir / p).exists()]
+    if missing:
+        sys.exit("run_peers: not built: " + ", ".join(missing) + "\n(cmake --build " +
+                 options.build_dir + " --target " + " ".join(programs) + ")")
 
 
 def max_rss_bytes(command, cwd):
@@ -320,6 +413,195 @@ def print_table(stream, kiln, torch, openblas, out, load_text):
             p = peers["torch"].get(base)
             ratio = f"{p / k:.2f}x" if p else ""
             print(f"| {name} | {human(k)} | {bw} | {of_stream} | {ratio} |")
+
+
+def host_has_avx512():
+    with open("/proc/cpuinfo") as f:
+        return any(line.startswith("flags") and " avx512f" in line for line in f)
+
+
+def kiln_env(level):
+    """kiln_bench's environment: 2 threads, no disk cache or dumps, KILN_CPU pinned to `level`
+    ("native": unset)."""
+    env = dict(os.environ, KILN_NUM_THREADS=str(THREADS))
+    for name in ("KILN_CACHE_DIR", "KILN_DUMP", "KILN_CPU"):
+        env.pop(name, None)
+    if level != "native":
+        env["KILN_CPU"] = level
+    return env
+
+
+def keep_best(best, name, value):
+    """Keeps the smaller time; an error string only while there is no time."""
+    old = best.get(name)
+    if isinstance(value, str):
+        if old is None:
+            best[name] = value
+    elif old is None or isinstance(old, str) or value < old:
+        best[name] = value
+
+
+def run_compilers(options, bench_dir, out, stream=None):
+    """Issue #18's rounds (kiln_bench's rows, then each compiler peer), the GEMM shapes against
+    OpenBLAS, the JSON saved as compilers.json and the tables printed."""
+    python = pathlib.Path(options.peers_venv) / "bin" / "python"
+    if not python.exists():
+        print(f"# beside the compilers (issue #18): skipped: no venv at {options.peers_venv} "
+              f"(make it: benchmarks/peers/make_peers_venv.sh {options.peers_venv})")
+        return
+    require_built(bench_dir, ("kiln_bench", "gemm_vs_openblas", "stream_triad"), options)
+    out.mkdir(parents=True, exist_ok=True)
+    levels = ["native", "x86-64-v3"] if host_has_avx512() else ["native"]
+    data = {"load_before": load(), "loads_after_round": [], "levels": levels,
+            "threads": THREADS, "kiln": {level: {} for level in levels},
+            "peers": {peer: {} for peer in COMPILER_PEERS}, "versions": {}, "gemm": {}}
+    if stream is None:
+        stream = run_json([bench_dir / "stream_triad", f"--threads={THREADS}"])
+    data["stream_bytes_per_second"] = stream["bytes_per_second"]
+    rows = sorted(set(KILN_ROW.values())) + [DIAG_PREFIX + GELU, DIAG_PREFIX + SOFTMAX]
+    # Google Benchmark's filter is a POSIX extended regex; the names hold no special characters.
+    kiln_filter = "^(" + "|".join(rows) + ")(/real_time)?$"
+    for _ in range(options.rounds):
+        for level in levels:
+            report = run_json([bench_dir / "kiln_bench", "--benchmark_format=json",
+                               f"--benchmark_filter={kiln_filter}",
+                               f"--benchmark_repetitions={options.repetitions}",
+                               f"--benchmark_min_time={options.min_time}"], env=kiln_env(level))
+            for name, value in kiln_times(report).items():
+                keep_best(data["kiln"][level], name, value)
+        for peer in COMPILER_PEERS:
+            report = run_json([python, HERE / "peers" / "compiler_peers.py", f"--peer={peer}",
+                               f"--threads={THREADS}", f"--repetitions={options.repetitions}",
+                               f"--min-time={options.min_time}"], may_fail=True)
+            if report is None:
+                keep_best(data["peers"][peer], "*", "ERROR: compiler_peers.py printed no JSON")
+                continue
+            data["versions"][peer] = report["version"]
+            for name, result in report["results"].items():
+                best = data["peers"][peer]
+                old = best.get(name)
+                if "error" in result:
+                    if old is None:
+                        best[name] = result
+                elif old is None or "error" in old or result["seconds"] < old["seconds"]:
+                    best[name] = result
+        data["loads_after_round"].append(load())
+    shapes = ",".join(shape for shape, _ in GEMM_SHAPES)
+    for level in levels:
+        data["gemm"][level] = run_json([bench_dir / "gemm_vs_openblas", f"--shapes={shapes}",
+                                        f"--threads={THREADS}", "--format=json"],
+                                       env=kiln_env(level), may_fail=True)
+    data["load_after"] = load()
+    (out / "compilers.json").write_text(json.dumps(data, indent=1))
+    print_compilers(data, out)
+
+
+def print_compilers(data, out):
+    levels = data["levels"]
+    judged = levels[-1]  # x86-64-v3 on an AVX-512 host: the issue's AVX2 host
+    kiln = data["kiln"]
+    stream_bw = data["stream_bytes_per_second"]
+
+    def kiln_time(row, level=judged):
+        return kiln[level].get(KILN_ROW.get(row, row), "missing")
+
+    def peer_time(peer, row):
+        result = data["peers"][peer].get(row)
+        return None if result is None or "error" in result else result["seconds"]
+
+    def kiln_text(row):
+        texts = []
+        for level in reversed(levels):
+            t = kiln_time(row, level)
+            text = t if isinstance(t, str) else human(t)
+            texts.append(text if level == judged else f"{level}: {text}")
+        return texts[0] + (f" ({', '.join(texts[1:])})" if len(texts) > 1 else "")
+
+    versions = ", ".join(f"{PEER_LABEL[p]} {v}" for p, v in data["versions"].items())
+    where = (f"kiln at {' and '.join(levels)} (targets judged at {judged})" if len(levels) > 1
+             else "kiln native (no AVX-512 on this host: the issue's AVX2 host)")
+    print(f"# beside the compilers (issue #18), {data['threads']} threads, {where}; {versions}; "
+          f"STREAM triad {stream_bw / 1e9:.2f} GB/s")
+    print(f"# load average before: {data['load_before']}; after each round: "
+          f"{' | '.join(data['loads_after_round'])}; at the end: {data['load_after']}")
+    print("| target | kiln | peer | peer value | ratio | target | result |")
+    print("|---|---|---|---|---|---|---|")
+    misses = 0
+    for what, row, kind, peer, value in TARGETS_18:
+        k = kiln_time(row)
+        peer_label, peer_value, ratio, target_text = PEER_LABEL.get(peer, "-"), "", "", ""
+        if isinstance(k, str):
+            result = "ERROR"
+        elif kind == "max_s":
+            target_text = f"<= {human(value)}"
+            result = "PASS" if k <= value else "MISS"
+        elif kind == "stream":
+            kiln_bw = IDEAL_BYTES[row] / k
+            peer_label, peer_value = "STREAM triad", f"{stream_bw / 1e9:.2f} GB/s"
+            ratio = f"{kiln_bw / stream_bw:.2f} ({kiln_bw / 1e9:.2f} GB/s)"
+            target_text = f">= {value:.2f}"
+            result = "PASS" if kiln_bw / stream_bw >= value else "MISS"
+        else:  # at_most_peer
+            p = peer_time(peer, row)
+            target_text = f"kiln / peer <= {value:g}"
+            if p is None:
+                peer_value, result = "missing", "ERROR"
+            else:
+                peer_value, ratio = human(p), f"{k / p:.2f}"
+                result = "PASS" if k <= value * p else "MISS"
+        misses += result != "PASS"
+        print(f"| {what} | {kiln_text(row)} | {peer_label} | {peer_value} | {ratio} | "
+              f"{target_text} | {result} |")
+
+    gemm = data["gemm"].get(judged)
+    native = data["gemm"].get("native") if judged != "native" else None
+    print()
+    if gemm is None:
+        print("| GEMM shapes | ERROR: gemm_vs_openblas printed no JSON |")
+        misses += 1
+    else:
+        print(f"# every GEMM of the MLP (b128) and CNN (b64) steps, kiln ({gemm['kiln_kernel']}) "
+              f"vs OpenBLAS (core {gemm['openblas_core']}), {gemm['threads']} threads, "
+              f"batch-interleaved; target kiln / OpenBLAS >= {GEMM_TARGET:g} (best batch of each)")
+        extra = " | native kiln / OpenBLAS" if native else ""
+        print(f"| M x N x K | GEMM | kiln GFLOP/s | OpenBLAS GFLOP/s | kiln / OpenBLAS | median of "
+              f"pairs{extra} | result |")
+        print("|---|---|---|---|---|---|" + ("---|" if native else "") + "---|")
+        what = dict(GEMM_SHAPES)
+        native_ratio = {r["shape"]: r["ratio_best"] for r in native["results"]} if native else {}
+        for r in gemm["results"]:
+            ok = r["ok"] and r["ratio_best"] >= GEMM_TARGET
+            misses += not ok
+            cell = f" | {native_ratio.get(r['shape'], 0):.2f}" if native else ""
+            result = "PASS" if ok else ("MISMATCH" if not r["ok"] else "MISS")
+            print(f"| {r['shape']} | {what.get(r['shape'], '')} | {r['kiln_gflops']:.1f} | "
+                  f"{r['openblas_gflops']:.1f} | {r['ratio_best']:.2f} | "
+                  f"{r['ratio_median']:.2f}{cell} | {result} |")
+    print(f"# {misses} target(s) missed or failed; raw JSON in {out / 'compilers.json'}")
+
+    print()
+    print("| row (kiln's name) | kiln | " + " | ".join(PEER_LABEL[p] for p in COMPILER_PEERS) +
+          " |")
+    print("|---|---|" + "---|" * len(COMPILER_PEERS))
+    for row in KILN_ROW:
+        k = kiln_time(row)
+        cells = []
+        for peer in COMPILER_PEERS:
+            result = data["peers"][peer].get(row)
+            if result is None:
+                cells.append("-")
+            elif "error" in result:
+                cells.append("ERROR: " + result["error"][:80])
+            else:
+                ratio = "" if isinstance(k, str) else f", kiln / peer {k / result['seconds']:.2f}"
+                cells.append(f"{human(result['seconds'])} (first call "
+                             f"{result['first_call_seconds']:.1f} s{ratio})")
+        print(f"| {KILN_ROW[row]} | {kiln_text(row)} | " + " | ".join(cells) + " |")
+    for row in (GELU, SOFTMAX):
+        k = kiln_time(DIAG_PREFIX + row)
+        if not isinstance(k, str):
+            print(f"| {DIAG_PREFIX + row} (kernel alone) | {human(k)}, "
+                  f"{IDEAL_BYTES[row] / k / stream_bw:.2f} of STREAM | | | |")
 
 
 if __name__ == "__main__":

@@ -65,7 +65,9 @@ TensorRef FromDoubles(std::span<const double> values, ir::Shape shape, ir::DType
   CheckShape(shape, op, loc);
   absl::StatusOr<ir::TensorData> data = ir::TensorData::FromDoubles(dtype, shape, values);
   if (!data.ok()) ThrowOpError(op, std::string(data.status().message()), {}, loc);
-  return FromTensorData(*std::move(data), device);
+  TensorRef node = FromTensorData(*std::move(data), device);
+  node->loc = loc;
+  return node;
 }
 
 TensorRef FromInt64s(std::span<const int64_t> values, ir::Shape shape, ir::DType dtype,
@@ -81,7 +83,9 @@ TensorRef FromInt64s(std::span<const int64_t> values, ir::Shape shape, ir::DType
                  {}, loc);
   }
   for (size_t i = 0; i < values.size(); ++i) data.SetInt64(static_cast<int64_t>(i), values[i]);
-  return FromTensorData(std::move(data), device);
+  TensorRef node = FromTensorData(std::move(data), device);
+  node->loc = loc;
+  return node;
 }
 
 TensorRef FromTensorData(ir::TensorData data, int64_t rank, KindId kind,
@@ -92,7 +96,9 @@ TensorRef FromTensorData(ir::TensorData data, int64_t rank, KindId kind,
                  {ir::TensorType{data.dtype(), data.shape()}}, loc);
   }
   CheckDTypeInKind(data.dtype(), kind, "from_tensor_data", loc);
-  return FromTensorData(std::move(data), device);
+  TensorRef node = FromTensorData(std::move(data), device);
+  node->loc = loc;
+  return node;
 }
 
 TensorRef Arange(double start, double end, double step, ir::DType dtype,

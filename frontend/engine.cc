@@ -29,6 +29,8 @@ std::atomic<int64_t> g_live_nodes{0};
 std::atomic<int64_t> g_graphs_executed{0};
 std::atomic<int64_t> g_nodes_executed{0};
 std::atomic<int64_t> g_arguments_donated{0};
+std::atomic<uint64_t> g_next_serial{1};
+thread_local RecordingNotes* g_recording = nullptr;
 
 struct ExecutorRegistry {
   std::mutex mutex;
@@ -45,6 +47,7 @@ struct ExecutorRegistry {
   // Devices that ran a resident graph: their traffic is reported at exit (KILN_TIME_PASSES).
   std::vector<runtime::DeviceId> used_devices;
   std::map<runtime::DeviceKind, CompileCounter> compile_counters;
+  std::map<runtime::DeviceKind, Preparer> preparers;
 
   // The reference interpreter is built in; every other backend registers itself from its own
   // library (kiln_backend_cpu, kiln_backend_vulkan), so this library names none of them.
@@ -66,6 +69,16 @@ ExecutorRegistry& Registry() {
   static ExecutorRegistry registry;
   return registry;
 }
+
+// What runs graphs on one device: a device-memory backend's executor (`resident`), or a host one.
+struct DeviceExecutor {
+  DonatingExecutor run;
+  bool takes_donation = false;
+  ResidentExecutor resident;
+  CompileCounter compiles;
+};
+
+DeviceExecutor LookupExecutor(runtime::DeviceId device);
 
 // A realization at `loc` compiled a graph: the kRecompileWarningAfter-th such compile at one source
 // line warns, once. (A loop that compiles every time runs at compile speed, silently otherwise.)
@@ -203,6 +216,30 @@ void ReportTransfers() {
   }
 }
 
+DeviceExecutor LookupExecutor(runtime::DeviceId device) {
+  DeviceExecutor found;
+  ExecutorRegistry& registry = Registry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  if (auto it = registry.compile_counters.find(device.kind);
+      it != registry.compile_counters.end()) {
+    found.compiles = it->second;
+  }
+  if (auto it = registry.resident.find(device.kind); it != registry.resident.end()) {
+    found.resident = it->second.run;
+    if (std::find(registry.used_devices.begin(), registry.used_devices.end(), device) ==
+        registry.used_devices.end()) {
+      if (registry.used_devices.empty() && passes::TimePassesFromEnv()) {
+        std::atexit(ReportTransfers);
+      }
+      registry.used_devices.push_back(device);
+    }
+  } else if (auto it = registry.executors.find(device.kind); it != registry.executors.end()) {
+    found.run = it->second.run;
+    found.takes_donation = it->second.takes_donation;
+  }
+  return found;
+}
+
 // Realizes the pending nodes behind `roots`, all on `device`.
 void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device, const Loc& loc) {
   // Pending nodes behind the roots; realized ones are collected (they become parameters) but
@@ -225,21 +262,30 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
     order = TopologicalOrder(roots, pending);
   }
 
-  // Operand edges inside this DAG; a pending node with more owners than that is also held from
-  // outside (a user tensor or a pending node elsewhere) and is worth keeping.
-  absl::flat_hash_map<LazyNode*, long> internal_uses;
-  internal_uses.reserve(order.size());
+  // Per node of the DAG: its id in the graph; for a pending node's operands, the edges inside
+  // this DAG that reach them and their owners in all (a pending node with more owners than edges
+  // here is also held from outside: a user tensor or a pending node elsewhere, worth keeping).
+  struct NodeInfo {
+    ir::NodeId id = ir::kInvalidNode;
+    long internal_uses = 0;
+    long owners = 0;  // 0: no operand edge points at it (a root)
+  };
+  absl::flat_hash_map<LazyNode*, NodeInfo> info;
+  info.reserve(order.size());
   for (LazyNode* node : order) {
     if (node->realized()) continue;
-    for (const TensorRef& in : node->inputs) ++internal_uses[in.get()];
+    for (const TensorRef& in : node->inputs) {
+      NodeInfo& operand = info[in.get()];
+      ++operand.internal_uses;
+      operand.owners = in.use_count();
+    }
   }
 
   // Every pending node was type-checked when it was recorded (RecordOn, or a verified graph for
   // Import), so the graph is assembled directly with the recorded types: no second inference and
   // no verification on this per-call path (debug builds still verify below).
   ir::Graph graph;
-  absl::flat_hash_map<LazyNode*, ir::NodeId> ids;
-  ids.reserve(order.size());
+  graph.Reserve(static_cast<int64_t>(order.size()));
   std::vector<std::shared_ptr<const ir::TensorData>> arguments;
   for (LazyNode* node : order) {
     ir::NodeId id;
@@ -259,10 +305,10 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
     } else {
       std::vector<ir::NodeId> inputs;
       inputs.reserve(node->inputs.size());
-      for (const TensorRef& in : node->inputs) inputs.push_back(ids.at(in.get()));
+      for (const TensorRef& in : node->inputs) inputs.push_back(info.at(in.get()).id);
       id = graph.AddNode(ir::Node{node->op, std::move(inputs), node->attrs, node->type, node->loc});
     }
-    ids[node] = id;
+    info[node].id = id;
   }
 
   std::vector<LazyNode*> outputs;
@@ -271,24 +317,17 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
       outputs.push_back(root);
     }
   }
-  // Find externally held intermediates through the operand lists that reference them.
-  absl::flat_hash_map<LazyNode*, long> owners;
-  owners.reserve(order.size());
+  // Intermediates held from outside are outputs too.
   for (LazyNode* node : order) {
     if (node->realized()) continue;
-    for (const TensorRef& in : node->inputs) owners[in.get()] = in.use_count();
-  }
-  for (LazyNode* node : order) {
-    if (node->realized()) continue;
-    auto it = owners.find(node);
-    if (it == owners.end()) continue;  // a root: no operand edge points at it
-    if (it->second > internal_uses[node] &&
+    const NodeInfo& i = info.at(node);
+    if (i.owners > i.internal_uses &&
         std::find(outputs.begin(), outputs.end(), node) == outputs.end()) {
       outputs.push_back(node);
     }
   }
   if (outputs.empty()) return;
-  for (LazyNode* out : outputs) graph.AddOutput(ids.at(out));
+  for (LazyNode* out : outputs) graph.AddOutput(info.at(out).id);
 
   // Buffer donation: a realized value that enters as a parameter is handed over to the executor
   // (which may write an output into its buffer) when nothing can observe it once this
@@ -326,11 +365,10 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
   bool any_donated = false;
   for (size_t j = 0; j < argument_nodes.size(); ++j) {
     LazyNode* node = argument_nodes[j];
-    auto owned = owners.find(node);
+    const NodeInfo& i = info.at(node);
     // `arguments` holds one more reference to the data.
-    donated[j] = owned != owners.end() && owned->second == internal_uses[node] &&
-                 observable.count(node) == 0 && node->data.use_count() == 2 &&
-                 node->data->size_bytes() > 0;
+    donated[j] = i.owners != 0 && i.owners == i.internal_uses && observable.count(node) == 0 &&
+                 node->data.use_count() == 2 && node->data->size_bytes() > 0;
     any_donated |= donated[j];
   }
 
@@ -342,31 +380,11 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
   }
 #endif
 
-  DonatingExecutor executor;
-  ResidentExecutor resident;
-  CompileCounter compiles;
-  bool takes_donation = false;
-  {
-    ExecutorRegistry& registry = Registry();
-    std::lock_guard<std::mutex> lock(registry.mutex);
-    if (auto it = registry.compile_counters.find(device.kind);
-        it != registry.compile_counters.end()) {
-      compiles = it->second;
-    }
-    if (auto it = registry.resident.find(device.kind); it != registry.resident.end()) {
-      resident = it->second.run;
-      if (std::find(registry.used_devices.begin(), registry.used_devices.end(), device) ==
-          registry.used_devices.end()) {
-        if (registry.used_devices.empty() && passes::TimePassesFromEnv()) {
-          std::atexit(ReportTransfers);
-        }
-        registry.used_devices.push_back(device);
-      }
-    } else if (auto it = registry.executors.find(device.kind); it != registry.executors.end()) {
-      executor = it->second.run;
-      takes_donation = it->second.takes_donation;
-    }
-  }
+  const DeviceExecutor found = LookupExecutor(device);
+  const DonatingExecutor& executor = found.run;
+  const ResidentExecutor& resident = found.resident;
+  const CompileCounter& compiles = found.compiles;
+  const bool takes_donation = found.takes_donation;
   const int64_t compiles_before = compiles ? compiles() : 0;
   if (resident) {
     RunResident(resident, graph, argument_nodes, outputs, device, loc);
@@ -459,7 +477,8 @@ TensorRef RecordOn(const char* name, ir::Op op, std::vector<TensorRef> inputs, i
   node->loc = loc;
   node->device = device;
   LinkOperands(*node, std::move(inputs));
-  if (node->pending_depth > kMaxPendingDepth || node->pending_estimate > kMaxPendingNodes) {
+  if ((node->pending_depth > kMaxPendingDepth || node->pending_estimate > kMaxPendingNodes) &&
+      g_recording == nullptr) {
     const TensorRef roots[] = {node};
     Realize(roots, loc);
   }
@@ -482,7 +501,9 @@ TensorRef RecordLeaf(const char* name, ir::Op op, ir::Attrs attrs, const Device&
   return RecordOn(name, op, {}, std::move(attrs), device.id(), loc);
 }
 
-LazyNode::LazyNode() { g_live_nodes.fetch_add(1, std::memory_order_relaxed); }
+LazyNode::LazyNode() : serial(g_next_serial.fetch_add(1, std::memory_order_relaxed)) {
+  g_live_nodes.fetch_add(1, std::memory_order_relaxed);
+}
 
 LazyNode::~LazyNode() {
   if (!inputs.empty()) ReleaseIteratively(inputs);
@@ -494,6 +515,7 @@ TensorRef FromTensorData(ir::TensorData data, const Device& device) {
   node->type = ir::TensorType{data.dtype(), data.shape()};
   node->device = device.id();
   node->data = std::make_shared<ir::TensorData>(std::move(data));  // donatable (see above)
+  if (g_recording != nullptr) g_recording->host_made.push_back(node);
   return node;
 }
 
@@ -502,6 +524,7 @@ TensorRef FromSharedData(std::shared_ptr<const ir::TensorData> data, runtime::De
   node->type = ir::TensorType{data->dtype(), data->shape()};
   node->device = device;
   node->data = std::move(data);
+  if (g_recording != nullptr) g_recording->host_made.push_back(node);
   return node;
 }
 
@@ -511,6 +534,7 @@ TensorRef ShareValue(const TensorRef& x) {
   node->device = x->device;
   node->data = x->data;
   node->buffer = x->buffer;
+  if (g_recording != nullptr) g_recording->shared.emplace_back(node, x);
   return node;
 }
 
@@ -582,6 +606,9 @@ void Realize(std::span<const TensorRef> refs, const Loc& loc) {
         std::find(devices.begin(), devices.end(), ref->device) == devices.end()) {
       devices.push_back(ref->device);
     }
+  }
+  if (g_recording != nullptr && !devices.empty() && !g_recording->realized_at) {
+    g_recording->realized_at = loc;
   }
   for (const runtime::DeviceId& device : devices) {
     std::vector<LazyNode*> roots;
@@ -673,6 +700,134 @@ std::shared_ptr<runtime::CachingAllocator> AllocatorOf(runtime::DeviceId device,
   if (!allocator.ok()) ThrowStatus(allocator.status(), loc);
   return *std::move(allocator);
 }
+
+void RegisterPreparer(runtime::DeviceKind kind, Preparer preparer) {
+  ExecutorRegistry& registry = Registry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  registry.preparers[kind] = std::move(preparer);
+}
+
+std::shared_ptr<const PreparedGraph> PreparedGraph::Prepare(ir::Graph graph,
+                                                            std::vector<bool> donatable,
+                                                            runtime::DeviceId device,
+                                                            const Loc& loc) {
+  std::shared_ptr<PreparedGraph> prepared(new PreparedGraph());
+  prepared->device_ = device;
+  Preparer preparer;
+  {
+    ExecutorRegistry& registry = Registry();
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    if (auto it = registry.preparers.find(device.kind); it != registry.preparers.end()) {
+      preparer = it->second;
+    }
+  }
+  if (preparer) {
+    // (A std::vector<bool> has no span view.)
+    std::unique_ptr<bool[]> flags(new bool[donatable.size()]());
+    std::copy(donatable.begin(), donatable.end(), flags.get());
+    absl::StatusOr<Program> program =
+        preparer(graph, std::span<const bool>(flags.get(), donatable.size()), device);
+    if (!program.ok()) ThrowStatus(program.status(), loc);
+    prepared->program_ = *std::move(program);
+  }
+  prepared->graph_ = std::move(graph);
+  return prepared;
+}
+
+std::vector<TensorRef> PreparedGraph::Run(std::span<const TensorRef> arguments,
+                                          std::span<const bool> donated, const Loc& loc) const {
+  const std::vector<ir::Output>& graph_outputs = graph_.outputs();
+  std::vector<TensorRef> outputs;
+  outputs.reserve(graph_outputs.size());
+  const auto output_node = [&](size_t i) {
+    auto node = std::make_shared<LazyNode>();
+    node->type = graph_.node(graph_outputs[i].node).type;
+    node->device = device_;
+    return node;
+  };
+  const auto check_count = [&](size_t returned) {
+    if (returned != graph_outputs.size()) {
+      ThrowStatus(absl::InternalError(absl::StrCat("realize: the executor for ", device_.ToString(),
+                                                   " returned ", returned, " values for ",
+                                                   graph_outputs.size(), " outputs")),
+                  loc);
+    }
+  };
+  const DeviceExecutor found = program_ ? DeviceExecutor{} : LookupExecutor(device_);
+  if (found.resident) {
+    std::vector<ResidentValue> values;
+    values.reserve(arguments.size());
+    for (const TensorRef& argument : arguments)
+      values.push_back({argument->data, argument->buffer});
+    absl::StatusOr<std::vector<std::shared_ptr<const runtime::DeviceBuffer>>> results =
+        found.resident(graph_, std::span<ResidentValue>(values), device_);
+    for (size_t j = 0; j < arguments.size(); ++j) {
+      if (arguments[j]->buffer == nullptr) arguments[j]->buffer = values[j].buffer;
+    }
+    if (!results.ok()) ThrowStatus(results.status(), loc);
+    check_count(results->size());
+    for (size_t i = 0; i < results->size(); ++i) {
+      outputs.push_back(output_node(i));
+      outputs.back()->buffer = std::move((*results)[i]);
+    }
+  } else {
+    std::vector<std::shared_ptr<const ir::TensorData>> values;
+    values.reserve(arguments.size());
+    for (const TensorRef& argument : arguments) values.push_back(argument->data);
+    const bool any_donated = std::find(donated.begin(), donated.end(), true) != donated.end();
+    absl::StatusOr<std::vector<ir::TensorData>> results;
+    if (program_) {
+      results = program_(values, any_donated ? donated : std::span<const bool>());
+    } else if (found.run) {
+      results = found.run(graph_, values,
+                          any_donated && found.takes_donation ? donated : std::span<const bool>(),
+                          device_);
+    } else {
+      ThrowStatus(absl::UnavailableError(absl::StrCat("realize: no executor for device ",
+                                                      device_.ToString(), " in this build")),
+                  loc);
+    }
+    if (!results.ok()) {
+      // As RealizeOnDevice: a donated buffer may have been partly overwritten.
+      for (size_t j = 0; j < donated.size(); ++j) {
+        if (donated[j]) arguments[j]->data.reset();
+      }
+      ThrowStatus(results.status(), loc);
+    }
+    check_count(results->size());
+    g_arguments_donated.fetch_add(std::count(donated.begin(), donated.end(), true),
+                                  std::memory_order_relaxed);
+    for (size_t i = 0; i < results->size(); ++i) {
+      outputs.push_back(output_node(i));
+      outputs.back()->data = std::make_shared<ir::TensorData>(std::move((*results)[i]));
+    }
+  }
+  g_graphs_executed.fetch_add(1, std::memory_order_relaxed);
+  g_nodes_executed.fetch_add(graph_.num_nodes(), std::memory_order_relaxed);
+  return outputs;
+}
+
+RecordingScope::RecordingScope(RecordingNotes& notes) : previous_(g_recording) {
+  notes.first_serial = g_next_serial.load(std::memory_order_relaxed);
+  g_recording = &notes;
+}
+
+RecordingScope::~RecordingScope() { g_recording = previous_; }
+
+RecordingNotes* ActiveRecording() { return g_recording; }
+
+void NoteHostSource(const ir::TensorData* source, const TensorRef& made) {
+  if (g_recording == nullptr) return;
+  const std::vector<const ir::TensorData*>& sources = g_recording->host_sources;
+  for (size_t k = 0; k < sources.size(); ++k) {
+    if (sources[k] == source) {
+      g_recording->host_inputs.emplace_back(k, made);
+      return;
+    }
+  }
+}
+
+uint64_t NextSerial() { return g_next_serial.load(std::memory_order_relaxed); }
 
 EngineStats GetEngineStats() {
   return EngineStats{g_live_nodes.load(), g_graphs_executed.load(), g_nodes_executed.load(),

@@ -12,8 +12,9 @@
 // the same from the first step on.
 //
 // Bounded memory: a node whose pending chain grows past kMaxPendingDepth (or whose pending DAG is
-// estimated larger than kMaxPendingNodes) is realized as soon as it is recorded, and long chains
-// are released iteratively, so a loop of `x = x + 1` runs in constant memory.
+// estimated larger than kMaxPendingNodes) is realized as soon as it is recorded (except while
+// kiln::jit records a function: RecordingScope), and long chains are released iteratively, so a
+// loop of `x = x + 1` runs in constant memory.
 //
 // Buffer donation: a realized value entering a realization as a parameter that nothing can observe
 // afterwards (only edges inside the DAG hold its node, no output's surviving tape reaches it, its
@@ -33,8 +34,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <source_location>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -86,6 +89,9 @@ struct LazyNode {
   bool tracks_grad = false;
   /// A leaf that requires a gradient (a parameter): backward() stops here and reports it.
   bool requires_grad = false;
+  /// Creation order (process-wide): kiln::jit tells the values that existed before it started
+  /// recording a function from those the function made.
+  uint64_t serial = 0;
 };
 
 /// Auto-realization thresholds (see the file comment).
@@ -194,6 +200,82 @@ void RegisterCompileCounter(runtime::DeviceKind kind, CompileCounter counter);
 inline constexpr int kRecompileWarningAfter = 8;
 /// The allocator of `device`, or null for a backend whose tensors are host memory.
 std::shared_ptr<runtime::CachingAllocator> AllocatorOf(runtime::DeviceId device, const Loc& loc);
+
+/// A graph compiled once for one device and run many times without building, hashing or
+/// comparing it again: kiln::jit's replay (frontend/jit.h). A backend that registers a Preparer
+/// runs it straight from its compiled program; on the others each run goes through the device's
+/// executor, which finds the graph in its cache.
+class PreparedGraph {
+ public:
+  /// Compiles `graph` (which must verify; its parameters are realized values on `device`) now.
+  /// `donatable` (empty, or one flag per parameter): parameters a run may hand over (Run's
+  /// `donated`). Throws kiln::Error at `loc`.
+  static std::shared_ptr<const PreparedGraph> Prepare(ir::Graph graph, std::vector<bool> donatable,
+                                                      runtime::DeviceId device, const Loc& loc);
+  /// Runs on `arguments`, the realized values of the graph's parameters in order (on its
+  /// device), and returns one new realized node per graph output. `donated` (empty, or one flag
+  /// per argument, set only where Prepare's `donatable` was): the caller holds the only reference
+  /// to that value and will not read it again, so its buffer may become an output's; its data
+  /// is moved out then. Throws kiln::Error at `loc`.
+  std::vector<TensorRef> Run(std::span<const TensorRef> arguments, std::span<const bool> donated,
+                             const Loc& loc) const;
+  const ir::Graph& graph() const { return graph_; }
+  runtime::DeviceId device() const { return device_; }
+
+  /// A backend's run of one compiled graph (Preparer).
+  using Program = std::function<absl::StatusOr<std::vector<ir::TensorData>>(
+      std::span<const std::shared_ptr<const ir::TensorData>> arguments,
+      std::span<const bool> donated)>;
+
+ private:
+  PreparedGraph() = default;
+  ir::Graph graph_;
+  runtime::DeviceId device_;
+  Program program_;  // null: run through the device's executor
+};
+
+/// Compiles `graph` for `device` into a program run without a cache lookup (PreparedGraph), with
+/// `donatable` as the donation flags its runs may set. A host-memory backend registers one.
+using Preparer = std::function<absl::StatusOr<PreparedGraph::Program>(
+    const ir::Graph& graph, std::span<const bool> donatable, runtime::DeviceId device)>;
+void RegisterPreparer(runtime::DeviceKind kind, Preparer preparer);
+
+/// What the engine notes while kiln::jit records a function (frontend/jit.cc), one recording per
+/// thread at a time: while a RecordingScope is alive, pending chains never auto-realize (the
+/// function becomes one graph, however deep), realizations and tensors made from host values are
+/// noted, and so are tensors made from the host arrays the jit passes as arguments.
+struct RecordingNotes {
+  /// Nodes with a smaller serial existed before the recording started.
+  uint64_t first_serial = 0;
+  /// The host arrays of the function's arguments (NoteHostSource compares addresses).
+  std::vector<const ir::TensorData*> host_sources;
+  /// (index into host_sources, the node made from it), in the order they were made.
+  std::vector<std::pair<size_t, TensorRef>> host_inputs;
+  /// Realized leaves the function made from host values (FromTensorData, FromSharedData).
+  std::vector<TensorRef> host_made;
+  /// (node, the node whose value it shares): ShareValue during the recording (detach()).
+  std::vector<std::pair<TensorRef, TensorRef>> shared;
+  /// Where the function first realized a value, when it did.
+  std::optional<Loc> realized_at;
+};
+class RecordingScope {
+ public:
+  explicit RecordingScope(RecordingNotes& notes);
+  ~RecordingScope();
+  RecordingScope(const RecordingScope&) = delete;
+  RecordingScope& operator=(const RecordingScope&) = delete;
+
+ private:
+  RecordingNotes* previous_;
+};
+/// The current thread's recording, or null.
+RecordingNotes* ActiveRecording();
+/// Library code that makes a tensor from a host array (Tensor::from_tensor_data, data::Batch::
+/// inputs_as) calls this: under a recording whose arguments include `source`, `made` is noted as
+/// made from it.
+void NoteHostSource(const ir::TensorData* source, const TensorRef& made);
+/// The serial the next node gets.
+uint64_t NextSerial();
 
 /// Counters for tests and debugging.
 struct EngineStats {

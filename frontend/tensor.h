@@ -54,6 +54,15 @@ inline constexpr int64_t kEnd = INT64_MAX;
 
 namespace detail {
 
+/// Library access to the handle inside a Tensor (kiln::jit replaces a module's parameters in
+/// place: frontend/jit.h).
+struct TensorAccess {
+  template <class T>
+  static TensorRef& Ref(T& tensor) {
+    return tensor.ref_;
+  }
+};
+
 /// A reference plus the caller's source line. Operators cannot take a defaulted location
 /// parameter, so one operand converts implicitly to Located, whose constructor's default
 /// argument captures the line of the user's expression.
@@ -222,10 +231,21 @@ class Tensor {
                             std::optional<ir::DType> dtype = {}, Loc loc = Loc::current()) {
     return from_vector(values, detail::ToVector(dims), device, dtype, loc);
   }
-  /// Takes an ir::TensorData (e.g. one into_data() returned); its rank must be R.
-  static Tensor from_tensor_data(ir::TensorData data, const Device& device,
+  /// Takes an ir::TensorData (e.g. one into_data() returned); its rank must be R. Copies, or
+  /// moves an rvalue. Inside a kiln::jit function, a tensor made from a host-array argument is
+  /// that argument's input (frontend/jit.h).
+  static Tensor from_tensor_data(const ir::TensorData& data, const Device& device,
                                  Loc loc = Loc::current()) {
-    return Tensor(detail::FromTensorData(std::move(data), R, K::kId, B::kTraits, device, loc));
+    Tensor made(detail::FromTensorData(data, R, K::kId, B::kTraits, device, loc));
+    detail::NoteHostSource(&data, made.ref_);
+    return made;
+  }
+  static Tensor from_tensor_data(ir::TensorData&& data, const Device& device,
+                                 Loc loc = Loc::current()) {
+    const ir::TensorData* source = &data;
+    Tensor made(detail::FromTensorData(std::move(data), R, K::kId, B::kTraits, device, loc));
+    detail::NoteHostSource(source, made.ref_);
+    return made;
   }
 
   /// [start, end) in steps of 1 or `step` (Int or Float, rank 1).
@@ -935,6 +955,8 @@ class Tensor {
   }
 
  private:
+  friend struct detail::TensorAccess;
+
   static Tensor filled(std::vector<int64_t> dims, double value, const Device& device,
                        std::optional<ir::DType> dtype, const char* op, const Loc& loc) {
     return Tensor(detail::Full(std::move(dims), dtype_or_default(dtype, op, loc), value, B::kTraits,

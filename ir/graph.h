@@ -129,6 +129,8 @@ class Graph {
   /// Appends a node as is and returns its id. No checks: use Builder, or Verify afterwards.
   NodeId AddNode(Node node);
   void AddOutput(NodeId node, std::string name = "");
+  /// Room for `nodes` nodes without reallocating (a graph built from a known node count).
+  void Reserve(int64_t nodes) { nodes_.reserve(static_cast<size_t>(nodes)); }
 
   int32_t num_nodes() const { return static_cast<int32_t>(nodes_.size()); }
   const Node& node(NodeId id) const { return nodes_[static_cast<size_t>(id)]; }

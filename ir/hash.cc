@@ -2,20 +2,24 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
 namespace kiln::ir {
 namespace {
 
 // Bump when the hashed encoding changes, so caches keyed by old hashes miss.
-constexpr uint64_t kHashSeed = 0x6b696c6e00000001u;  // "kiln", version 1.
+constexpr uint64_t kHashSeed = 0x6b696c6e00000002u;  // "kiln", version 2.
 // Stands in for an operand that is not an earlier node (only in graphs that fail Verify).
 constexpr uint64_t kDanglingOperand = 0x9e3779b97f4a7c15u;
 
 // Serializes values unambiguously (every variable-length item is length-prefixed, every
-// attribute tagged) and hashes the bytes.
+// attribute tagged) and hashes the bytes. Attributes at their default value (empty lists, zero
+// numbers) are left out: each present one is tagged, so what is absent is known. One Encoder's
+// buffer is reused from node to node (this runs for every node of every realization).
 class Encoder {
  public:
   void U64(uint64_t v) { Bytes(&v, sizeof(v)); }
@@ -27,18 +31,24 @@ class Encoder {
   void List(uint64_t tag, const std::vector<int64_t>& values) {
     U64(tag);
     U64(values.size());
-    for (int64_t v : values) I64(v);
+    Bytes(values.data(), values.size() * sizeof(int64_t));
   }
+  /// List, left out when empty.
+  void OptionalList(uint64_t tag, const std::vector<int64_t>& values) {
+    if (!values.empty()) List(tag, values);
+  }
+  // (Inline, so that the fixed-size copies of U64 become single stores.)
   void Bytes(const void* data, size_t size) {
-    const size_t old = buffer_.size();
-    buffer_.resize(old + size);
-    if (size > 0) std::memcpy(buffer_.data() + old, data, size);
+    if (size_ + size > buffer_.size()) buffer_.resize(std::max(2 * buffer_.size(), size_ + size));
+    if (size > 0) std::memcpy(buffer_.data() + size_, data, size);
+    size_ += size;
   }
-  uint64_t Hash() const { return XXH3_64bits_withSeed(buffer_.data(), buffer_.size(), kHashSeed); }
-  void Clear() { buffer_.clear(); }
+  uint64_t Hash() const { return XXH3_64bits_withSeed(buffer_.data(), size_, kHashSeed); }
+  void Clear() { size_ = 0; }
 
  private:
-  std::string buffer_;
+  std::vector<char> buffer_ = std::vector<char>(256);
+  size_t size_ = 0;
 };
 
 void EncodeType(Encoder& e, const TensorType& type) {
@@ -49,37 +59,44 @@ void EncodeType(Encoder& e, const TensorType& type) {
 void EncodeAttrs(Encoder& e, const Attrs& a) {
   e.U64(kAttrDType);
   e.Str(DTypeName(a.dtype));
-  e.List(kAttrShape, a.shape);
-  e.List(kAttrAxes, a.axes);
-  e.List(kAttrStarts, a.starts);
-  e.List(kAttrLimits, a.limits);
-  e.List(kAttrStrides, a.strides);
-  e.List(kAttrLow, a.low);
-  e.List(kAttrHigh, a.high);
-  e.List(kAttrDilation, a.dilation);
-  e.List(kAttrInputDilation, a.input_dilation);
-  e.List(kAttrWindow, a.window);
-  e.U64(kAttrGroups);
-  e.I64(a.groups);
-  e.U64(kAttrValue);
-  e.U64(std::bit_cast<uint64_t>(a.value));
-  e.U64(kAttrSeed);
-  e.U64(a.seed);
-  e.U64(kAttrName);
-  e.Str(a.name);
-  // Only when set, so that the hashes of graphs without it stay what they were.
+  e.OptionalList(kAttrShape, a.shape);
+  e.OptionalList(kAttrAxes, a.axes);
+  e.OptionalList(kAttrStarts, a.starts);
+  e.OptionalList(kAttrLimits, a.limits);
+  e.OptionalList(kAttrStrides, a.strides);
+  e.OptionalList(kAttrLow, a.low);
+  e.OptionalList(kAttrHigh, a.high);
+  e.OptionalList(kAttrDilation, a.dilation);
+  e.OptionalList(kAttrInputDilation, a.input_dilation);
+  e.OptionalList(kAttrWindow, a.window);
+  if (a.groups != 0) {
+    e.U64(kAttrGroups);
+    e.I64(a.groups);
+  }
+  // By bits: -0.0 and 0.0 differ (only +0.0 is left out).
+  if (const uint64_t value = std::bit_cast<uint64_t>(a.value); value != 0) {
+    e.U64(kAttrValue);
+    e.U64(value);
+  }
+  if (a.seed != 0) {
+    e.U64(kAttrSeed);
+    e.U64(a.seed);
+  }
+  if (!a.name.empty()) {
+    e.U64(kAttrName);
+    e.Str(a.name);
+  }
+  // An absent accumulator (the default: the result type is the operands') is left out, like
+  // every other attribute at its default.
   if (a.accumulate.has_value()) {
     e.U64(kAttrAccumulate);
     e.Str(DTypeName(*a.accumulate));
   }
-  e.U64(kAttrLiteral);
   if (a.literal) {
-    e.U64(1);
+    e.U64(kAttrLiteral);
     EncodeType(e, TensorType{a.literal->dtype(), a.literal->shape()});
     e.U64(static_cast<uint64_t>(a.literal->size_bytes()));
     e.Bytes(a.literal->data(), static_cast<size_t>(a.literal->size_bytes()));
-  } else {
-    e.U64(0);
   }
 }
 

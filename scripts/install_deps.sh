@@ -3,6 +3,7 @@
 #   scripts/install_deps.sh            build + test dependencies
 #   scripts/install_deps.sh --bazel    ... plus Bazel (offline, Debian's bazel-bootstrap)
 #   scripts/install_deps.sh --format   ... plus clang-format
+#   scripts/install_deps.sh --bench    ... plus the benchmark peers' (benchmarks/README.md)
 # Runs `apt-get update` only when something is missing; uses sudo when not root.
 set -euo pipefail
 
@@ -38,15 +39,21 @@ BASE_PACKAGES=(
 )
 BAZEL_PACKAGES=(bazel-bootstrap bazel-rules-java)
 FORMAT_PACKAGES=(clang-format)
+BENCH_PACKAGES=(
+  libopenblas-dev  # benchmarks: openblas_bench, gemm_vs_openblas
+  python3-torch    # benchmarks/peers/torch_*.py: PyTorch eager under /usr/bin/python3
+  python3-dev      # Python.h for torch.compile (benchmarks/peers/make_peers_venv.sh)
+)
 # -------------------------------------------------------------------------------------------------
 
-usage() { sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; }
 
 packages=("${BASE_PACKAGES[@]}")
 for arg in "$@"; do
   case "$arg" in
     --bazel) packages+=("${BAZEL_PACKAGES[@]}") ;;
     --format) packages+=("${FORMAT_PACKAGES[@]}") ;;
+    --bench) packages+=("${BENCH_PACKAGES[@]}") ;;
     -h|--help) usage; exit 0 ;;
     *) echo "install_deps.sh: unknown option '$arg'" >&2; usage >&2; exit 2 ;;
   esac

@@ -9,12 +9,12 @@ of kiln. Prints JSON: {"torch": version, "threads": n, "results": {name: {"secon
 
 import argparse
 import json
-import math
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
+
+from peer_common import best_mean_seconds
 
 ELTWISE = 16777216
 AFFINE_SCALE, AFFINE_SHIFT = 0.75, 0.25
@@ -61,18 +61,7 @@ def workloads():
 def time_workload(setup, fn, repetitions, min_time):
     args = setup()
     fn(*args)  # warm-up
-    best = math.inf
-    for _ in range(repetitions):
-        calls = 0
-        start = time.perf_counter()
-        while True:
-            fn(*args)
-            calls += 1
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_time:
-                break
-        best = min(best, elapsed / calls)
-    return best
+    return best_mean_seconds(lambda: fn(*args), repetitions, min_time)
 
 
 def main():

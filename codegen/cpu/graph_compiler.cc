@@ -1004,19 +1004,24 @@ absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
 
 GraphCacheStats GetGraphCacheStats() { return Cache().Stats(); }
 
-absl::StatusOr<std::vector<ir::TensorData>> CompileAndRun(
-    const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
-    std::span<const bool> donated) {
+absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileCached(
+    const ir::Graph& graph, std::span<const bool> donatable_flags) {
   // The donation flags are part of the key: only a graph compiled for them pairs buffers.
-  std::vector<bool> donatable(donated.begin(), donated.end());
+  std::vector<bool> donatable(donatable_flags.begin(), donatable_flags.end());
   if (std::find(donatable.begin(), donatable.end(), true) == donatable.end()) donatable.clear();
   uint64_t key = ir::SignatureHash(graph);
   for (size_t j = 0; j < donatable.size(); ++j) {
     if (donatable[j]) key = (key ^ (0x9e3779b97f4a7c15ULL + j)) * 0x100000001b3ULL;
   }
-  absl::StatusOr<std::shared_ptr<const CompiledGraph>> compiled = Cache().FindOrCompile(
+  return Cache().FindOrCompile(
       graph, key, [&](const CompiledGraph& entry) { return entry.donatable == donatable; },
       [&] { return CompileGraph(graph, donatable); });
+}
+
+absl::StatusOr<std::vector<ir::TensorData>> CompileAndRun(
+    const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> arguments,
+    std::span<const bool> donated) {
+  absl::StatusOr<std::shared_ptr<const CompiledGraph>> compiled = CompileCached(graph, donated);
   if (!compiled.ok()) return compiled.status();
   return RunCompiledGraph(**compiled, arguments, donated);
 }

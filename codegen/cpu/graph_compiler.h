@@ -91,6 +91,11 @@ absl::StatusOr<std::vector<ir::TensorData>> RunCompiledGraph(
 using codegen::GraphCacheStats;
 GraphCacheStats GetGraphCacheStats();
 
+/// The process-wide cache's compiled `graph` for the donation flags `donatable` (empty, or one
+/// flag per parameter; see CompileGraph), compiling it on a miss.
+absl::StatusOr<std::shared_ptr<const CompiledGraph>> CompileCached(
+    const ir::Graph& graph, std::span<const bool> donatable = {});
+
 /// Compiles (or finds in the cache) and runs `graph`: the `kiln::Cpu` backend's executor.
 /// `donated` as for RunCompiledGraph; it is also the compile's `donatable`, and part of the cache
 /// key (a graph compiled with donation differs from one without).

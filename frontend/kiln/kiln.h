@@ -9,6 +9,7 @@
 #include "frontend/backend.h"
 #include "frontend/data/data.h"
 #include "frontend/error.h"
+#include "frontend/jit.h"
 #include "frontend/kind.h"
 #include "frontend/module.h"
 #include "frontend/nn/activations.h"

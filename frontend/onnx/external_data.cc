@@ -45,7 +45,8 @@ std::string Errno(int err) { return std::strerror(err); }
 
 class Directory final : public ExternalDataSource {
  public:
-  explicit Directory(std::string folder) : folder_(std::move(folder)) {}
+  Directory(std::string folder, std::string model_file)
+      : folder_(std::move(folder)), model_file_(std::move(model_file)) {}
   ~Directory() override {
     for (auto& [path, file] : files_) {
       if (file.mapped != nullptr) munmap(file.mapped, file.size);
@@ -63,6 +64,14 @@ class Directory final : public ExternalDataSource {
       }
       real_folder_ = real;
       std::free(real);
+      if (!model_file_.empty()) {
+        if (char* model = realpath(model_file_.c_str(), nullptr); model != nullptr) {
+          model_real_folder_ = model;
+          std::free(model);
+          model_real_folder_.resize(model_real_folder_.rfind('/'));
+          if (model_real_folder_.empty()) model_real_folder_ = "/";
+        }
+      }
     }
     const std::string joined = absl::StrCat(real_folder_, "/", location);
     char* resolved = realpath(joined.c_str(), nullptr);
@@ -72,10 +81,14 @@ class Directory final : public ExternalDataSource {
     const std::string real = resolved;
     std::free(resolved);
     // The lexical checks already refused '..' and absolute paths; this catches symlinks.
-    const std::string prefix = real_folder_ == "/" ? "/" : real_folder_ + "/";
-    if (real.compare(0, prefix.size(), prefix) != 0) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "resolves to '", real, "', outside the model's folder '", real_folder_, "'"));
+    if (!Inside(real, real_folder_) &&
+        (model_real_folder_.empty() || !Inside(real, model_real_folder_))) {
+      std::string where = absl::StrCat("the model's folder '", real_folder_, "'");
+      if (!model_real_folder_.empty() && model_real_folder_ != real_folder_) {
+        absl::StrAppend(&where, " and the folder the model file lies in '", model_real_folder_,
+                        "'");
+      }
+      return absl::PermissionDeniedError(absl::StrCat("resolves to '", real, "', outside ", where));
     }
     // Keyed by the resolved path: "w.bin" and "./w.bin" share one mapping.
     if (auto it = files_.find(real); it != files_.end()) return it->second.bytes();
@@ -124,8 +137,16 @@ class Directory final : public ExternalDataSource {
       return {copy.data(), copy.size()};
     }
   };
+  static bool Inside(const std::string& path, const std::string& folder) {
+    const std::string prefix = folder == "/" ? "/" : folder + "/";
+    return path.compare(0, prefix.size(), prefix) == 0;
+  }
+
   std::string folder_;
+  std::string model_file_;
   std::string real_folder_;
+  // The folder the model file resolves to (empty without a model file).
+  std::string model_real_folder_;
   std::map<std::string, Mapped> files_;
 };
 
@@ -220,8 +241,8 @@ absl::Status InlineAttributes(::onnx::GraphProto& graph, ExternalDataSource* sou
 
 }  // namespace
 
-std::unique_ptr<ExternalDataSource> DirectorySource(std::string folder) {
-  return std::make_unique<Directory>(std::move(folder));
+std::unique_ptr<ExternalDataSource> DirectorySource(std::string folder, std::string model_file) {
+  return std::make_unique<Directory>(std::move(folder), std::move(model_file));
 }
 
 std::unique_ptr<ExternalDataSource> MemorySource(

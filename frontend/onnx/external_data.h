@@ -31,8 +31,11 @@ class ExternalDataSource {
 
 /// Files under a folder on disk, memory-mapped read-only on first use (read into memory where
 /// mmap is refused). A location whose resolved path (symlinks followed) is outside the folder,
-/// or that is not a regular file, is refused.
-std::unique_ptr<ExternalDataSource> DirectorySource(std::string folder);
+/// or that is not a regular file, is refused. With `model_file` (the model's path), a resolved
+/// path inside the folder that the model file itself resolves to is accepted too: a model that is
+/// a symlink (Bazel runfiles, the Hugging Face cache) finds its data where the model really lies.
+std::unique_ptr<ExternalDataSource> DirectorySource(std::string folder,
+                                                    std::string model_file = "");
 
 /// Files held in memory by the caller, by location (ImportOptions::external_data_files).
 /// Locations match after dropping empty and "." components ("./w.bin" is "w.bin").

@@ -366,7 +366,8 @@ std::optional<ir::TensorData> Importer::KnownValue(ir::NodeId id) {
   return std::nullopt;
 }
 
-absl::StatusOr<ir::TensorData> Importer::ConstInput(const ::onnx::NodeProto& node, int i) {
+absl::StatusOr<ir::TensorData> Importer::ConstInput(const ::onnx::NodeProto& node, int i,
+                                                    const std::string& why) {
   if (!HasInput(node, i)) {
     return absl::InvalidArgumentError(absl::StrCat("input ", i, " is missing"));
   }
@@ -377,10 +378,54 @@ absl::StatusOr<ir::TensorData> Importer::ConstInput(const ::onnx::NodeProto& nod
   absl::StatusOr<ir::NodeId> id = Input(node, i);
   if (!id.ok()) return id.status();
   if (std::optional<ir::TensorData> v = KnownValue(*id)) return *std::move(v);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "input ", i, " ('", name,
-      "') must be known at import time (kiln compiles static shapes), but it depends on a model "
-      "input"));
+  return NotKnownAtImport(node, i, *id, why);
+}
+
+absl::Status Importer::NotKnownAtImport(const ::onnx::NodeProto& node, int i, ir::NodeId id,
+                                        const std::string& why) const {
+  // The parameters the value is computed from: the model inputs (and weights) to name, so that
+  // a user (or a test harness that freezes inputs) knows which values would have to be fixed.
+  const ir::Graph& g = b_.graph();
+  std::vector<bool> seen(static_cast<size_t>(g.num_nodes()), false);
+  std::vector<ir::NodeId> stack = {id};
+  std::set<ir::NodeId> params;
+  while (!stack.empty()) {
+    const ir::NodeId at = stack.back();
+    stack.pop_back();
+    if (at < 0 || at >= g.num_nodes() || seen[static_cast<size_t>(at)]) continue;
+    seen[static_cast<size_t>(at)] = true;
+    const ir::Node& n = g.node(at);
+    if (n.op == ir::Op::kParameter) params.insert(at);
+    stack.insert(stack.end(), n.inputs.begin(), n.inputs.end());
+  }
+  auto quoted = [&](bool inputs) {
+    std::vector<std::string> names;
+    for (ir::NodeId p : params) {
+      const bool is_input =
+          std::find(input_params_.begin(), input_params_.end(), p) != input_params_.end();
+      if (is_input == inputs) names.push_back(absl::StrCat("'", g.node(p).attrs.name, "'"));
+    }
+    return names;
+  };
+  const std::vector<std::string> inputs = quoted(true), weights = quoted(false);
+  std::string from;
+  if (!inputs.empty()) {
+    absl::StrAppend(&from, "depends on the model input", inputs.size() > 1 ? "s " : " ",
+                    absl::StrJoin(inputs, ", "));
+  }
+  if (!weights.empty()) {
+    absl::StrAppend(&from, from.empty() ? "depends on " : " and ", "the weight",
+                    weights.size() > 1 ? "s " : " ", absl::StrJoin(weights, ", "),
+                    " (graph parameters under ImportOptions::weights_as_parameters)");
+  }
+  if (from.empty()) {
+    from = absl::StrCat("is not folded at import time (folding skips results over ", kFoldLimit,
+                        " elements and large broadcasts and contractions)");
+  }
+  return absl::UnimplementedError(
+      absl::StrCat("input ", i, " ('", node.input(i),
+                   "') must be known at import time (kiln compiles static shapes), but it ", from,
+                   why.empty() ? "" : "; ", why));
 }
 
 absl::StatusOr<std::vector<int64_t>> Importer::ConstInts(const ::onnx::NodeProto& node, int i) {
@@ -561,6 +606,26 @@ absl::StatusOr<std::vector<ir::NodeId>> Importer::Broadcasted(std::vector<ir::No
 
 // ---- Importer: the model ---------------------------------------------------------------------
 
+namespace {
+// What a value of this type is, for errors about values that are not tensors.
+std::string TypeKindName(const ::onnx::TypeProto& type) {
+  switch (type.value_case()) {
+    case ::onnx::TypeProto::kTensorType:
+      return "a tensor";
+    case ::onnx::TypeProto::kSequenceType:
+      return "a sequence";
+    case ::onnx::TypeProto::kOptionalType:
+      return "an optional";
+    case ::onnx::TypeProto::kMapType:
+      return "a map";
+    case ::onnx::TypeProto::kSparseTensorType:
+      return "a sparse tensor";
+    default:
+      return "untyped";
+  }
+}
+}  // namespace
+
 absl::Status Importer::DefineInputs(const ::onnx::GraphProto& graph) {
   for (const auto& [name, shape] : options_.input_shapes) {
     bool found = false;
@@ -577,7 +642,10 @@ absl::Status Importer::DefineInputs(const ::onnx::GraphProto& graph) {
     const std::string what = absl::StrCat("input '", vi.name(), "'");
     if (vi.name().empty()) return Invalid("graph input", "has no name");
     if (!names.insert(vi.name()).second) return Invalid(what, "is declared twice");
-    if (!vi.type().has_tensor_type()) return Invalid(what, "is not a tensor");
+    if (!vi.type().has_tensor_type()) {
+      return Invalid(what, absl::StrCat("is ", TypeKindName(vi.type()),
+                                        ", not a tensor (kiln imports tensor inputs only)"));
+    }
     const auto& tt = vi.type().tensor_type();
     absl::StatusOr<ir::DType> dtype = HeldDTypeFromOnnx(tt.elem_type(), what);
     if (!dtype.ok()) return dtype.status();
@@ -853,7 +921,11 @@ absl::StatusOr<std::vector<ir::TensorData>> ImportedModel::Arguments(
   return args;
 }
 
-absl::StatusOr<ImportedModel> ImportBytes(std::string_view bytes, const ImportOptions& options) {
+namespace {
+
+absl::StatusOr<ImportedModel> ImportBytesFrom(
+    std::string_view bytes, const ImportOptions& options,
+    std::unique_ptr<internal::ExternalDataSource> source) {
   if (bytes.size() > static_cast<size_t>(INT_MAX)) {
     return absl::InvalidArgumentError("ONNX model larger than 2 GiB (protobuf's limit)");
   }
@@ -879,8 +951,14 @@ absl::StatusOr<ImportedModel> ImportBytes(std::string_view bytes, const ImportOp
         "ONNX opset ", opset, " is newer than kiln's operator table (opsets 1 to ",
         internal::NewestKnownOpset(), ", from ", internal::OperatorTableSource(), ")"));
   }
-  internal::Importer importer(options, opset);
+  internal::Importer importer(options, opset, std::move(source));
   return importer.Run(model);
+}
+
+}  // namespace
+
+absl::StatusOr<ImportedModel> ImportBytes(std::string_view bytes, const ImportOptions& options) {
+  return ImportBytesFrom(bytes, options, nullptr);
 }
 
 std::vector<std::string> SupportedOperators() {
@@ -897,13 +975,15 @@ absl::StatusOr<ImportedModel> ImportFile(const std::string& path, const ImportOp
   ss << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
   // External data locations are relative to the model file's folder (as written, not with the
-  // model's own symlink resolved, like onnx.load).
-  ImportOptions with_folder = options;
+  // model's own symlink resolved, like onnx.load). Where the model file is itself a symlink
+  // (Bazel's runfiles, the Hugging Face cache's snapshots/ -> blobs/), the folder it really lies
+  // in holds its data too, as onnxruntime allows.
+  std::unique_ptr<internal::ExternalDataSource> source;
   if (options.external_data_dir.empty() && options.external_data_files.empty()) {
     const std::filesystem::path folder = std::filesystem::path(path).parent_path();
-    with_folder.external_data_dir = folder.empty() ? "." : folder.string();
+    source = internal::DirectorySource(folder.empty() ? "." : folder.string(), path);
   }
-  absl::StatusOr<ImportedModel> m = ImportBytes(ss.str(), with_folder);
+  absl::StatusOr<ImportedModel> m = ImportBytesFrom(ss.str(), options, std::move(source));
   if (!m.ok())
     return absl::Status(m.status().code(), absl::StrCat(path, ": ", m.status().message()));
   return m;

@@ -44,7 +44,10 @@ struct BuilderFailed {};
 
 class Importer {
  public:
-  Importer(const ImportOptions& options, int64_t opset) : options_(options), opset_(opset) {}
+  /// `external`: where external tensors come from; nullptr: SourceFor(options).
+  Importer(const ImportOptions& options, int64_t opset,
+           std::unique_ptr<ExternalDataSource> external = nullptr)
+      : options_(options), opset_(opset), external_(std::move(external)) {}
 
   absl::StatusOr<ImportedModel> Run(const ::onnx::ModelProto& model);
 
@@ -70,8 +73,15 @@ class Importer {
   /// Input i as a graph value (errors: missing, undefined).
   absl::StatusOr<ir::NodeId> Input(const ::onnx::NodeProto& node, int i);
   /// Input i as a value known at import time (an initializer, a Constant, or anything computed
-  /// from shapes and constants); errors name the node when it depends on a model input.
-  absl::StatusOr<ir::TensorData> ConstInput(const ::onnx::NodeProto& node, int i);
+  /// from shapes and constants); otherwise NotKnownAtImport's error, with `why` appended.
+  absl::StatusOr<ir::TensorData> ConstInput(const ::onnx::NodeProto& node, int i,
+                                            const std::string& why = "");
+  /// The one refusal of an operand (input i of the node, built as `id`) that kiln needs at import
+  /// time but that is not a constant: "input 1 ('shape') must be known at import time (kiln
+  /// compiles static shapes), but it depends on the model input 'x'", naming every model input
+  /// (and weight parameter) it is computed from, then `why` when given. Unimplemented.
+  absl::Status NotKnownAtImport(const ::onnx::NodeProto& node, int i, ir::NodeId id,
+                                const std::string& why = "") const;
   absl::StatusOr<std::vector<int64_t>> ConstInts(const ::onnx::NodeProto& node, int i);
   /// Defines output i of the node (ignored when the output name is empty).
   void SetOutput(const ::onnx::NodeProto& node, int i, ir::NodeId id);
@@ -159,8 +169,8 @@ class Importer {
   std::map<std::string, ir::TensorData> initializers_;
   std::map<std::string, ir::NodeId> weight_params_;
   std::vector<ir::NodeId> input_params_;
-  // Where external tensors come from (SourceFor(options_), made by Run); its files stay mapped
-  // as long as the importer (a local of ImportBytes).
+  // Where external tensors come from (the constructor's, or SourceFor(options_) made by Run); its
+  // files stay mapped as long as the importer (a local of ImportBytes).
   std::unique_ptr<ExternalDataSource> external_;
 };
 

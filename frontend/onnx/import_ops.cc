@@ -721,15 +721,29 @@ absl::Status Reshape(Importer& im, const NodeProto& n) {
   return absl::OkStatus();
 }
 
+// Negative axes before opset 11, where the definitions mostly say nothing of them: kiln takes
+// them where onnx's checker (full_check) and strict shape inference do (Split, Concat, Slice-1's
+// axes, Gather's axis and indices, the reductions; onnxruntime runs them too) and refuses them
+// for Squeeze-1, Unsqueeze-1 (whose shape inference ignores a negative axis: the rank comes out
+// wrong) and Flatten-1/-9 (whose shape inference rejects one).
+absl::Status NoNegativeAxisBefore11(const Importer& im, const std::vector<int64_t>& axes) {
+  for (int64_t a : axes) {
+    if (a < 0 && im.opset() < 11) {
+      return Bad(absl::StrCat("negative axis ", a,
+                              " exists from opset 11 (onnx's shape inference does not take it "
+                              "before), but the model imports opset ",
+                              im.opset()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Flatten(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   const int64_t r = im.rank(x);
   int64_t axis = AttrInt(n, "axis", 1);
   if (axis < -r || axis > r) return Bad(absl::StrCat("axis ", axis, " out of range"));
-  if (axis < 0 && im.opset() < 11) {
-    return Bad(absl::StrCat("negative axis ", axis,
-                            " exists from opset 11, but the model imports opset ", im.opset()));
-  }
+  TRY_OK(NoNegativeAxisBefore11(im, {axis}));
   if (axis < 0) axis += r;
   const Shape s = im.shape(x);
   im.SetOutput(n, 0,
@@ -759,7 +773,7 @@ absl::Status Transpose(Importer& im, const NodeProto& n) {
 }
 
 // Axes from input `i` from opset `since` on, from attribute "axes" before (Squeeze/Unsqueeze and
-// ReduceSum: 13, the other reductions: 18). Negative axes exist from opset 11.
+// ReduceSum: 13, the other reductions: 18).
 absl::StatusOr<std::optional<std::vector<int64_t>>> AxesOf(Importer& im, const NodeProto& n, int i,
                                                            int64_t since) {
   TRY_OK(InputsSince(im, n, i, since, "axes"));
@@ -770,14 +784,6 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> AxesOf(Importer& im, const N
     axes = v;
   } else {
     axes = AttrInts(n, "axes");
-  }
-  if (axes && im.opset() < 11) {
-    for (int64_t a : *axes) {
-      if (a < 0) {
-        return Bad(absl::StrCat("negative axis ", a,
-                                " exists from opset 11, but the model imports opset ", im.opset()));
-      }
-    }
   }
   return axes;
 }
@@ -794,6 +800,7 @@ absl::StatusOr<std::vector<int64_t>> NormAxes(std::vector<int64_t> axes, int64_t
 absl::Status Squeeze(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY(auto axes_opt, AxesOf(im, n, 1, 13));
+  if (axes_opt) TRY_OK(NoNegativeAxisBefore11(im, *axes_opt));
   const Shape s = im.shape(x);
   std::vector<int64_t> axes;
   if (axes_opt) {
@@ -819,6 +826,7 @@ absl::Status Unsqueeze(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY(auto axes_opt, AxesOf(im, n, 1, 13));
   if (!axes_opt) return Bad("axes are missing");
+  TRY_OK(NoNegativeAxisBefore11(im, *axes_opt));
   const Shape s = im.shape(x);
   const int64_t out_rank = im.rank(x) + static_cast<int64_t>(axes_opt->size());
   TRY(std::vector<int64_t> axes, NormAxes(*axes_opt, out_rank));
@@ -844,10 +852,6 @@ absl::Status Concat(Importer& im, const NodeProto& n) {
   }
   if (xs.empty()) return Bad("needs inputs");
   if (!FindAttr(n, "axis")) return Bad("attribute 'axis' is missing (required from opset 4)");
-  if (AttrInt(n, "axis", 0) < 0 && im.opset() < 11) {
-    return Bad(absl::StrCat("negative axis ", AttrInt(n, "axis", 0),
-                            " exists from opset 11, but the model imports opset ", im.opset()));
-  }
   TRY(int64_t axis, NormAxis(AttrInt(n, "axis", 0), im.rank(xs[0])));
   // Empty operands are dropped (the IR accepts them, but they only cost a copy).
   std::vector<NodeId> kept;
@@ -874,10 +878,6 @@ absl::Status Split(Importer& im, const NodeProto& n) {
   TRY_OK(InputsSince(im, n, 1, 13, "split"));
   TRY_OK(AttrUntil(im, n, "split", 13));
   TRY_OK(AttrSince(im, n, "num_outputs", 18));
-  if (AttrInt(n, "axis", 0) < 0 && im.opset() < 11) {
-    return Bad(absl::StrCat("negative axis ", AttrInt(n, "axis", 0),
-                            " exists from opset 11, but the model imports opset ", im.opset()));
-  }
   std::vector<int64_t> sizes;
   if (Importer::HasInput(n, 1)) {
     if (FindAttr(n, "num_outputs")) return Bad("has both a split input and num_outputs");
@@ -936,9 +936,6 @@ absl::Status SliceOp(Importer& im, const NodeProto& n) {
     ends = *e;
     if (auto a = AttrInts(n, "axes")) {
       axes = *a;
-      for (int64_t v : axes) {
-        if (v < 0) return Bad(absl::StrCat("negative axis ", v, " exists from opset 11"));
-      }
     } else {
       for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
     }
@@ -1209,10 +1206,6 @@ absl::Status Gather(Importer& im, const NodeProto& n) {
     for (int64_t& i : idx) {
       if (i < -d || i >= d)
         return Bad(absl::StrCat("index ", i, " is out of range for axis size ", d));
-      if (i < 0 && im.opset() < 11) {
-        return Bad(absl::StrCat("negative index ", i,
-                                " exists from opset 11, but the model imports opset ", im.opset()));
-      }
       if (i < 0) i += d;
     }
     im.SetOutput(n, 0, im.Reshape(GatherConst(im, x, axis, idx), out));
@@ -3469,16 +3462,12 @@ absl::StatusOr<std::optional<NodeId>> QdqConv(Importer& im, const NodeProto& n) 
 }
 
 // Compress with a condition known at import time (the selected positions are then constant);
-// a condition computed from model inputs would make the output's shape data-dependent.
+// a condition computed from model inputs would make the output's shape data-dependent, which
+// ConstInput refuses like every other operand kiln needs at import time.
 absl::Status Compress(Importer& im, const NodeProto& n) {
   TRY(NodeId x, im.Input(n, 0));
   TRY(NodeId c, im.Input(n, 1));
-  absl::StatusOr<ir::TensorData> cond = im.ConstInput(n, 1);
-  if (!cond.ok()) {
-    return Unsupported(
-        "the condition depends on a model input, so the output shape depends on the input "
-        "data; kiln compiles static shapes (the condition must be a constant)");
-  }
+  TRY(const ir::TensorData cond, im.ConstInput(n, 1, "the condition selects the output's length"));
   if (im.rank(c) != 1) return Bad("condition must be 1-D");
   NodeId src = x;
   int64_t axis = 0;
@@ -3489,12 +3478,12 @@ absl::Status Compress(Importer& im, const NodeProto& n) {
   }
   const Shape s = im.shape(src);
   const int64_t d = s[static_cast<size_t>(axis)];
-  if (cond->num_elements() > d) {
-    return Bad(absl::StrCat("condition has ", cond->num_elements(), " values, the axis ", d));
+  if (cond.num_elements() > d) {
+    return Bad(absl::StrCat("condition has ", cond.num_elements(), " values, the axis ", d));
   }
   std::vector<int64_t> idx;
-  for (int64_t i = 0; i < cond->num_elements(); ++i) {
-    if (cond->GetDouble(i) != 0) idx.push_back(i);
+  for (int64_t i = 0; i < cond.num_elements(); ++i) {
+    if (cond.GetDouble(i) != 0) idx.push_back(i);
   }
   NodeId y;
   if (idx.empty()) {

@@ -40,6 +40,13 @@ TensorRef AddScalar(const TensorRef& x, double s, const char* name, const kd::Lo
 }
 TensorRef Sqrt(const TensorRef& x, const kd::Loc& loc) { return kd::Unary(ir::Op::kSqrt, x, loc); }
 
+// A realized f64 rank-0 tensor holding `value`.
+TensorRef F64Scalar(double value, const Device& device) {
+  ir::TensorData data(ir::DType::kF64, {});
+  data.SetDouble(0, value);
+  return kd::FromTensorData(std::move(data), device);
+}
+
 [[noreturn]] void ThrowConfig(const char* name, const std::string& message, const kd::Loc& loc) {
   kd::ThrowOpError(name, message, {}, loc);
 }
@@ -66,6 +73,8 @@ Optimizer::~Optimizer() = default;
 void Optimizer::set_lr(double lr, Loc loc) {
   CheckNonNegative(name_, "lr", lr, loc);
   lr_ = lr;
+  // A new value in the same place: a jitted step binds it, and no graph changes.
+  for (LearningRate& entry : lr_values_) entry.ref = F64Scalar(lr, entry.device);
 }
 
 void Optimizer::check(const std::string& param, const TensorRef& value, const TensorRef& grad,
@@ -112,9 +121,7 @@ void Optimizer::check(const std::string& param, const TensorRef& value, const Te
 TensorRef Optimizer::update(const std::string& param, const TensorRef& value, const TensorRef& grad,
                             const Loc& loc) {
   check(param, value, grad, loc);
-  const int64_t step = steps_[param] + 1;
   const ir::DType dtype = kd::TypeOf(value).dtype;
-  TensorRef result;
   if (dtype == ir::DType::kBF16 || dtype == ir::DType::kF16) {
     // An update much smaller than the weight vanishes when rounded to 8 or 11 significant bits;
     // the rule runs on an f32 copy, and the parameter is that copy rounded.
@@ -125,38 +132,67 @@ TensorRef Optimizer::update(const std::string& param, const TensorRef& value, co
       for (int64_t i = 0; i < half.num_elements(); ++i) wide.SetDouble(i, half.GetDouble(i));
       master = kd::FromTensorData(std::move(wide), kd::DeviceOf(value));
     }
+    const TensorRef step = advance_step(param, master, loc);
     TensorRef updated = compute(param, master, kd::Cast(grad, ir::DType::kF32, loc), step, loc);
     set(param, kMasterBuffer, updated);
-    result = kd::Cast(updated, dtype, loc);
-  } else {
-    result = compute(param, value, grad, step, loc);
+    return kd::Cast(updated, dtype, loc);
   }
-  steps_[param] = step;
-  return result;
+  return compute(param, value, grad, advance_step(param, value, loc), loc);
 }
 
-TensorRef Optimizer::scalar(const char* role, double value, const TensorRef& like) {
-  const ir::DType dtype = kd::TypeOf(like).dtype;
+TensorRef Optimizer::lr_f64(const TensorRef& like) {
   const Device device = kd::DeviceOf(like);
-  for (CachedScalar& s : scalars_) {
-    if (std::strcmp(s.role, role) == 0 && s.value == value && s.dtype == dtype &&
-        s.device == device) {
-      s.last_step = step_count_;
-      return s.ref;
+  for (const LearningRate& entry : lr_values_) {
+    if (entry.device == device) return entry.ref;
+  }
+  lr_values_.push_back({device, absl::StrCat("lr@", device.ToString()), F64Scalar(lr_, device)});
+  return lr_values_.back().ref;
+}
+
+TensorRef Optimizer::InDType(const TensorRef& x, const TensorRef& like, const Loc& loc) {
+  const ir::DType dtype = kd::TypeOf(like).dtype;
+  return dtype == ir::DType::kF64 ? x : kd::Cast(x, dtype, loc);
+}
+
+void Optimizer::begin_step(const Loc&) {
+  advanced_.clear();
+  placed_steps_.clear();
+}
+
+TensorRef Optimizer::advance_step(const std::string& param, const TensorRef& like, const Loc& loc) {
+  const std::string key = absl::StrCat(param, ".", kStepBuffer);
+  TensorRef count;
+  if (auto it = state_.find(key); it != state_.end()) {
+    count = it->second;
+  } else {
+    // A loaded count, or 0: realized (as get_or_fill's buffers are), so the first step's graph
+    // has the structure of the later ones. One tensor per (count, device).
+    int64_t value = 0;
+    if (auto loaded = loaded_steps_.find(param); loaded != loaded_steps_.end()) {
+      value = loaded->second;
+      loaded_steps_.erase(loaded);
+    }
+    const Device device = kd::DeviceOf(like);
+    for (const auto& [placed_value, placed_device, ref] : placed_steps_) {
+      if (placed_value == value && placed_device == device) count = ref;
+    }
+    if (count == nullptr) {
+      ir::TensorData data(ir::DType::kI64, {});
+      data.SetInt64(0, value);
+      count = kd::FromTensorData(std::move(data), device);
+      placed_steps_.emplace_back(value, device, count);
     }
   }
-  ir::TensorData data(dtype, {});
-  data.SetDouble(0, value);
-  TensorRef ref = kd::FromTensorData(std::move(data), device);
-  scalars_.push_back(CachedScalar{role, value, dtype, device, ref, step_count_});
-  return ref;
-}
-
-void Optimizer::begin_step() {
-  ++step_count_;
-  // What the last step used stays (a constant learning rate is the same tensor every step);
-  // values that changed since are dropped, so the cache stays as small as one step's scalars.
-  std::erase_if(scalars_, [&](const CachedScalar& s) { return s.last_step < step_count_ - 1; });
+  TensorRef next;
+  for (const auto& [from, to] : advanced_) {
+    if (from == count) next = to;
+  }
+  if (next == nullptr) {
+    next = AddScalar(count, 1.0, name_, loc);
+    advanced_.emplace_back(count, next);
+  }
+  state_[key] = next;
+  return next;
 }
 
 TensorRef Optimizer::find(const std::string& param, const char* buffer, const TensorRef& like) {
@@ -194,12 +230,20 @@ NamedState Optimizer::state(Loc loc) const {
   const std::vector<TensorRef> refs = state_tensors();
   kd::Realize(refs, loc);
   NamedState out;
-  for (const auto& [key, ref] : state_) out.tensors.emplace(key, kd::Data(ref, loc));
+  const std::string step_suffix = absl::StrCat(".", kStepBuffer);
+  for (const auto& [key, ref] : state_) {
+    // Step counts are values in a checkpoint (torch's "step"), the rest tensors.
+    if (key.ends_with(step_suffix)) {
+      out.values[key] = absl::StrCat(kd::Data(ref, loc).GetInt64(0));
+    } else {
+      out.tensors.emplace(key, kd::Data(ref, loc));
+    }
+  }
   for (const auto& [key, data] : loaded_) out.tensors.emplace(key, data);
+  for (const auto& [param, step] : loaded_steps_)
+    out.values[param + step_suffix] = absl::StrCat(step);
   out.values["optimizer"] = name_;
   out.values["lr"] = absl::StrFormat("%.17g", lr_);
-  for (const auto& [param, step] : steps_)
-    out.values[absl::StrCat(param, ".step")] = absl::StrCat(step);
   return out;
 }
 
@@ -256,24 +300,24 @@ void Optimizer::load_state(const NamedState& state, Loc loc) {
     loaded.emplace(key, data);
   }
   state_.clear();
-  scalars_.clear();
   loaded_ = std::move(loaded);
-  steps_ = std::move(steps);
+  loaded_steps_ = std::move(steps);
   lr_ = lr;
+  for (LearningRate& entry : lr_values_) entry.ref = F64Scalar(lr, entry.device);
 }
 
 std::vector<TensorRef> Optimizer::state_tensors() const {
   std::vector<TensorRef> refs;
-  refs.reserve(state_.size());
+  refs.reserve(state_.size() + lr_values_.size());
   for (const auto& [key, ref] : state_) refs.push_back(ref);
+  for (const LearningRate& entry : lr_values_) refs.push_back(entry.ref);
   return refs;
 }
 
 void Optimizer::reset() {
   state_.clear();
   loaded_.clear();
-  steps_.clear();
-  scalars_.clear();
+  loaded_steps_.clear();
 }
 
 // ---- SGD ----------------------------------------------------------------------------------------
@@ -297,7 +341,7 @@ Sgd::Sgd(const Options& options, const Loc& loc)
 }
 
 TensorRef Sgd::compute(const std::string& param, const TensorRef& value, const TensorRef& grad,
-                       int64_t, const Loc& loc) {
+                       const TensorRef&, const Loc& loc) {
   const char* n = "sgd";
   TensorRef d = grad;
   if (options_.weight_decay != 0.0) d = Add(d, Scale(value, options_.weight_decay, n, loc), n, loc);
@@ -310,7 +354,7 @@ TensorRef Sgd::compute(const std::string& param, const TensorRef& value, const T
     set(param, "momentum_buffer", buf);
     d = options_.nesterov ? Add(d, Scale(buf, options_.momentum, n, loc), n, loc) : buf;
   }
-  return Sub(value, Mul(d, scalar("lr", lr(), value), n, loc), n, loc);
+  return Sub(value, Mul(d, InDType(lr_f64(value), value, loc), n, loc), n, loc);
 }
 
 // ---- Adam / AdamW -------------------------------------------------------------------------------
@@ -335,15 +379,18 @@ Adam::Adam(const Options& options, const Loc& loc)
 }
 
 TensorRef Adam::compute(const std::string& param, const TensorRef& value, const TensorRef& grad,
-                        int64_t step, const Loc& loc) {
+                        const TensorRef& step, const Loc& loc) {
   const char* n = name();
   const Options& o = options_;
   TensorRef p = value;
   TensorRef g = grad;
   if (o.weight_decay != 0.0) {
     if (o.decoupled) {
-      // 1 - lr * wd changes with the learning rate: a per-step scalar.
-      p = Mul(p, scalar("decay", 1.0 - lr() * o.weight_decay, value), n, loc);
+      // 1 - lr * wd changes with the learning rate: computed per step.
+      const TensorRef decay =
+          kd::BinaryScalar(ir::Op::kSub, Scale(lr_f64(value), o.weight_decay, n, loc), 1.0,
+                           /*scalar_first=*/true, n, loc);
+      p = Mul(p, InDType(decay, value, loc), n, loc);
     } else {
       g = Add(g, Scale(value, o.weight_decay, n, loc), n, loc);
     }
@@ -359,15 +406,19 @@ TensorRef Adam::compute(const std::string& param, const TensorRef& value, const 
     second = kd::Binary(ir::Op::kMax, get_or_fill(param, "max_exp_avg_sq", value, 0.0), v, n, loc);
     set(param, "max_exp_avg_sq", second);
   }
-  const double t = static_cast<double>(step);
-  const double bias_correction1 = 1.0 - std::pow(o.beta1, t);
-  const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(o.beta2, t));
+  // The bias corrections 1 - beta^t in f64, as torch computes them on the host.
+  const TensorRef t = kd::Cast(step, ir::DType::kF64, loc);
+  const auto one_minus_power = [&](double beta) {
+    return kd::BinaryScalar(
+        ir::Op::kSub, kd::BinaryScalar(ir::Op::kPow, t, beta, /*scalar_first=*/true, n, loc), 1.0,
+        /*scalar_first=*/true, n, loc);
+  };
+  const TensorRef bias_correction2_sqrt = Sqrt(one_minus_power(o.beta2), loc);
+  const TensorRef step_size = Div(lr_f64(value), one_minus_power(o.beta1), n, loc);
   // As torch: denom = sqrt(v) / sqrt(bc2) + eps; p -= (lr / bc1) * m / denom.
   TensorRef denom = AddScalar(
-      Div(Sqrt(second, loc), scalar("bias_correction2_sqrt", bias_correction2_sqrt, value), n, loc),
-      o.eps, n, loc);
-  TensorRef delta =
-      Mul(Div(m, denom, n, loc), scalar("step_size", lr() / bias_correction1, value), n, loc);
+      Div(Sqrt(second, loc), InDType(bias_correction2_sqrt, value, loc), n, loc), o.eps, n, loc);
+  TensorRef delta = Mul(Div(m, denom, n, loc), InDType(step_size, value, loc), n, loc);
   return Sub(p, delta, n, loc);
 }
 
@@ -392,7 +443,7 @@ RmsProp::RmsProp(const Options& options, const Loc& loc)
 }
 
 TensorRef RmsProp::compute(const std::string& param, const TensorRef& value, const TensorRef& grad,
-                           int64_t, const Loc& loc) {
+                           const TensorRef&, const Loc& loc) {
   const char* n = "rmsprop";
   const Options& o = options_;
   TensorRef g = grad;
@@ -416,7 +467,7 @@ TensorRef RmsProp::compute(const std::string& param, const TensorRef& value, con
                     direction, n, loc);
     set(param, "momentum_buffer", direction);
   }
-  return Sub(value, Mul(direction, scalar("lr", lr(), value), n, loc), n, loc);
+  return Sub(value, Mul(direction, InDType(lr_f64(value), value, loc), n, loc), n, loc);
 }
 
 // ---- AdaGrad ------------------------------------------------------------------------------------
@@ -431,7 +482,7 @@ AdaGrad::AdaGrad(const Options& options, const Loc& loc)
 }
 
 TensorRef AdaGrad::compute(const std::string& param, const TensorRef& value, const TensorRef& grad,
-                           int64_t step, const Loc& loc) {
+                           const TensorRef& step, const Loc& loc) {
   const char* n = "adagrad";
   const Options& o = options_;
   TensorRef g = grad;
@@ -439,9 +490,13 @@ TensorRef AdaGrad::compute(const std::string& param, const TensorRef& value, con
   TensorRef sum = Add(get_or_fill(param, "sum", value, o.initial_accumulator_value),
                       kd::Square(g, loc), n, loc);
   set(param, "sum", sum);
-  const double clr = lr() / (1.0 + static_cast<double>(step - 1) * o.lr_decay);
+  // clr = lr / (1 + (t - 1) lr_decay), in f64.
+  const TensorRef t = kd::Cast(step, ir::DType::kF64, loc);
+  const TensorRef clr =
+      Div(lr_f64(value),
+          AddScalar(Scale(AddScalar(t, -1.0, n, loc), o.lr_decay, n, loc), 1.0, n, loc), n, loc);
   TensorRef denom = AddScalar(Sqrt(sum, loc), o.eps, n, loc);
-  return Sub(value, Mul(Div(g, denom, n, loc), scalar("clr", clr, value), n, loc), n, loc);
+  return Sub(value, Mul(Div(g, denom, n, loc), InDType(clr, value, loc), n, loc), n, loc);
 }
 
 }  // namespace kiln::optim

@@ -11,9 +11,16 @@
 // step() visits the module's parameters (KILN_MODULE), replaces each one that has a gradient with
 // its update, recorded lazily under a NoGradGuard, and marks the new value as a parameter again
 // (requires_grad). Nothing is realized: the forward pass, the backward pass and the update (and
-// the optimizer state, state_tensors()) realized together compile to one graph. Values that
-// change from step to step (the learning rate, Adam's bias corrections) enter that graph as
-// realized rank-0 tensors, never as literal scalars, so step 2, 3, ... hit the compile cache.
+// the optimizer state, state_tensors()) realized together compile to one graph.
+//
+// Everything that changes from step to step is a tensor of the state, as in torch's capturable
+// optimizers and optax: each parameter's step count ("<param>.step", i64; parameters that step
+// together share one) and the learning rate (f64, one per device; set_lr replaces its value).
+// Per-step numbers (Adam's bias corrections, AdamW's decay, AdaGrad's decayed rate) are computed
+// from them inside the graph in f64 and rounded once to the parameter's dtype, as the host would
+// compute them. So step 2, 3, ... are the same graph (a compile-cache hit), a learning-rate
+// schedule changes no graph, and kiln::jit replays a whole training step, optimizer included
+// (frontend/jit.h: optimizers are state, visit_state()).
 //
 // State (momentum buffers, moments, step counts) is keyed by parameter name ("fc.weight"), so a
 // checkpoint can restore it into a freshly built optimizer: state() / load_state().
@@ -24,6 +31,7 @@
 #include <memory>
 #include <source_location>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -57,7 +65,8 @@ class Optimizer {
   /// The same (the name train::Learner's NaN guard asks for).
   double learning_rate() const { return lr_; }
   /// Sets the learning rate (e.g. from a scheduler); it enters the next step as a rank-0 tensor,
-  /// so changing it does not change the graph. Throws on a negative or non-finite value.
+  /// so changing it does not change the graph (nor a jitted step's recording). Throws on a
+  /// negative or non-finite value.
   void set_lr(double lr, Loc loc = Loc::current());
 
   /// Updates every Float parameter of `module` (anything with KILN_MODULE's visit) that has a
@@ -72,7 +81,7 @@ class Optimizer {
   template <class Module>
   void step(Module& module, const Gradients& grads, Loc loc = Loc::current()) {
     NoGradGuard no_grad;
-    begin_step();
+    begin_step(loc);
     // Checks everything first, so that an error leaves parameters and state untouched.
     module.visit([&](const std::string& param_name, const auto& param) {
       using T = std::remove_cvref_t<decltype(param)>;
@@ -90,6 +99,7 @@ class Optimizer {
         param = T(kiln::detail::SetRequireGrad(updated, true, loc), loc);
       }
     });
+    end_step();
   }
 
   /// The updated value of one parameter named `param_name` given its gradient, advancing that
@@ -99,8 +109,10 @@ class Optimizer {
   template <class B, int R>
   Tensor<B, R> updated(const std::string& param_name, const Tensor<B, R>& param,
                        const Tensor<B, R>& grad, Loc loc = Loc::current()) {
-    begin_step();
-    return Tensor<B, R>(update(param_name, param.ref(), grad.ref(), loc), loc);
+    begin_step(loc);
+    Tensor<B, R> result(update(param_name, param.ref(), grad.ref(), loc), loc);
+    end_step();
+    return result;
   }
 
   /// The state as host values (realizes whatever is pending).
@@ -113,6 +125,14 @@ class Optimizer {
   /// The state's tensors (pending after a step), to be realized together with the parameters
   /// and the loss so that one graph computes the whole training step.
   std::vector<kiln::detail::TensorRef> state_tensors() const;
+  /// Calls visitor(name, TensorRef&) for every tensor of the state: the buffers and step counts
+  /// by name ("fc.weight.exp_avg", "fc.weight.step"), then the learning rate of each device
+  /// ("lr@cpu:0"). kiln::jit reads and replaces them through it (JitState).
+  template <class Visitor>
+  void visit_state(Visitor&& visitor) {
+    for (auto& [key, ref] : state_) visitor(key, ref);
+    for (LearningRate& lr : lr_values_) visitor(lr.name, lr.ref);
+  }
   /// Drops all state (buffers and step counts).
   void reset();
 
@@ -120,18 +140,18 @@ class Optimizer {
   Optimizer(const char* name, double lr, std::vector<std::string> buffers);
 
   /// The optimizer's rule: param's new value given its gradient (both of one type, checked).
+  /// `step` is the parameter's step count including this step (i64, rank 0).
   virtual kiln::detail::TensorRef compute(const std::string& param,
                                           const kiln::detail::TensorRef& value,
-                                          const kiln::detail::TensorRef& grad, int64_t step,
-                                          const Loc& loc) = 0;
+                                          const kiln::detail::TensorRef& grad,
+                                          const kiln::detail::TensorRef& step, const Loc& loc) = 0;
 
-  /// A realized rank-0 tensor of `like`'s dtype and device holding `value`: per-step numbers
-  /// enter the graph as parameters. Shared by the parameters that need the same `role` ("lr")
-  /// with the same value, and kept for the next step (a device-memory backend then uploads a
-  /// constant learning rate once, not every step); never shared across roles, so two numbers
-  /// that happen to be equal do not change the graph's structure.
-  kiln::detail::TensorRef scalar(const char* role, double value,
-                                 const kiln::detail::TensorRef& like);
+  /// The learning rate as an f64 rank-0 tensor on `like`'s device (realized; set_lr replaces
+  /// its value). Per-step numbers are computed from it in f64 and rounded once (InDType).
+  kiln::detail::TensorRef lr_f64(const kiln::detail::TensorRef& like);
+  /// `x` (f64, rank 0) rounded to `like`'s dtype.
+  static kiln::detail::TensorRef InDType(const kiln::detail::TensorRef& x,
+                                         const kiln::detail::TensorRef& like, const Loc& loc);
   /// The buffer `buffer` of `param`, or null when it does not exist yet (loaded state counts).
   kiln::detail::TensorRef find(const std::string& param, const char* buffer,
                                const kiln::detail::TensorRef& like);
@@ -141,37 +161,43 @@ class Optimizer {
   void set(const std::string& param, const char* buffer, kiln::detail::TensorRef value);
 
  private:
-  /// Forgets the scalars the step before last used (scalar()).
-  void begin_step();
+  /// Starts and ends one step() / updated(): within it, parameters whose counts are one tensor
+  /// advance together (and nothing of it is held afterwards).
+  void begin_step(const Loc& loc);
+  void end_step() { begin_step(Loc::current()); }
   /// Throws unless `grad` fits `value` and any loaded state of `param` fits too.
   void check(const std::string& param, const kiln::detail::TensorRef& value,
              const kiln::detail::TensorRef& grad, const Loc& loc) const;
   kiln::detail::TensorRef update(const std::string& param, const kiln::detail::TensorRef& value,
                                  const kiln::detail::TensorRef& grad, const Loc& loc);
+  /// `param`'s step count after this step (advancing it in the state).
+  kiln::detail::TensorRef advance_step(const std::string& param,
+                                       const kiln::detail::TensorRef& like, const Loc& loc);
 
   const char* name_;
   double lr_;
   /// The f32 copy of a bf16/f16 parameter (see step()).
   static constexpr const char* kMasterBuffer = "master";
+  /// The step count's buffer name ("<param>.step"): in state() it is a value, not a tensor.
+  static constexpr const char* kStepBuffer = "step";
   /// The buffer names this optimizer keeps (for load_state's checks).
   std::vector<std::string> buffers_;
   /// "<param>.<buffer>" -> value.
   std::map<std::string, kiln::detail::TensorRef> state_;
   /// Loaded values not yet placed on a parameter's device.
   std::map<std::string, ir::TensorData> loaded_;
-  /// Per-parameter step counts (a parameter without a gradient does not advance, as in torch).
-  std::map<std::string, int64_t> steps_;
-  struct CachedScalar {
-    const char* role;
-    double value;
-    ir::DType dtype;
+  /// Loaded step counts not yet placed ("<param>" -> count).
+  std::map<std::string, int64_t> loaded_steps_;
+  struct LearningRate {
     Device device;
+    std::string name;  // "lr@cpu:0"
     kiln::detail::TensorRef ref;
-    int64_t last_step;  // the step_count_ that last used it
   };
-  std::vector<CachedScalar> scalars_;
-  /// begin_step() calls so far.
-  int64_t step_count_ = 0;
+  std::vector<LearningRate> lr_values_;
+  /// Within one step: a step count before -> after it, so parameters that shared a count share
+  /// the next one (one increment in the graph); loaded counts by (value, device) likewise.
+  std::vector<std::pair<kiln::detail::TensorRef, kiln::detail::TensorRef>> advanced_;
+  std::vector<std::tuple<int64_t, Device, kiln::detail::TensorRef>> placed_steps_;
 };
 
 /// What one training step leaves to realize: every parameter and buffer (BatchNorm's running
@@ -225,8 +251,8 @@ class Sgd final : public Optimizer {
 
  private:
   kiln::detail::TensorRef compute(const std::string& param, const kiln::detail::TensorRef& value,
-                                  const kiln::detail::TensorRef& grad, int64_t step,
-                                  const Loc& loc) override;
+                                  const kiln::detail::TensorRef& grad,
+                                  const kiln::detail::TensorRef& step, const Loc& loc) override;
   Options options_;
 };
 
@@ -274,8 +300,8 @@ class Adam final : public Optimizer {
 
  private:
   kiln::detail::TensorRef compute(const std::string& param, const kiln::detail::TensorRef& value,
-                                  const kiln::detail::TensorRef& grad, int64_t step,
-                                  const Loc& loc) override;
+                                  const kiln::detail::TensorRef& grad,
+                                  const kiln::detail::TensorRef& step, const Loc& loc) override;
   Options options_;
 };
 
@@ -349,8 +375,8 @@ class RmsProp final : public Optimizer {
 
  private:
   kiln::detail::TensorRef compute(const std::string& param, const kiln::detail::TensorRef& value,
-                                  const kiln::detail::TensorRef& grad, int64_t step,
-                                  const Loc& loc) override;
+                                  const kiln::detail::TensorRef& grad,
+                                  const kiln::detail::TensorRef& step, const Loc& loc) override;
   Options options_;
 };
 
@@ -395,8 +421,8 @@ class AdaGrad final : public Optimizer {
 
  private:
   kiln::detail::TensorRef compute(const std::string& param, const kiln::detail::TensorRef& value,
-                                  const kiln::detail::TensorRef& grad, int64_t step,
-                                  const Loc& loc) override;
+                                  const kiln::detail::TensorRef& grad,
+                                  const kiln::detail::TensorRef& step, const Loc& loc) override;
   Options options_;
 };
 

@@ -44,6 +44,7 @@
 
 #include <unistd.h>
 
+#include <any>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -65,6 +66,7 @@
 #include "frontend/amp/autocast.h"
 #include "frontend/amp/grad_scaler.h"
 #include "frontend/autograd.h"
+#include "frontend/jit.h"
 #include "frontend/optim/optimizer.h"
 #include "frontend/optim/scheduler.h"
 #include "frontend/random.h"
@@ -83,6 +85,28 @@ struct StepOutput {
   std::optional<Tensor<B, 2>> logits;
   std::optional<Tensor<B, 1, Int>> labels;
 };
+
+}  // namespace kiln::train
+
+namespace kiln {
+/// A StepOutput crosses a jitted function's boundary (the Learner's jitted steps).
+template <class B>
+struct JitValue<train::StepOutput<B>> {
+  static void Flatten(const train::StepOutput<B>& out, detail::JitFlat& flat) {
+    JitValue<Tensor<B, 0>>::Flatten(out.loss, flat);
+    JitValue<std::optional<Tensor<B, 2>>>::Flatten(out.logits, flat);
+    JitValue<std::optional<Tensor<B, 1, Int>>>::Flatten(out.labels, flat);
+  }
+  static train::StepOutput<B> Unflatten(detail::JitReader& in) {
+    train::StepOutput<B> out{JitValue<Tensor<B, 0>>::Unflatten(in), std::nullopt, std::nullopt};
+    out.logits = JitValue<std::optional<Tensor<B, 2>>>::Unflatten(in);
+    out.labels = JitValue<std::optional<Tensor<B, 1, Int>>>::Unflatten(in);
+    return out;
+  }
+};
+}  // namespace kiln
+
+namespace kiln::train {
 
 /// Gradients through frontend/autograd.h (the default Learner policy).
 struct AutogradPolicy {
@@ -119,6 +143,8 @@ struct LearnerConfig {
   amp::Precision precision = amp::Precision::kF32;
   /// The loss scaling of amp::Precision::kF16.
   amp::GradScalerConfig grad_scaler;
+  /// Runs the training and validation steps through kiln::jit (frontend/jit.h) where it can.
+  bool jit = true;
 
   LearnerConfig with_epochs(int64_t n) const {
     auto c = *this;
@@ -181,6 +207,16 @@ struct LearnerConfig {
     auto c = *this;
     c.precision = p;
     c.grad_scaler = scaler;
+    return c;
+  }
+  /// Whether the training step (the step function, the backward pass and the optimizer step)
+  /// and the validation step run through kiln::jit: recorded once per batch shape, then replayed
+  /// without running the step function (so it must not count calls or print). On by default;
+  /// used where it applies: the default AutogradPolicy, one process, no f16 loss scaling, a
+  /// batch type kiln::jit takes (data::Batch) and an optimizer with visit_state (kiln's).
+  LearnerConfig with_jit(bool on) const {
+    auto c = *this;
+    c.jit = on;
     return c;
   }
 };
@@ -563,13 +599,33 @@ class Learner {
     }();
     const int64_t skipped_before = scaler_ ? scaler_->skipped_steps() : 0;
     for (auto&& batch : batches) {
+      using BatchT = std::remove_cvref_t<decltype(batch)>;
+      bool jitted = false;
       auto out = [&] {
+        if constexpr (kJittable<BatchT>) {
+          if (use_jit()) {
+            jitted = true;
+            return training ? jitted_step<JitTrainStep<BatchT>>(jit_train_)(batch)
+                            : jitted_step<JitValidStep<BatchT>>(jit_valid_)(batch);
+          }
+        }
         amp::AutocastGuard autocast(amp::AutocastDTypeOf(config_.precision));
         return step_fn_(model_, batch);
       }();
       double loss = 0;   // this rank's
       double shown = 0;  // what the progress bar shows
-      if (training) {
+      if (training && jitted) {
+        // The jitted step ran the backward pass and the optimizer step too.
+        ++step_;
+        loss = static_cast<double>(out.loss.item(loc));
+        if (scheduler_ != nullptr && scheduler_per_step_) set_lr(scheduler_->step());
+        shown = loss;
+        if (config_.nan_guard) {
+          agreed_ = true;
+          CheckFiniteLoss(shown, epoch, step_, learning_rate(), loc);
+          agreed_ = false;
+        }
+      } else if (training) {
         ++step_;
         {
           auto gradients =
@@ -684,6 +740,52 @@ class Learner {
     }
   }
 
+  // The training step kiln::jit records and replays: the step function, the backward pass and
+  // the optimizer step; the loss and logits come back realized, without their tapes.
+  template <class BatchT>
+  struct JitTrainStep {
+    Learner* self;
+    auto operator()(const BatchT& batch) const {
+      auto out = [&] {
+        amp::AutocastGuard autocast(amp::AutocastDTypeOf(self->config_.precision));
+        return self->step_fn_(self->model_, batch);
+      }();
+      {
+        auto gradients = Policy::backward(out.loss, out.loss.ref()->loc);
+        self->optimizer_.step(self->model_, gradients);
+      }
+      out.loss = out.loss.detach();
+      if (out.logits) *out.logits = out.logits->detach();
+      return out;
+    }
+  };
+  // The validation step (fit() runs it under Policy::NoGrad).
+  template <class BatchT>
+  struct JitValidStep {
+    Learner* self;
+    auto operator()(const BatchT& batch) const {
+      amp::AutocastGuard autocast(amp::AutocastDTypeOf(self->config_.precision));
+      return self->step_fn_(self->model_, batch);
+    }
+  };
+  // Whether the steps on batches of type BatchT can be jitted at all (the rest of the
+  // conditions, use_jit(), are run-time).
+  template <class BatchT>
+  static constexpr bool kJittable = std::is_same_v<Policy, AutogradPolicy>&& JitArgument<BatchT>&&
+      JitResult<std::invoke_result_t<StepFn&, Model&, const BatchT&>>&& requires(Optimizer& o) {
+    o.visit_state([](const std::string&, detail::TensorRef&) {});
+  };
+  bool use_jit() const { return config_.jit && dp() == nullptr && !scaler_; }
+  // The Jitted function of `Step` kept in `holder` (made on first use; remade when the batch type
+  // changes).
+  template <class Step>
+  auto& jitted_step(std::any& holder) {
+    using J = Jitted<Step, Model, Optimizer>;
+    if (auto* held = std::any_cast<std::shared_ptr<J>>(&holder)) return **held;
+    holder = std::make_shared<J>(Step{this}, model_, optimizer_);
+    return *std::any_cast<std::shared_ptr<J>&>(holder);
+  }
+
   // One graph per training step: the parameters, the buffers (BatchNorm statistics), the
   // optimizer's state, the loss and the logits are realized together, so the forward pass, the
   // backward pass and the update compile to one executable (a cache hit from the next step on).
@@ -754,6 +856,9 @@ class Learner {
   std::optional<MetricsLogger> metrics_;
   // Set for amp::Precision::kF16.
   std::optional<amp::GradScaler> scaler_;
+  // The jitted training and validation steps (Jitted<JitTrainStep<BatchT>, ...>), when used.
+  std::any jit_train_;
+  std::any jit_valid_;
   int64_t epoch_ = 0;
   int64_t step_ = 0;
   // Set just before throwing an error that every rank throws (see collectively()).

@@ -733,6 +733,44 @@ __attribute__((target("avx2,fma"))) float DotAvx2(const float* x, const float* y
   return sum;
 }
 
+// out[r] = x . y[r][0, n) for four rows at once: x is loaded once per four rows, so the loop is
+// bound by the loads of B (the rows), not by two loads per multiply-add.
+__attribute__((target("avx2,fma"))) void Dot4Avx2(const float* x, const float* const y[4],
+                                                  int64_t n, float out[4]) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
+         a3 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps(),
+         b2 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+    a0 = _mm256_fmadd_ps(x0, _mm256_loadu_ps(y[0] + i), a0);
+    a1 = _mm256_fmadd_ps(x0, _mm256_loadu_ps(y[1] + i), a1);
+    a2 = _mm256_fmadd_ps(x0, _mm256_loadu_ps(y[2] + i), a2);
+    a3 = _mm256_fmadd_ps(x0, _mm256_loadu_ps(y[3] + i), a3);
+    b0 = _mm256_fmadd_ps(x1, _mm256_loadu_ps(y[0] + i + 8), b0);
+    b1 = _mm256_fmadd_ps(x1, _mm256_loadu_ps(y[1] + i + 8), b1);
+    b2 = _mm256_fmadd_ps(x1, _mm256_loadu_ps(y[2] + i + 8), b2);
+    b3 = _mm256_fmadd_ps(x1, _mm256_loadu_ps(y[3] + i + 8), b3);
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x0 = _mm256_loadu_ps(x + i);
+    a0 = _mm256_fmadd_ps(x0, _mm256_loadu_ps(y[0] + i), a0);
+    a1 = _mm256_fmadd_ps(x0, _mm256_loadu_ps(y[1] + i), a1);
+    a2 = _mm256_fmadd_ps(x0, _mm256_loadu_ps(y[2] + i), a2);
+    a3 = _mm256_fmadd_ps(x0, _mm256_loadu_ps(y[3] + i), a3);
+  }
+  // Horizontal sums of the four rows at once: [r0 r1 r2 r3] in one 128-bit vector.
+  const __m256 s0 = _mm256_add_ps(a0, b0), s1 = _mm256_add_ps(a1, b1), s2 = _mm256_add_ps(a2, b2),
+               s3 = _mm256_add_ps(a3, b3);
+  const __m256 h01 = _mm256_hadd_ps(s0, s1), h23 = _mm256_hadd_ps(s2, s3);
+  const __m256 h = _mm256_hadd_ps(h01, h23);
+  const __m128 sums = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  _mm_storeu_ps(out, sums);
+  for (; i < n; ++i) {
+    for (int r = 0; r < 4; ++r) out[r] += x[i] * y[r][i];
+  }
+}
+
 // y[0, n) += a * x[0, n)
 __attribute__((target("avx2,fma"))) void AxpyAvx2(float a, const float* x, float* y, int64_t n) {
   const __m256 va = _mm256_set1_ps(a);
@@ -805,7 +843,19 @@ void GemvColumns(const CoreProblem<T>& p, const GemmParams& params, const BatchO
   for (int64_t j0 = n0; j0 < n1; j0 += kBlock) {
     const int64_t count = std::min(kBlock, n1 - j0);
     if (rs == 1) {
-      for (int64_t j = 0; j < count; ++j) sums[j] = Dot(x, b + (j0 + j) * cs, p.k);
+      int64_t j = 0;
+#if defined(__x86_64__)
+      if constexpr (std::is_same_v<T, float>) {
+        if (HostHasAvx2Fma()) {
+          for (; j + 4 <= count; j += 4) {
+            const T* const rows[4] = {b + (j0 + j) * cs, b + (j0 + j + 1) * cs,
+                                      b + (j0 + j + 2) * cs, b + (j0 + j + 3) * cs};
+            Dot4Avx2(x, rows, p.k, sums + j);
+          }
+        }
+      }
+#endif
+      for (; j < count; ++j) sums[j] = Dot(x, b + (j0 + j) * cs, p.k);
     } else if (cs == 1) {
       std::fill(sums, sums + count, T{0});
       for (int64_t k = 0; k < p.k; ++k) Axpy(x[k], b + k * rs + j0, sums, count);
@@ -838,10 +888,12 @@ absl::Status RunGemv(const CoreProblem<T>& p, const GemmParams& params, runtime:
   std::vector<T> row(static_cast<size_t>(p.k));
   constexpr int64_t kColumnsPerTask = 32;
   const int64_t tasks = (p.n + kColumnsPerTask - 1) / kColumnsPerTask;
-  // Another thread only pays off above ~1M multiply-adds (a few MiB of B): a batch-1 layer of a
-  // small MLP runs in tens of microseconds on one core, about what waking a second thread and
-  // waiting for it costs, and on a loaded machine that wait can take much longer.
-  constexpr int64_t kMinParallelMacs = int64_t{1} << 20;
+  // Another thread pays off from ~64K multiply-adds (256 KiB of f32 B): B streams from L3 at
+  // about 66 GB/s on one core of this project's AVX2 machine and 119 GB/s on two, and the pool's
+  // workers spin between the kernels of a graph, so the batch-1 MLP's 784x512 and 512x256 layers
+  // take half the time on two threads (docs/performance.md, "Replay"). Below that, waking a
+  // worker costs what the work does.
+  constexpr int64_t kMinParallelMacs = int64_t{1} << 16;
   const bool parallel =
       pool != nullptr && pool->num_threads() > 1 && p.n * p.k >= kMinParallelMacs && tasks > 1;
   const int64_t grain =

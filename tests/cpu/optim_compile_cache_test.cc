@@ -1,7 +1,8 @@
-// Optimizer steps on kiln::Cpu compile once: the learning rate, Adam's bias corrections and
-// AdamW's decay factor change every step but enter the graph as realized rank-0 tensors, and
-// the state starts as realized zeros, so every step after the first (after the second for SGD
-// with momentum, whose buffer starts as the first gradient, as in torch) is a compile-cache hit.
+// Optimizer steps on kiln::Cpu compile once: the learning rate and the step counts change every
+// step but are state held in tensors (Adam's bias corrections and AdamW's decay factor are
+// computed from them in the graph), and the state starts as realized zeros, so every step after
+// the first (after the second for SGD with momentum, whose buffer starts as the first gradient,
+// as in torch) is a compile-cache hit.
 #include <kiln/kiln.h>
 
 #include <string>

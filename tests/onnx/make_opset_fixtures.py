@@ -389,6 +389,28 @@ case("einsum12_diagonal", "Einsum", 12, [("a", ec), ("b", ee)], np.einsum("iij,j
      {"equation": "iij,jk->ik"})
 
 
+# Negative axes before opset 11, where onnx 1.23.2's checker (full_check) and strict shape
+# inference take them (as onnxruntime does): Split-2 (test_GLU of ONNX's pytorch-operator suite
+# is a Split at opset 6 with axis -1), Concat-4, Slice-1's axes, Gather-1's axis and indices, the
+# reductions' axes. (Squeeze-1, Unsqueeze-1 and Flatten-1/-9 with negative axes fail onnx's shape
+# inference; kiln refuses them: OnnxErrors.NegativeAxesBeforeOpset11.)
+nx = f32(2, 3, 4)
+case("split6_negative_axis", "Split", 6, [("x", nx)], list(np.split(nx, 2, axis=-1)), {"axis": -1})
+nb = f32(2, 3, 1)
+case("concat6_negative_axis", "Concat", 6, [("a", nx), ("b", nb)], np.concatenate([nx, nb], -1),
+     {"axis": -1})
+case("slice7_negative_axes", "Slice", 7, [("x", nx)], nx[:, 1:3, 1:],
+     {"starts": [1, 1], "ends": [100, 3], "axes": [-1, -2]})
+case("reduce_sum7_negative_axes", "ReduceSum", 7, [("x", nx)], nx.sum(axis=(0, 2)),
+     {"axes": [-1, 0], "keepdims": 0})
+case("reduce_max10_negative_axis", "ReduceMax", 10, [("x", nx)], nx.max(axis=1, keepdims=True),
+     {"axes": [-2]})
+case("gather7_negative_indices", "Gather", 7, [("x", nx), ("i", None)], np.take(nx, [-1, 0, -3], axis=1),
+     {"axis": 1}, consts={"i": i64(-1, 0, -3)})
+case("gather10_negative_axis", "Gather", 10, [("x", nx), ("i", None)], np.take(nx, [[3, -4], [-1, 1]], axis=-1),
+     {"axis": -1}, consts={"i": np.array([[3, -4], [-1, 1]], np.int64)})
+
+
 def main():
     shutil.rmtree(ROOT, ignore_errors=True)
     os.makedirs(ROOT)

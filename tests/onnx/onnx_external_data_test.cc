@@ -86,8 +86,8 @@ class TempDir {
   fs::path path_;
 };
 
-// The fixture folder `name` copied (symlinks followed) into `tmp`/`name`: under Bazel the test's
-// data files are symlinks out of their folder, which the importer rightly refuses.
+// The fixture folder `name` copied (symlinks followed) into `tmp`/`name`, so that the tests edit
+// and link real files of their own (under Bazel the fixtures are symlinks into the source tree).
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
   const fs::path to = tmp.path() / name;
   fs::copy(kExt + name, to, fs::copy_options::recursive);
@@ -120,6 +120,30 @@ TEST(OnnxExternalData, OneFilePerTensorMatchesNumpy) {
   absl::StatusOr<ImportedModel> m = ImportFile(folder + "/model.onnx");
   ASSERT_TRUE(m.ok()) << m.status();
   ExpectNumpyOutput(*m, folder);
+}
+
+// The Hugging Face cache's layout: snapshots/<rev>/ holds symlinks into blobs/, so the data file
+// resolves outside the folder the model is named in, but inside the one the model really lies in.
+// (Bazel's runfiles are the same shape.) A data file that leaves both is still refused.
+TEST(OnnxExternalData, SymlinkedModelFindsItsDataWhereTheModelLies) {
+  TempDir tmp;
+  ASSERT_FALSE(tmp.path().empty());
+  const std::string blobs = CopyFixture(tmp, "one_file");
+  const fs::path snapshot = tmp.path() / "snapshots" / "rev";
+  fs::create_directories(snapshot);
+  fs::create_symlink(fs::path(blobs) / "model.onnx", snapshot / "model.onnx");
+  fs::create_symlink(fs::path(blobs) / "model.onnx.data", snapshot / "model.onnx.data");
+  absl::StatusOr<ImportedModel> m = ImportFile((snapshot / "model.onnx").string());
+  ASSERT_TRUE(m.ok()) << m.status();
+  ExpectNumpyOutput(*m, blobs);
+
+  fs::copy_file(fs::path(blobs) / "model.onnx.data", tmp.path() / "model.onnx.data");
+  fs::remove(snapshot / "model.onnx.data");
+  fs::create_symlink(tmp.path() / "model.onnx.data", snapshot / "model.onnx.data");
+  m = ImportFile((snapshot / "model.onnx").string());
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()),
+              ::testing::HasSubstr("outside the model's folder"));
 }
 
 TEST(OnnxExternalData, ImportBytesWithAFolderOrInMemoryFiles) {

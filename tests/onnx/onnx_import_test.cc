@@ -483,6 +483,21 @@ TEST(OnnxImport, SupportedOperatorsAreTheImportersTable) {
   }
 }
 
+// README.md and docs/onnx.md state the number of supported operators; they must state this one.
+// (The docs are not in Bazel's runfiles of this test: there it skips.)
+TEST(OnnxImport, DocsStateTheNumberOfSupportedOperators) {
+  const std::string count = std::to_string(SupportedOperators().size());
+  for (const auto& [path, phrase] :
+       {std::pair<std::string, std::string>{"README.md", "mean the same; " + count + " operators)"},
+        {"docs/onnx.md", "\n" + count + " operators. \"in\" = "}}) {
+    std::ifstream in(path);
+    if (!in) GTEST_SKIP() << path << " is not in this test's files (Bazel)";
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_THAT(text.str(), HasSubstr(phrase)) << path;
+  }
+}
+
 TEST(OnnxErrors, MissingAndUndefinedInputsNameTheNode) {
   auto m = Model();
   AddNode(m, "Add", "add1", {"x", "nowhere"}, {"y"});
@@ -1164,9 +1179,11 @@ TEST(OnnxErrors, DataDependentShapesSayWhy) {
     AddOutput(m, "y");
     absl::Status s = Import(m);
     EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+    // The wording of every operand refused for not being a constant (ConstInput), plus why.
     EXPECT_THAT(s.message(),
-                HasSubstr("node 'cp' (Compress): the condition depends on a model input, so the "
-                          "output shape depends on the input data"));
+                HasSubstr("node 'cp' (Compress): input 1 ('c') must be known at import time (kiln "
+                          "compiles static shapes), but it depends on the model input 'c'; the "
+                          "condition selects the output's length"));
   }
   {
     // TopK's K from a model input: the output shape would follow the value.
@@ -1174,8 +1191,112 @@ TEST(OnnxErrors, DataDependentShapesSayWhy) {
     AddTypedInput(m, "k", ::onnx::TensorProto::INT64, {1});
     AddNode(m, "TopK", "tk", {"x", "k"}, {"v", "i"});
     AddOutput(m, "v");
+    absl::Status s = Import(m);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(s.message(), HasSubstr("node 'tk' (TopK): input 1 ('k') must be known at import "
+                                       "time (kiln compiles static shapes), but it depends on the "
+                                       "model input 'k'"));
+  }
+}
+
+// An operand computed from model inputs (as the `_expanded` function bodies of ONNX's window
+// operators compute Range's limit through Cast and Div) names every model input it depends on,
+// and the weights too when initializers are parameters.
+TEST(OnnxErrors, NonConstantOperandsNameTheInputsTheyDependOn) {
+  {
+    auto m = Model();
+    AddTypedInput(m, "size", ::onnx::TensorProto::INT64, {1});
+    AddTypedInput(m, "step", ::onnx::TensorProto::INT64, {1});
+    AddInts(m, "zero", {}, {0});
+    AddInts(m, "two", {}, {2});
+    AddNode(m, "Div", "half", {"size", "two"}, {"h"});
+    SetAttr(AddNode(m, "Cast", "cast", {"h"}, {"limit"}), "to",
+            int64_t{::onnx::TensorProto::INT64});
+    AddNode(m, "Add", "lim", {"limit", "step"}, {"l2"});
+    AddNode(m, "Range", "range", {"zero", "l2", "step"}, {"y"});
+    AddOutput(m, "y");
     EXPECT_THAT(Import(m).message(),
-                HasSubstr("node 'tk' (TopK): input 1 ('k') must be known at import time"));
+                HasSubstr("node 'range' (Range): input 1 ('l2') must be known at import time "
+                          "(kiln compiles static shapes), but it depends on the model inputs "
+                          "'size', 'step'"));
+  }
+  {
+    // A float initializer is a graph parameter unless weights_as_parameters is false.
+    auto m = Model();
+    AddInit(m, "w", {2})->set_raw_data(std::string("\0\0\0\x40\0\0\x40\x40", 8));  // 2, 3
+    SetAttr(AddNode(m, "Cast", "c", {"w"}, {"shape"}), "to", int64_t{::onnx::TensorProto::INT64});
+    AddNode(m, "Reshape", "rs", {"x", "shape"}, {"y"});
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(),
+                HasSubstr("node 'rs' (Reshape): input 1 ('shape') must be known at import time "
+                          "(kiln compiles static shapes), but it depends on the weight 'w' (graph "
+                          "parameters under ImportOptions::weights_as_parameters)"));
+    ImportOptions constants;
+    constants.weights_as_parameters = false;
+    EXPECT_TRUE(ImportBytes(m.SerializeAsString(), constants).ok());
+  }
+}
+
+// A model input that is not a tensor (ONNX's optional and sequence types) is named with its type.
+TEST(OnnxErrors, NonTensorInputsNameTheirType) {
+  auto m = Model(18);
+  auto* opt = m.mutable_graph()->add_input();
+  opt->set_name("o");
+  opt->mutable_type()
+      ->mutable_optional_type()
+      ->mutable_elem_type()
+      ->mutable_tensor_type()
+      ->set_elem_type(::onnx::TensorProto::FLOAT);
+  AddNode(m, "Identity", "id", {"o"}, {"y"});
+  AddOutput(m, "y");
+  EXPECT_THAT(
+      Import(m).message(),
+      HasSubstr("input 'o': is an optional, not a tensor (kiln imports tensor inputs only)"));
+  opt->mutable_type()
+      ->mutable_sequence_type()
+      ->mutable_elem_type()
+      ->mutable_tensor_type()
+      ->set_elem_type(::onnx::TensorProto::FLOAT);
+  EXPECT_THAT(Import(m).message(), HasSubstr("input 'o': is a sequence, not a tensor"));
+}
+
+// Negative axes before opset 11: taken where onnx's checker and strict shape inference take them
+// (Split, Concat, Slice-1, Gather, the reductions; the opsets/ fixtures check the numbers),
+// refused where onnx's shape inference does not (Squeeze-1, Unsqueeze-1, Flatten-1/-9).
+TEST(OnnxErrors, NegativeAxesBeforeOpset11) {
+  {
+    auto m = Model(10);
+    SetInts(AddNode(m, "Unsqueeze", "u", {"x"}, {"y"}), "axes", {-1});
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(),
+                HasSubstr("node 'u' (Unsqueeze): negative axis -1 exists from opset 11 (onnx's "
+                          "shape inference does not take it before), but the model imports "
+                          "opset 10"));
+    m.mutable_opset_import(0)->set_version(11);
+    EXPECT_TRUE(Import(m).ok()) << Import(m);
+  }
+  {
+    auto m = Model(7);
+    SetInts(AddNode(m, "Unsqueeze", "u", {"x"}, {"x1"}), "axes", {2});
+    SetInts(AddNode(m, "Squeeze", "s", {"x1"}, {"y"}), "axes", {-1});
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(), HasSubstr("node 's' (Squeeze): negative axis -1 exists "
+                                               "from opset 11"));
+  }
+  {
+    auto m = Model(9);
+    SetInt(AddNode(m, "Flatten", "f", {"x"}, {"y"}), "axis", -1);
+    AddOutput(m, "y");
+    EXPECT_THAT(Import(m).message(), HasSubstr("node 'f' (Flatten): negative axis -1 exists "
+                                               "from opset 11"));
+  }
+  {
+    auto m = Model(6);
+    SetInt(AddNode(m, "Split", "sp", {"x"}, {"a", "b", "c"}), "axis", -1);
+    SetInt(AddNode(m, "Concat", "cat", {"c", "b", "a"}, {"y"}), "axis", -1);
+    SetInts(AddNode(m, "ReduceSum", "r", {"y"}, {"z"}), "axes", {-1});
+    AddOutput(m, "z");
+    EXPECT_TRUE(Import(m).ok()) << Import(m);
   }
 }
 

