@@ -30,14 +30,22 @@ struct AttrSpec {
 };
 
 constexpr AttrSpec kAttrSpecs[] = {
-    {"dtype", kAttrDType},       {"shape", kAttrShape},
-    {"axes", kAttrAxes},         {"starts", kAttrStarts},
-    {"limits", kAttrLimits},     {"strides", kAttrStrides},
-    {"low", kAttrLow},           {"high", kAttrHigh},
-    {"dilation", kAttrDilation}, {"input_dilation", kAttrInputDilation},
-    {"window", kAttrWindow},     {"groups", kAttrGroups},
-    {"value", kAttrValue},       {"seed", kAttrSeed},
-    {"name", kAttrName},         {"literal", kAttrLiteral},
+    {"dtype", kAttrDType},
+    {"shape", kAttrShape},
+    {"axes", kAttrAxes},
+    {"starts", kAttrStarts},
+    {"limits", kAttrLimits},
+    {"strides", kAttrStrides},
+    {"low", kAttrLow},
+    {"high", kAttrHigh},
+    {"dilation", kAttrDilation},
+    {"input_dilation", kAttrInputDilation},
+    {"window", kAttrWindow},
+    {"groups", kAttrGroups},
+    {"value", kAttrValue},
+    {"seed", kAttrSeed},
+    {"name", kAttrName},
+    {"literal", kAttrLiteral},
     {"accumulate", kAttrAccumulate},
 };
 
