@@ -30,7 +30,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdint>
@@ -41,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/gemm_flags.h"
 #include "codegen/cpu/gemm.h"
 #include "runtime/thread_pool.h"
 
@@ -57,21 +57,8 @@ using kiln::codegen::cpu::Gemm;
 using kiln::codegen::cpu::GemmParams;
 using kiln::codegen::cpu::MatrixView;
 
-struct Shape {
-  int64_t m, n, k;
-  bool a_transposed = false;
-  bool b_transposed = false;
-  int64_t batch = 1;
-
-  // The --shapes spelling: "MxNxK[a][t][/B]".
-  std::string Name() const {
-    std::string name = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
-    if (a_transposed) name += "a";
-    if (b_transposed) name += "t";
-    if (batch != 1) name += "/" + std::to_string(batch);
-    return name;
-  }
-};
+using Shape = kiln::bench::GemmShape;
+using kiln::bench::ParseFlag;
 
 struct Options {
   std::vector<Shape> shapes = {
@@ -85,56 +72,14 @@ struct Options {
   kiln::codegen::cpu::GemmTuning tuning;
 };
 
-bool ParseFlag(const char* arg, const char* name, std::string* value) {
-  const size_t length = std::strlen(name);
-  if (std::strncmp(arg, name, length) != 0 || arg[length] != '=') return false;
-  *value = arg + length + 1;
-  return true;
-}
-
-std::vector<std::string> SplitList(const std::string& value) {
-  std::vector<std::string> items;
-  for (size_t start = 0; start < value.size();) {
-    size_t end = value.find(',', start);
-    if (end == std::string::npos) end = value.size();
-    items.push_back(value.substr(start, end - start));
-    start = end + 1;
-  }
-  return items;
-}
-
 Options ParseOptions(int argc, char** argv) {
   Options options;
   for (int i = 1; i < argc; ++i) {
     std::string value;
     if (ParseFlag(argv[i], "--sizes", &value)) {
-      options.shapes.clear();
-      for (const std::string& size : SplitList(value)) {
-        const int64_t n = std::stoll(size);
-        options.shapes.push_back({n, n, n});
-      }
+      options.shapes = kiln::bench::ParseSizes(value);
     } else if (ParseFlag(argv[i], "--shapes", &value)) {
-      options.shapes.clear();
-      for (const std::string& text : SplitList(value)) {
-        Shape shape{};
-        int used = 0;
-        const int fields = std::sscanf(text.c_str(), "%" SCNd64 "x%" SCNd64 "x%" SCNd64 "%n",
-                                       &shape.m, &shape.n, &shape.k, &used);
-        const char* rest = text.c_str() + used;
-        if (fields == 3 && *rest == 'a') shape.a_transposed = *rest++ == 'a';
-        if (fields == 3 && *rest == 't') shape.b_transposed = *rest++ == 't';
-        if (fields == 3 && *rest == '/') {
-          char* end = nullptr;
-          shape.batch = std::strtoll(rest + 1, &end, 10);
-          rest = end;
-        }
-        if (fields < 3 || *rest != '\0' || shape.m < 1 || shape.n < 1 || shape.k < 1 ||
-            shape.batch < 1) {
-          std::fprintf(stderr, "--shapes: '%s' is not MxNxK[a][t][/B]\n", text.c_str());
-          std::exit(2);
-        }
-        options.shapes.push_back(shape);
-      }
+      options.shapes = kiln::bench::ParseShapes(value);
     } else if (ParseFlag(argv[i], "--threads", &value)) {
       options.threads = std::stoi(value);
     } else if (ParseFlag(argv[i], "--dtype", &value)) {
@@ -169,16 +114,6 @@ Options ParseOptions(int argc, char** argv) {
     }
   }
   return options;
-}
-
-// GFLOP/s of one batch of `reps` back-to-back calls.
-template <class Fn>
-double TimeBatch(double flops, int reps, Fn&& fn) {
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  for (int i = 0; i < reps; ++i) fn();
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  return flops * reps / elapsed * 1e-9;
 }
 
 // One library's product over every batch entry: whole entries spread over `pool` when there are
@@ -259,29 +194,14 @@ ShapeResult RunShape(const Options& options, const Shape& shape, kiln::runtime::
     max_diff = std::max(max_diff, diff);
   }
   const double flops = 2.0 * static_cast<double>(m) * n * k * batch;
-  // Batches of about 20 ms, alternating between the libraries, until each has run for
-  // min_time * rounds seconds; the best batch of each counts.
-  const double estimate = TimeBatch(flops, 1, kiln_gemm);
-  const int reps = std::max(1, static_cast<int>(0.02 * estimate * 1e9 / flops));
-  const int batches =
-      std::max(options.rounds, static_cast<int>(options.min_time * options.rounds / 0.02));
-  double best_kiln = 0, best_blas = 0;
-  std::vector<double> pair_ratios;
-  for (int round = 0; round < batches; ++round) {
-    const double kiln = TimeBatch(flops, reps, kiln_gemm);
-    const double blas = TimeBatch(flops, reps, blas_gemm);
-    best_kiln = std::max(best_kiln, kiln);
-    best_blas = std::max(best_blas, blas);
-    pair_ratios.push_back(kiln / blas);
-  }
-  std::sort(pair_ratios.begin(), pair_ratios.end());
+  const kiln::bench::AlternatingRates rates =
+      kiln::bench::AlternateBatches(flops, options.rounds, options.min_time, kiln_gemm, blas_gemm);
   const double tolerance = sizeof(T) == 8 ? 1e-12 : 1e-4;
   std::free(a);
   std::free(b);
   std::free(c_kiln);
   std::free(c_blas);
-  return {best_kiln, best_blas, pair_ratios[pair_ratios.size() / 2], max_diff,
-          max_diff <= tolerance};
+  return {rates.best_first, rates.best_second, rates.median_ratio, max_diff, max_diff <= tolerance};
 }
 
 template <class T>

@@ -905,7 +905,10 @@ class Lowerer {
     ai.segs.push_back({rank - 1, rank, b_.Var(k)});
     bi.segs.push_back({rank - 2, rank - 1, b_.Var(k)});
     bi.segs.push_back({rank - 1, rank, n});
-    const ValueId product = b_.Binary(ExprOp::kMul, Value(a, ai), Value(bm, bi));
+    // An integer matmul {accumulate} converts each operand to the result type (exactly).
+    const ValueId product =
+        b_.Binary(ExprOp::kMul, CastValue(Value(a, ai), graph_.node(a).type.dtype, node.type.dtype),
+                  CastValue(Value(bm, bi), graph_.node(bm).type.dtype, node.type.dtype));
     PopScope();
     return b_.EndReduce(product);
   }
@@ -958,8 +961,10 @@ class Lowerer {
     }
     ValueId product = Zero(type);
     if (!empty_input) {
-      const ValueId xv = Value(x, Singles(x_shape, x_coords));
-      const ValueId wv = Value(w, Singles(w_shape, w_coords));
+      const ValueId xv = CastValue(Value(x, Singles(x_shape, x_coords)), graph_.node(x).type.dtype,
+                                   node.type.dtype);
+      const ValueId wv = CastValue(Value(w, Singles(w_shape, w_coords)), graph_.node(w).type.dtype,
+                                   node.type.dtype);
       product = b_.Select(valid, b_.Binary(ExprOp::kMul, xv, wv), Zero(type));
     }
     PopScope();

@@ -23,6 +23,8 @@
 //   clone()               a deep copy: every parameter and buffer is a new tensor with the same
 //                         value (and requires-grad mark), so updating one copy leaves the other.
 //   freeze() / unfreeze() parameters stop / start requiring gradients (detail::SetRequireGrad).
+//   visit_modules(fn)     calls fn(module) for every module nested in this one (fields that are
+//                         modules, through optionals and vectors), depth first, not for itself.
 //   train(on = true) / eval()
 //                         sets training mode on this module and every nested one: a module whose
 //                         behaviour depends on the mode (Dropout, BatchNorm) defines
@@ -139,6 +141,25 @@ void SetFieldsTraining([[maybe_unused]] bool on, Fields&... fields) {
   (SetFieldTraining(fields, on), ...);
 }
 
+/// Calls fn(module) for a field that is a module, then for the modules nested in it (through
+/// optionals and vectors); other fields are skipped: visit_modules().
+template <class Fn, class Field>
+void VisitModuleField(Fn& fn, Field& field) {
+  if constexpr (IsOptional<Field>::value) {
+    if (field.has_value()) VisitModuleField(fn, *field);
+  } else if constexpr (IsVector<Field>::value) {
+    for (auto& entry : field) VisitModuleField(fn, entry);
+  } else if constexpr (requires { field.visit_modules(fn); }) {
+    fn(field);
+    field.visit_modules(fn);
+  }
+}
+
+template <class Fn, class... Fields>
+void VisitModuleFields([[maybe_unused]] Fn& fn, Fields&... fields) {
+  (VisitModuleField(fn, fields), ...);
+}
+
 /// A new node with `x`'s value (realizing it) and its requires-grad mark: clone()'s deep copy.
 TensorRef CloneTensor(const TensorRef& x, const Loc& loc);
 /// Marks one parameter as (not) requiring a gradient: freeze() / unfreeze().
@@ -215,6 +236,10 @@ TensorRef SetParameterRequiresGrad(const TensorRef& x, bool require, const Loc& 
     visit([&kiln_loc](const std::string&, auto& t) {                                             \
       ::kiln::detail::SetParameterRequiresGrad(t.ref(), true, kiln_loc);                         \
     });                                                                                          \
+  }                                                                                              \
+  template <class KilnFn>                                                                        \
+  void visit_modules(KilnFn&& fn) {                                                              \
+    ::kiln::detail::VisitModuleFields(fn __VA_OPT__(, ) __VA_ARGS__);                            \
   }                                                                                              \
   void train(bool on = true) {                                                                   \
     ::kiln::detail::SetOwnTraining(*this, on);                                                   \

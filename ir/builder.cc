@@ -175,6 +175,12 @@ NodeId Builder::ScatterAdd(NodeId x, NodeId index, NodeId src, int64_t axis, Loc
 
 NodeId Builder::MatMul(NodeId a, NodeId b, Loc loc) { return Emit(Op::kMatMul, {a, b}, {}, loc); }
 
+NodeId Builder::IntegerMatMul(NodeId a, NodeId b, DType accumulate, Loc loc) {
+  Attrs attrs;
+  attrs.accumulate = accumulate;
+  return Emit(Op::kMatMul, {a, b}, std::move(attrs), loc);
+}
+
 NodeId Builder::Conv(NodeId input, NodeId weight, Attrs conv_attrs, Loc loc) {
   return Emit(Op::kConv, {input, weight}, std::move(conv_attrs), loc);
 }

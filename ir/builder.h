@@ -67,6 +67,9 @@ class Builder {
 
   // Contractions.
   NodeId MatMul(NodeId a, NodeId b, Loc loc = Loc::current());
+  /// matmul {accumulate}: integer operands (u8 x i8, ...) multiplied and summed exactly in the
+  /// wider integer dtype `accumulate` (ONNX MatMulInteger without zero points).
+  NodeId IntegerMatMul(NodeId a, NodeId b, DType accumulate, Loc loc = Loc::current());
   /// `conv_attrs` uses strides, low, high, dilation, input_dilation and groups.
   NodeId Conv(NodeId input, NodeId weight, Attrs conv_attrs, Loc loc = Loc::current());
   /// `window_attrs` uses window, strides, low, high and dilation; op is kWindowSum/kWindowMax.

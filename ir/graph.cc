@@ -15,7 +15,7 @@ bool Attrs::operator==(const Attrs& o) const {
          limits == o.limits && strides == o.strides && low == o.low && high == o.high &&
          dilation == o.dilation && input_dilation == o.input_dilation && window == o.window &&
          groups == o.groups && (value == o.value || (value != value && o.value != o.value)) &&
-         seed == o.seed && name == o.name && literals_equal;
+         seed == o.seed && name == o.name && literals_equal && accumulate == o.accumulate;
 }
 
 std::string LocationToString(const std::source_location& loc) {

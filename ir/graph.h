@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <source_location>
 #include <span>
 #include <string>
@@ -69,6 +70,10 @@ struct Attrs {
   std::string name;
   /// constant: the value.
   std::shared_ptr<const TensorData> literal;
+  /// matmul, conv: an integer contraction's accumulator and result dtype, wider than both
+  /// (integer) operands, which it holds exactly (u8 x i8 -> i32, like ONNX MatMulInteger).
+  /// Unset: the operands share one dtype, which is the result's.
+  std::optional<DType> accumulate;
 
   bool operator==(const Attrs& other) const;
 };
@@ -91,6 +96,7 @@ enum AttrField : uint32_t {
   kAttrSeed = 1u << 13,
   kAttrName = 1u << 14,
   kAttrLiteral = 1u << 15,
+  kAttrAccumulate = 1u << 16,
 };
 
 /// The Attrs fields an op reads (a mask of AttrField). Fields outside it must keep their defaults.

@@ -117,6 +117,12 @@ void EncodeAttrs(Encoder& e, const Attrs& a) {
     e.U64(kAttrName);
     e.Str(a.name);
   }
+  // An absent accumulator (the default: the result type is the operands') is left out, like
+  // every other attribute at its default.
+  if (a.accumulate.has_value()) {
+    e.U64(kAttrAccumulate);
+    e.Str(DTypeName(*a.accumulate));
+  }
   if (a.literal) {
     e.U64(kAttrLiteral);
     EncodeType(e, TensorType{a.literal->dtype(), a.literal->shape()});

@@ -116,8 +116,11 @@ uint32_t UsedAttrs(Op op) {
       return kAttrStarts | kAttrLimits | kAttrStrides;
     case Op::kPad:
       return kAttrLow | kAttrHigh | kAttrValue;
+    case Op::kMatMul:
+      return kAttrAccumulate;
     case Op::kConv:
-      return kAttrStrides | kAttrLow | kAttrHigh | kAttrDilation | kAttrInputDilation | kAttrGroups;
+      return kAttrStrides | kAttrLow | kAttrHigh | kAttrDilation | kAttrInputDilation |
+             kAttrGroups | kAttrAccumulate;
     case Op::kWindowSum:
     case Op::kWindowMax:
       return kAttrWindow | kAttrStrides | kAttrLow | kAttrHigh | kAttrDilation;
@@ -384,8 +387,27 @@ absl::StatusOr<TensorType> InferType(Op op, std::span<const TensorType> inputs,
     case OpClass::kContraction: {
       const TensorType& a = inputs[0];
       const TensorType& b = inputs[1];
-      if (a.dtype != b.dtype) return c.Fail("operand dtypes differ");
-      if (IsBool(a.dtype)) return c.Fail("needs numeric operands");
+      DType result = a.dtype;
+      if (attrs.accumulate.has_value()) {
+        // An integer contraction accumulating in a wider dtype: every operand value converts to
+        // it exactly, so the result is the exact sum of products, wrapped at its width.
+        result = *attrs.accumulate;
+        if (!IsInteger(result)) {
+          return c.Fail("accumulate=", DTypeName(result), " is not an integer dtype");
+        }
+        for (const TensorType* operand : {&a, &b}) {
+          const DType d = operand->dtype;
+          if (!IsInteger(d) || DTypeSize(d) >= DTypeSize(result) ||
+              (IsUnsignedInteger(result) && !IsUnsignedInteger(d))) {
+            return c.Fail("accumulate=", DTypeName(result),
+                          " needs integer operands that it holds exactly (narrower",
+                          IsUnsignedInteger(result) ? ", unsigned)" : ")");
+          }
+        }
+      } else {
+        if (a.dtype != b.dtype) return c.Fail("operand dtypes differ");
+        if (IsBool(a.dtype)) return c.Fail("needs numeric operands");
+      }
       if (op == Op::kMatMul) {
         if (a.rank() < 2 || a.rank() != b.rank()) {
           return c.Fail("needs operands of equal rank >= 2 (broadcast batch axes first)");
@@ -400,7 +422,7 @@ absl::StatusOr<TensorType> InferType(Op op, std::span<const TensorType> inputs,
         }
         Shape shape = a.shape;
         shape[r - 1] = b.shape[r - 1];
-        return TensorType{a.dtype, shape};
+        return TensorType{result, shape};
       }
       // conv: input [N, C, spatial...], weight [O, C / groups, kernel...]; the rule is the
       // leaf library's, which the runtime's convolution driver shares.
@@ -409,7 +431,7 @@ absl::StatusOr<TensorType> InferType(Op op, std::span<const TensorType> inputs,
           base::ConvGeometry{attrs.strides, attrs.low, attrs.high, attrs.dilation,
                              attrs.input_dilation, attrs.groups});
       if (!shape.ok()) return c.Fail(shape.status().message());
-      return TensorType{a.dtype, *std::move(shape)};
+      return TensorType{result, *std::move(shape)};
     }
 
     case OpClass::kWindow: {

@@ -30,14 +30,23 @@ struct AttrSpec {
 };
 
 constexpr AttrSpec kAttrSpecs[] = {
-    {"dtype", kAttrDType},       {"shape", kAttrShape},
-    {"axes", kAttrAxes},         {"starts", kAttrStarts},
-    {"limits", kAttrLimits},     {"strides", kAttrStrides},
-    {"low", kAttrLow},           {"high", kAttrHigh},
-    {"dilation", kAttrDilation}, {"input_dilation", kAttrInputDilation},
-    {"window", kAttrWindow},     {"groups", kAttrGroups},
-    {"value", kAttrValue},       {"seed", kAttrSeed},
-    {"name", kAttrName},         {"literal", kAttrLiteral},
+    {"dtype", kAttrDType},
+    {"shape", kAttrShape},
+    {"axes", kAttrAxes},
+    {"starts", kAttrStarts},
+    {"limits", kAttrLimits},
+    {"strides", kAttrStrides},
+    {"low", kAttrLow},
+    {"high", kAttrHigh},
+    {"dilation", kAttrDilation},
+    {"input_dilation", kAttrInputDilation},
+    {"window", kAttrWindow},
+    {"groups", kAttrGroups},
+    {"value", kAttrValue},
+    {"seed", kAttrSeed},
+    {"name", kAttrName},
+    {"literal", kAttrLiteral},
+    {"accumulate", kAttrAccumulate},
 };
 
 const char* AttrName(uint32_t field) {
@@ -661,7 +670,8 @@ class Parser {
       return absl::OkStatus();
     }
     switch (field) {
-      case kAttrDType: {
+      case kAttrDType:
+      case kAttrAccumulate: {
         SkipSpace();
         const size_t start = pos_;
         const std::string_view name = TakeWord();
@@ -670,7 +680,7 @@ class Parser {
           pos_ = start;
           return Expected("a dtype (f32, f64, f16, bf16, i32, i64, u8, bool)");
         }
-        attrs.dtype = *dtype;
+        (field == kAttrDType ? attrs.dtype : attrs.accumulate.emplace()) = *dtype;
         return absl::OkStatus();
       }
       case kAttrShape: {

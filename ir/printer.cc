@@ -194,6 +194,9 @@ std::string PrintAttrs(const Node& node, const PrintOptions& options) {
   add_list("dilation", a.dilation);
   add_list("input_dilation", a.input_dilation);
   if (a.groups != defaults.groups) parts.push_back(absl::StrCat("groups=", a.groups));
+  if (a.accumulate.has_value()) {
+    parts.push_back(absl::StrCat("accumulate=", DTypeName(*a.accumulate)));
+  }
   // By bits: -0.0 is not the default 0.0.
   if (std::bit_cast<uint64_t>(a.value) != std::bit_cast<uint64_t>(defaults.value)) {
     parts.push_back(absl::StrCat("value=", FormatDouble(a.value)));

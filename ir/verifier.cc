@@ -31,6 +31,7 @@ uint32_t SetAttrs(const Attrs& a) {
   if (a.seed != kDefault.seed) mask |= kAttrSeed;
   if (!a.name.empty()) mask |= kAttrName;
   if (a.literal) mask |= kAttrLiteral;
+  if (a.accumulate.has_value()) mask |= kAttrAccumulate;
   return mask;
 }
 

@@ -146,10 +146,11 @@ ir::NodeId TransposeProduct(GraphRewriter& rw, ir::NodeId id, const std::vector<
   const ir::Node& matmul = rw.node(rw.Input(id, 0));
   if (matmul.op != ir::Op::kMatMul) return ir::kInvalidNode;
   const ir::NodeId a = matmul.inputs[0], b = matmul.inputs[1];
+  const ir::Attrs attrs = matmul.attrs;  // an integer matmul's accumulate; copied before Emit
   const ir::NodeId bt = SwapLastTwo(rw, b, node.loc);
   const ir::NodeId at = SwapLastTwo(rw, a, node.loc);
   if (bt == ir::kInvalidNode || at == ir::kInvalidNode) return ir::kInvalidNode;
-  return rw.Emit(ir::Op::kMatMul, {bt, at}, {}, node.loc);
+  return rw.Emit(ir::Op::kMatMul, {bt, at}, attrs, node.loc);
 }
 
 ir::NodeId Fold(GraphRewriter& rw, ir::NodeId id) {

@@ -56,18 +56,27 @@ class RecordingProvider final : public gi::MicroKernelProvider {
   gi::TargetVectors vectors() const override { return vectors_; }
   absl::StatusOr<gi::MicroKernelFn> Get(ir::DType dtype, const gi::KernelShape& shape,
                                         const gi::EpilogueVariant& variant) const override {
-    requests_[gi::MicroKernelName(dtype, shape, variant)] = Request{dtype, shape, variant};
+    requests_[gi::MicroKernelName(dtype, shape, variant)] = Request{dtype, shape, variant, {}};
     return &Nothing;
+  }
+  absl::StatusOr<gi::Int8MicroKernelFn> GetInt8(
+      const gi::KernelShape& shape, const gi::Int8EpilogueVariant& variant) const override {
+    requests_[gi::Int8MicroKernelName(shape, variant)] =
+        Request{ir::DType::kI32, shape, {}, variant};
+    return &NothingInt8;
   }
   struct Request {
     ir::DType dtype;
     gi::KernelShape shape;
     gi::EpilogueVariant variant;
+    std::optional<gi::Int8EpilogueVariant> int8;
   };
   const std::map<std::string, Request>& requests() const { return requests_; }
 
  private:
   static void Nothing(int64_t, const void*, const void*, void*, int64_t, const gi::TileArgs*) {}
+  static void NothingInt8(int64_t, const int16_t*, const int16_t*, void*, int64_t,
+                          const gi::Int8TileArgs*) {}
   gi::TargetVectors vectors_;
   mutable std::map<std::string, Request> requests_;
 };
@@ -86,6 +95,31 @@ json ViewJson(const runtime::cpu::MatrixView& view) {
   return json{{"row_stride", view.row_stride},
               {"col_stride", view.col_stride},
               {"batch_strides", view.batch_strides}};
+}
+
+// A convolution descriptor's geometry fields (shared by float and int8 convolutions).
+void AddConvGeometry(const runtime::cpu::ConvParams& p, json& d) {
+  d["input_shape"] = p.input_shape;
+  d["weight_shape"] = p.weight_shape;
+  d["strides"] = p.strides;
+  d["low"] = p.low;
+  d["high"] = p.high;
+  d["dilation"] = p.dilation;
+  d["input_dilation"] = p.input_dilation;
+  d["groups"] = p.groups;
+}
+
+// A GEMM descriptor's shape and views (shared by float and int8 GEMMs).
+void AddGemmGeometry(const std::vector<int64_t>& batch, int64_t m, int64_t n, int64_t k,
+                     const runtime::cpu::MatrixView& a, const runtime::cpu::MatrixView& b,
+                     const runtime::cpu::MatrixView& c, json& d) {
+  d["batch"] = batch;
+  d["m"] = m;
+  d["n"] = n;
+  d["k"] = k;
+  d["a"] = ViewJson(a);
+  d["b"] = ViewJson(b);
+  d["c"] = ViewJson(c);
 }
 
 // Replaces the parameters named in `weights` by constants holding the values.
@@ -518,19 +552,74 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
         zeros.emplace_back(static_cast<size_t>(slots[slot].size_bytes) + 64);
         args.push_back(zeros.back().data());
       }
-      if (c->is_conv) {
+      if (c->is_int8) {
+        // An int8 contraction: the float descriptor's geometry plus "int8" (operand dtypes, the
+        // epilogue); its vectors are args[4...].
+        const runtime::cpu::Int8Epilogue& e =
+            c->is_conv ? c->int8_conv.epilogue : c->int8_gemm.epilogue;
+        json steps = json::array();
+        for (const runtime::cpu::Int8EpilogueStep& step : e.steps) {
+          steps.push_back(json{{"op", runtime::cpu::Int8EpilogueOpName(step.op)},
+                               {"operand", runtime::cpu::Int8OperandName(step.operand)},
+                               {"scalar", step.scalar}});
+        }
+        d["int8"] = json{
+            {"lhs", ir::DTypeName(c->is_conv ? c->int8_conv.input_dtype : c->int8_gemm.a_dtype)},
+            {"rhs", ir::DTypeName(c->is_conv ? c->int8_conv.weight_dtype : c->int8_gemm.b_dtype)},
+            {"output", ir::DTypeName(e.output)},
+            {"steps", std::move(steps)}};
+        d["dtype"] = "i32";
+        d["activation"] = "none";
+        const auto bind_vectors = [&](runtime::cpu::Int8Epilogue& epilogue) {
+          size_t arg = 4;
+          for (runtime::cpu::Int8EpilogueStep& step : epilogue.steps) {
+            if (step.operand == runtime::cpu::Int8Operand::kRow ||
+                step.operand == runtime::cpu::Int8Operand::kColumn) {
+              step.vector = static_cast<const float*>(args[arg++]);
+            }
+          }
+        };
+        // Runs the driver on each recorder with `execute(recorder)`.
+        const auto record = [&](const auto& execute) -> absl::Status {
+          for (RecordingProvider& r : recorders) {
+            if (absl::Status st = execute(r); !st.ok()) return st;
+          }
+          return absl::OkStatus();
+        };
+        absl::Status recorded;
+        if (c->is_conv) {
+          j["kind"] = "conv";
+          AddConvGeometry(c->int8_conv.conv, d);
+          recorded = record([&](RecordingProvider& r) {
+            runtime::cpu::Int8ConvParams q = c->int8_conv;
+            q.conv.input = args[0];
+            q.conv.weight = args[1];
+            q.conv.output = args[2];
+            bind_vectors(q.epilogue);
+            return runtime::cpu::ExecuteInt8Conv(q, r, nullptr);
+          });
+        } else {
+          const runtime::cpu::Int8GemmParams& p = c->int8_gemm;
+          j["kind"] = "gemm";
+          AddGemmGeometry(p.batch, p.m, p.n, p.k, p.a, p.b, p.c, d);
+          d["alpha"] = 1.0;
+          d["beta"] = 0.0;
+          recorded = record([&](RecordingProvider& r) {
+            runtime::cpu::Int8GemmParams q = p;
+            q.a.data = args[0];
+            q.b.data = args[1];
+            q.c.data = args[2];
+            bind_vectors(q.epilogue);
+            return runtime::cpu::ExecuteInt8Gemm(q, r, nullptr);
+          });
+        }
+        if (!recorded.ok()) return recorded;
+      } else if (c->is_conv) {
         const runtime::cpu::ConvParams& p = c->conv;
         j["kind"] = "conv";
         d["dtype"] = ir::DTypeName(p.dtype);
         d["activation"] = runtime::cpu::GemmActivationName(p.activation);
-        d["input_shape"] = p.input_shape;
-        d["weight_shape"] = p.weight_shape;
-        d["strides"] = p.strides;
-        d["low"] = p.low;
-        d["high"] = p.high;
-        d["dilation"] = p.dilation;
-        d["input_dilation"] = p.input_dilation;
-        d["groups"] = p.groups;
+        AddConvGeometry(p, d);
         for (RecordingProvider& r : recorders) {
           runtime::cpu::ConvParams q = p;
           q.input = args[0];
@@ -547,15 +636,9 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
         j["kind"] = "gemm";
         d["dtype"] = ir::DTypeName(p.dtype);
         d["activation"] = runtime::cpu::GemmActivationName(p.epilogue.activation);
-        d["batch"] = p.batch;
-        d["m"] = p.m;
-        d["n"] = p.n;
-        d["k"] = p.k;
+        AddGemmGeometry(p.batch, p.m, p.n, p.k, p.a, p.b, p.c, d);
         d["alpha"] = p.alpha;
         d["beta"] = p.beta;
-        d["a"] = ViewJson(p.a);
-        d["b"] = ViewJson(p.b);
-        d["c"] = ViewJson(p.c);
         for (RecordingProvider& r : recorders) {
           runtime::cpu::GemmParams q = p;
           q.a.data = args[0];
@@ -614,7 +697,7 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
     std::vector<MicroKernelRequest> micro;
     std::vector<std::string> micro_names;
     for (const auto& [name, r] : recorders[t].requests()) {
-      micro.push_back(MicroKernelRequest{r.dtype, r.shape, r.variant});
+      micro.push_back(MicroKernelRequest{r.dtype, r.shape, r.variant, r.int8});
       micro_names.push_back(name);
     }
     absl::StatusOr<std::string> object = CompileObject(target, kernels, micro);

@@ -112,8 +112,13 @@ absl::StatusOr<std::string> CompileObject(
     }
   }
   for (const MicroKernelRequest& request : micro_kernels) {
-    codegen::cpu::gemm_internal::EmitMicroKernel(module, request.dtype, request.shape,
-                                                 request.variant);
+    if (request.int8.has_value()) {
+      codegen::cpu::gemm_internal::EmitInt8MicroKernel(module, request.shape, *request.int8,
+                                                       target.features);
+    } else {
+      codegen::cpu::gemm_internal::EmitMicroKernel(module, request.dtype, request.shape,
+                                                   request.variant);
+    }
   }
   for (llvm::Function& function : module) {
     if (function.isDeclaration()) continue;

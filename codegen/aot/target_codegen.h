@@ -2,6 +2,7 @@
 // relocatable object. Internal to codegen/aot; names LLVM types by forward declaration only.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,10 +35,13 @@ absl::StatusOr<TargetInfo> LevelTargetInfo(runtime::cpu::CpuLevel level);
 /// architecture. x86_64 and aarch64 are supported (the GEMM needs to know their registers).
 absl::StatusOr<TargetInfo> GenericTargetInfo(const std::string& triple);
 
+/// A GEMM micro-kernel: the f32/f64 one for (dtype, shape, variant), or with `int8` set the int8
+/// one for (shape, *int8) (dtype and variant unused).
 struct MicroKernelRequest {
   ir::DType dtype;
   runtime::cpu::gemm_internal::KernelShape shape;
   runtime::cpu::gemm_internal::EpilogueVariant variant;
+  std::optional<runtime::cpu::gemm_internal::Int8EpilogueVariant> int8;
 };
 
 /// Compiles `kernels` (symbol, kernel IR: PrepareKernel, the CPU emitter, O3 for the target) and

@@ -24,6 +24,12 @@ using runtime::cpu::GemmActivationName;
 using runtime::cpu::GemmEpilogue;
 using runtime::cpu::GemmParams;
 using runtime::cpu::GemmTuning;
+using runtime::cpu::Int8ConvParams;
+using runtime::cpu::Int8Epilogue;
+using runtime::cpu::Int8EpilogueOp;
+using runtime::cpu::Int8EpilogueStep;
+using runtime::cpu::Int8GemmParams;
+using runtime::cpu::Int8Operand;
 using runtime::cpu::MatrixView;
 
 /// runtime::cpu::ExecuteGemm with the JIT's micro-kernels: the first call for a dtype, tile shape
@@ -32,6 +38,10 @@ absl::Status Gemm(const GemmParams& params, runtime::ThreadPool* pool = nullptr)
 
 /// runtime::cpu::ExecuteConv with the JIT's micro-kernels.
 absl::Status Conv(const ConvParams& params, runtime::ThreadPool* pool = nullptr);
+
+/// runtime::cpu::ExecuteInt8Gemm / ExecuteInt8Conv with the JIT's int8 micro-kernels.
+absl::Status Int8Gemm(const Int8GemmParams& params, runtime::ThreadPool* pool = nullptr);
+absl::Status Int8Conv(const Int8ConvParams& params, runtime::ThreadPool* pool = nullptr);
 
 /// The micro-kernel this host gets, for dumps and documentation.
 struct GemmKernelInfo {

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,7 @@
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/Instructions.h"
 #include "llvm/IR/Intrinsics.h"
+#include "llvm/IR/IntrinsicsX86.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Metadata.h"
 #include "llvm/IR/Module.h"
@@ -50,15 +52,23 @@
 namespace kiln::codegen::cpu::gemm_internal {
 
 using runtime::cpu::GemmActivation;
+using runtime::cpu::Int8EpilogueOp;
+using runtime::cpu::Int8Operand;
+using runtime::cpu::kMaxInt8EpilogueSteps;
+using runtime::cpu::gemm_internal::Int8TileArgs;
 using runtime::cpu::gemm_internal::TileArgs;
 
 namespace {
 
 // Part of the disk-cache key: bump it whenever a change here changes the generated code.
-constexpr int kGemmKernelVersion = 1;
+constexpr int kGemmKernelVersion = 2;
 
 // The IR reads TileArgs as {i64, i64, ptr, ptr, ptr, i64, double, double}.
 static_assert(sizeof(void*) == 8, "the kernel ABI assumes 64-bit pointers");
+// The int8 kernels read Int8TileArgs as {i64, i64, [kMaxInt8EpilogueSteps x ptr]}.
+static_assert(offsetof(Int8TileArgs, operands) == 16 &&
+                  sizeof(Int8TileArgs) == 16 + 8 * kMaxInt8EpilogueSteps,
+              "Int8TileArgs no longer matches the struct type the int8 kernel IR reads");
 static_assert(offsetof(TileArgs, row_bias) == 16 && offsetof(TileArgs, residual_ld) == 40 &&
                   offsetof(TileArgs, alpha) == 48 && offsetof(TileArgs, beta) == 56,
               "TileArgs no longer matches the struct type the kernel IR reads");
@@ -66,21 +76,309 @@ static_assert(offsetof(TileArgs, row_bias) == 16 && offsetof(TileArgs, residual_
 // Depth steps per iteration of the main loop; a remainder loop takes the rest.
 constexpr int kUnroll = 4;
 
-class KernelEmitter {
+// What every micro-kernel shares: the signature void(i64 depth, ptr a, ptr b, ptr c, i64 ldc,
+// ptr args), the prefetch of the C tile, the depth loop keeping MR x nr_vectors accumulators in
+// registers (kUnroll steps per iteration, then a remainder loop), and the write-back: the
+// finished accumulators spilled to a stack tile, then a loop over its rows, once with plain
+// vector stores (a full tile) and once with lanes past n_valid masked off (an edge tile), so the
+// epilogue's code exists twice instead of 2 x MR times (compile time), at the cost of a few
+// stores and loads per tile (not per depth step).
+class SkeletonEmitter {
  public:
-  KernelEmitter(llvm::Module& module, ir::DType dtype, const KernelShape& shape,
-                const EpilogueVariant& variant)
+  using Tile = std::vector<std::vector<llvm::Value*>>;  // [row][vector]
+
+ protected:
+  // `accumulator`: the vector type of one accumulator; `c_bytes`: the size of an element of C.
+  SkeletonEmitter(llvm::Module& module, const KernelShape& shape, llvm::Type* accumulator,
+                  int c_bytes)
       : module_(module),
         context_(module.getContext()),
         builder_(context_),
         shape_(shape),
+        accumulator_(accumulator),
+        c_bytes_(c_bytes),
+        i64_(llvm::Type::getInt64Ty(context_)),
+        i32_(llvm::Type::getInt32Ty(context_)),
+        ptr_(llvm::PointerType::get(context_, 0)) {}
+
+  // The function `name` with the micro-kernel signature; its blocks follow.
+  void CreateFunction(const std::string& name) {
+    auto* type = llvm::FunctionType::get(llvm::Type::getVoidTy(context_),
+                                         {i64_, ptr_, ptr_, ptr_, i64_, ptr_}, false);
+    function_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, module_);
+    function_->addFnAttr(llvm::Attribute::NoUnwind);
+    // Without these, a target that prefers 256-bit vectors would split every 512-bit operation.
+    const std::string bits = std::to_string(shape_.vector_bits);
+    function_->addFnAttr("min-legal-vector-width", bits);
+    function_->addFnAttr("prefer-vector-width", bits);
+    for (unsigned packed : {1u, 2u}) {
+      function_->addParamAttr(packed, llvm::Attribute::NoAlias);
+      function_->addParamAttr(packed, llvm::Attribute::ReadOnly);
+    }
+    depth_ = function_->getArg(0);
+    a_ = function_->getArg(1);
+    b_ = function_->getArg(2);
+    c_ = function_->getArg(3);
+    ldc_ = function_->getArg(4);
+    args_ = function_->getArg(5);
+    depth_->setName("depth");
+    a_->setName("a");
+    b_->setName("b");
+    c_->setName("c");
+    ldc_->setName("ldc");
+    args_->setName("args");
+    entry_ = llvm::BasicBlock::Create(context_, "entry", function_);
+    builder_.SetInsertPoint(entry_);
+  }
+
+  llvm::Value* BytePtr(llvm::Value* base, llvm::Value* bytes) {
+    return builder_.CreateGEP(builder_.getInt8Ty(), base, bytes);
+  }
+  llvm::Value* BytePtr(llvm::Value* base, int64_t bytes) {
+    return BytePtr(base, builder_.getInt64(bytes));
+  }
+  // Row `row` of C.
+  llvm::Value* RowOfC(llvm::Value* row) {
+    return BytePtr(c_,
+                   builder_.CreateMul(builder_.CreateMul(ldc_, row), builder_.getInt64(c_bytes_)));
+  }
+
+  // In the entry block: prefetch the C tile for writing (its rows are far apart and nothing else
+  // brings them in before the stores at the end).
+  void PrefetchC() {
+    const int lines_per_row = std::max(1, shape_.nr() * c_bytes_ / 64);
+    for (int i = 0; i < shape_.mr; ++i) {
+      llvm::Value* row = RowOfC(builder_.getInt64(i));
+      for (int line = 0; line < lines_per_row; ++line) {
+        builder_.CreateIntrinsic(
+            llvm::Intrinsic::prefetch, {ptr_},
+            {BytePtr(row, static_cast<int64_t>(line) * 64), builder_.getInt32(1),
+             builder_.getInt32(3), builder_.getInt32(1)});
+      }
+    }
+  }
+
+  // The depth loop over `depth_` steps from the entry block: step(a, b, index, tile) emits one
+  // step reading the panels at a and b (index: its place within the unrolled iteration), each
+  // step advances a by a_step and b by b_step bytes. Returns the final tile, with the builder in
+  // the block after the loop.
+  // `unroll` steps per iteration of the main loop; `keep_unroll`: LLVM does not unroll it
+  // further.
+  Tile EmitDepthLoop(int64_t a_step, int64_t b_step,
+                     const std::function<void(llvm::Value*, llvm::Value*, int, Tile&)>& step,
+                     int unroll = kUnroll, bool keep_unroll = false) {
+    const int mr = shape_.mr, nv = shape_.nr_vectors;
+    auto* main_loop = llvm::BasicBlock::Create(context_, "main_loop", function_);
+    auto* remainder_check = llvm::BasicBlock::Create(context_, "remainder_check", function_);
+    auto* remainder_loop = llvm::BasicBlock::Create(context_, "remainder_loop", function_);
+    auto* tail = llvm::BasicBlock::Create(context_, "tail", function_);
+    llvm::Value* depth_main = builder_.CreateMul(
+        builder_.CreateSDiv(depth_, builder_.getInt64(unroll)), builder_.getInt64(unroll));
+    builder_.CreateCondBr(builder_.CreateICmpSGT(depth_main, builder_.getInt64(0)), main_loop,
+                          remainder_check);
+
+    llvm::Value* zero = llvm::Constant::getNullValue(accumulator_);
+    auto make_phis = [&](llvm::BasicBlock* block, Tile& tile) {
+      builder_.SetInsertPoint(block);
+      tile.assign(static_cast<size_t>(mr), std::vector<llvm::Value*>(static_cast<size_t>(nv)));
+      for (int i = 0; i < mr; ++i) {
+        for (int j = 0; j < nv; ++j) tile[i][j] = builder_.CreatePHI(accumulator_, 2);
+      }
+    };
+    auto add_incoming = [&](Tile& phis, const Tile& values, llvm::BasicBlock* from) {
+      for (int i = 0; i < mr; ++i) {
+        for (int j = 0; j < nv; ++j) {
+          llvm::cast<llvm::PHINode>(phis[i][j])->addIncoming(values[i][j], from);
+        }
+      }
+    };
+    const Tile zeros(static_cast<size_t>(mr),
+                     std::vector<llvm::Value*>(static_cast<size_t>(nv), zero));
+
+    // main_loop: kUnroll depth steps per iteration.
+    Tile main_phis;
+    make_phis(main_loop, main_phis);
+    llvm::PHINode* k_main = builder_.CreatePHI(i64_, 2, "k");
+    llvm::PHINode* a_main = builder_.CreatePHI(ptr_, 2, "pa");
+    llvm::PHINode* b_main = builder_.CreatePHI(ptr_, 2, "pb");
+    Tile acc = main_phis;
+    for (int s = 0; s < unroll; ++s) step(a_main, b_main, s, acc);
+    llvm::Value* k_next = builder_.CreateAdd(k_main, builder_.getInt64(unroll));
+    llvm::Value* a_next = BytePtr(a_main, unroll * a_step);
+    llvm::Value* b_next = BytePtr(b_main, unroll * b_step);
+    llvm::BranchInst* back = builder_.CreateCondBr(builder_.CreateICmpSLT(k_next, depth_main),
+                                                   main_loop, remainder_check);
+    if (keep_unroll) DisableUnrolling(back);
+    // The main loop and the remainder check are both entered from the entry block (nothing done
+    // yet) and from the main loop (after its iterations).
+    const auto enter_from_entry_or_main = [&](Tile& phis, llvm::PHINode* k, llvm::PHINode* pa,
+                                              llvm::PHINode* pb) {
+      add_incoming(phis, zeros, entry_);
+      add_incoming(phis, acc, main_loop);
+      k->addIncoming(builder_.getInt64(0), entry_);
+      k->addIncoming(k_next, main_loop);
+      pa->addIncoming(a_, entry_);
+      pa->addIncoming(a_next, main_loop);
+      pb->addIncoming(b_, entry_);
+      pb->addIncoming(b_next, main_loop);
+    };
+    enter_from_entry_or_main(main_phis, k_main, a_main, b_main);
+
+    // remainder_check: the depth steps depth_main..depth one at a time.
+    Tile check_phis;
+    make_phis(remainder_check, check_phis);
+    llvm::PHINode* k_check = builder_.CreatePHI(i64_, 2, "k_rest");
+    llvm::PHINode* a_check = builder_.CreatePHI(ptr_, 2, "pa_rest");
+    llvm::PHINode* b_check = builder_.CreatePHI(ptr_, 2, "pb_rest");
+    enter_from_entry_or_main(check_phis, k_check, a_check, b_check);
+    builder_.CreateCondBr(builder_.CreateICmpSLT(k_check, depth_), remainder_loop, tail);
+
+    Tile rest_phis;
+    make_phis(remainder_loop, rest_phis);
+    llvm::PHINode* k_rest = builder_.CreatePHI(i64_, 2);
+    llvm::PHINode* a_rest = builder_.CreatePHI(ptr_, 2);
+    llvm::PHINode* b_rest = builder_.CreatePHI(ptr_, 2);
+    Tile rest = rest_phis;
+    step(a_rest, b_rest, 0, rest);
+    llvm::Value* k_rest_next = builder_.CreateAdd(k_rest, builder_.getInt64(1));
+    llvm::Value* a_rest_next = BytePtr(a_rest, a_step);
+    llvm::Value* b_rest_next = BytePtr(b_rest, b_step);
+    builder_.CreateCondBr(builder_.CreateICmpSLT(k_rest_next, depth_), remainder_loop, tail);
+    add_incoming(rest_phis, check_phis, remainder_check);
+    add_incoming(rest_phis, rest, remainder_loop);
+    k_rest->addIncoming(k_check, remainder_check);
+    k_rest->addIncoming(k_rest_next, remainder_loop);
+    a_rest->addIncoming(a_check, remainder_check);
+    a_rest->addIncoming(a_rest_next, remainder_loop);
+    b_rest->addIncoming(b_check, remainder_check);
+    b_rest->addIncoming(b_rest_next, remainder_loop);
+
+    Tile final_phis;
+    make_phis(tail, final_phis);
+    add_incoming(final_phis, check_phis, remainder_check);
+    add_incoming(final_phis, rest, remainder_loop);
+    return final_phis;
+  }
+
+  // Stores the finished tile to the stack tile (allocated in the entry block) for the row loops.
+  void SpillTile(const Tile& tile) {
+    const int mr = shape_.mr, nv = shape_.nr_vectors;
+    llvm::Type* row_type = llvm::ArrayType::get(accumulator_, static_cast<uint64_t>(nv));
+    tile_type_ = llvm::ArrayType::get(row_type, static_cast<uint64_t>(mr));
+    {
+      llvm::IRBuilder<> entry_builder(entry_, entry_->begin());
+      llvm::AllocaInst* alloca = entry_builder.CreateAlloca(tile_type_, nullptr, "tile");
+      alloca->setAlignment(llvm::Align(64));
+      tile_memory_ = alloca;
+    }
+    for (int i = 0; i < mr; ++i) {
+      for (int j = 0; j < nv; ++j) {
+        builder_.CreateAlignedStore(tile[i][j], TileVectorPtr(builder_.getInt64(i), j),
+                                    llvm::Align(VectorBytes()));
+      }
+    }
+  }
+  llvm::Value* TileVectorPtr(llvm::Value* row, int j) {
+    return builder_.CreateInBoundsGEP(tile_type_, tile_memory_,
+                                      {builder_.getInt64(0), row, builder_.getInt64(j)});
+  }
+  // Accumulator vector j of tile row `row`.
+  llvm::Value* LoadTileVector(llvm::Value* row, int j) {
+    return builder_.CreateAlignedLoad(accumulator_, TileVectorPtr(row, j),
+                                      llvm::Align(VectorBytes()));
+  }
+  uint64_t VectorBytes() const {
+    return static_cast<uint64_t>(accumulator_->getPrimitiveSizeInBits().getFixedValue() / 8);
+  }
+
+  // Per vector of a row: the lanes below n_valid.
+  std::vector<llvm::Value*> LaneMasks(llvm::Value* n_valid) {
+    llvm::Value* n_valid_lanes = builder_.CreateVectorSplat(static_cast<unsigned>(shape_.lanes),
+                                                            builder_.CreateTrunc(n_valid, i32_));
+    std::vector<llvm::Value*> masks;
+    for (int j = 0; j < shape_.nr_vectors; ++j) {
+      std::vector<llvm::Constant*> lanes;
+      for (int l = 0; l < shape_.lanes; ++l) {
+        lanes.push_back(builder_.getInt32(j * shape_.lanes + l));
+      }
+      masks.push_back(builder_.CreateICmpSLT(llvm::ConstantVector::get(lanes), n_valid_lanes));
+    }
+    return masks;
+  }
+
+  // A loop running body(row) for rows [0, rows), then returning from the kernel. Not unrolled:
+  // unrolling would bring back MR copies of the epilogue for nothing (this is not the hot loop).
+  void EmitRowLoop(llvm::Value* rows, const std::function<void(llvm::Value*)>& body) {
+    auto* loop = llvm::BasicBlock::Create(context_, "write_back", function_);
+    auto* done = llvm::BasicBlock::Create(context_, "write_back_done", function_);
+    llvm::BasicBlock* before = builder_.GetInsertBlock();
+    builder_.CreateCondBr(builder_.CreateICmpSGT(rows, builder_.getInt64(0)), loop, done);
+    builder_.SetInsertPoint(loop);
+    llvm::PHINode* row = builder_.CreatePHI(i64_, 2, "row");
+    row->addIncoming(builder_.getInt64(0), before);
+    body(row);
+    llvm::Value* next = builder_.CreateAdd(row, builder_.getInt64(1));
+    row->addIncoming(next, builder_.GetInsertBlock());
+    DisableUnrolling(builder_.CreateCondBr(builder_.CreateICmpSLT(next, rows), loop, done));
+    builder_.SetInsertPoint(done);
+    builder_.CreateRetVoid();
+  }
+
+  // Marks the loop whose back edge is `branch` as not to be unrolled.
+  void DisableUnrolling(llvm::BranchInst* branch) {
+    llvm::MDNode* disable =
+        llvm::MDNode::get(context_, {llvm::MDString::get(context_, "llvm.loop.unroll.disable")});
+    llvm::MDNode* loop_id = llvm::MDNode::getDistinct(context_, {nullptr, disable});
+    loop_id->replaceOperandWith(0, loop_id);
+    branch->setMetadata(llvm::LLVMContext::MD_loop, loop_id);
+  }
+
+  // A vector of `type` at `ptr`, masked when `mask` is non-null (masked-off lanes read as 0).
+  llvm::Value* LoadVector(llvm::Type* type, llvm::Value* ptr, llvm::Value* mask, uint64_t align) {
+    if (mask == nullptr) return builder_.CreateAlignedLoad(type, ptr, llvm::Align(align));
+    return builder_.CreateMaskedLoad(type, ptr, llvm::Align(align), mask,
+                                     llvm::Constant::getNullValue(type));
+  }
+  void StoreVector(llvm::Value* value, llvm::Value* ptr, llvm::Value* mask, uint64_t align) {
+    if (mask == nullptr) {
+      builder_.CreateAlignedStore(value, ptr, llvm::Align(align));
+    } else {
+      builder_.CreateMaskedStore(value, ptr, llvm::Align(align), mask);
+    }
+  }
+  llvm::Value* Splat(llvm::Value* scalar) {
+    return builder_.CreateVectorSplat(static_cast<unsigned>(shape_.lanes), scalar);
+  }
+
+  llvm::Module& module_;
+  llvm::LLVMContext& context_;
+  llvm::IRBuilder<> builder_;
+  const KernelShape shape_;
+  llvm::Type* const accumulator_;
+  const int c_bytes_;
+  llvm::IntegerType* const i64_;
+  llvm::IntegerType* const i32_;
+  llvm::PointerType* const ptr_;
+  llvm::Function* function_ = nullptr;
+  llvm::BasicBlock* entry_ = nullptr;
+  llvm::Value *depth_ = nullptr, *a_ = nullptr, *b_ = nullptr, *c_ = nullptr, *ldc_ = nullptr,
+              *args_ = nullptr;
+  llvm::Type* tile_type_ = nullptr;
+  llvm::Value* tile_memory_ = nullptr;
+};
+
+// The f32 / f64 micro-kernel: explicit <lanes x T> vectors, one fma per accumulator and depth
+// step with the A element broadcast, then C = alpha * tile + beta * C and the fused epilogue.
+class KernelEmitter : public SkeletonEmitter {
+ public:
+  KernelEmitter(llvm::Module& module, ir::DType dtype, const KernelShape& shape,
+                const EpilogueVariant& variant)
+      : SkeletonEmitter(module, shape, VectorTypeOf(module.getContext(), dtype, shape),
+                        dtype == ir::DType::kF64 ? 8 : 4),
         variant_(variant),
         is_f64_(dtype == ir::DType::kF64),
         scalar_(is_f64_ ? llvm::Type::getDoubleTy(context_) : llvm::Type::getFloatTy(context_)),
-        vector_(llvm::FixedVectorType::get(scalar_, static_cast<unsigned>(shape.lanes))),
-        i64_(llvm::Type::getInt64Ty(context_)),
-        i32_(llvm::Type::getInt32Ty(context_)),
-        ptr_(llvm::PointerType::get(context_, 0)),
+        vector_(llvm::cast<llvm::FixedVectorType>(accumulator_)),
         element_bytes_(is_f64_ ? 8 : 4) {
     llvm::FastMathFlags flags;
     flags.setAllowContract(true);
@@ -90,13 +388,14 @@ class KernelEmitter {
   llvm::Function* Emit(const std::string& name);
 
  private:
-  using Tile = std::vector<std::vector<llvm::Value*>>;  // [row][vector]
-
+  static llvm::Type* VectorTypeOf(llvm::LLVMContext& context, ir::DType dtype,
+                                  const KernelShape& shape) {
+    llvm::Type* scalar = dtype == ir::DType::kF64 ? llvm::Type::getDoubleTy(context)
+                                                  : llvm::Type::getFloatTy(context);
+    return llvm::FixedVectorType::get(scalar, static_cast<unsigned>(shape.lanes));
+  }
   llvm::Value* ScalarConst(double value) { return llvm::ConstantFP::get(scalar_, value); }
   llvm::Value* VectorConst(double value) { return llvm::ConstantFP::get(vector_, value); }
-  llvm::Value* Splat(llvm::Value* scalar) {
-    return builder_.CreateVectorSplat(static_cast<unsigned>(shape_.lanes), scalar);
-  }
   llvm::Value* Fma(llvm::Value* a, llvm::Value* b, llvm::Value* c) {
     // llvm.fmuladd fuses only where the target has fma; llvm.fma would become a libm call there.
     const auto id = shape_.fma ? llvm::Intrinsic::fma : llvm::Intrinsic::fmuladd;
@@ -108,19 +407,6 @@ class KernelEmitter {
   llvm::Value* ElementPtr(llvm::Value* base, int64_t index) {
     return ElementPtr(base, builder_.getInt64(index));
   }
-  // A vector at `ptr`, masked when `mask` is non-null (masked-off lanes read as 0).
-  llvm::Value* LoadVector(llvm::Value* ptr, llvm::Value* mask, uint64_t align) {
-    if (mask == nullptr) return builder_.CreateAlignedLoad(vector_, ptr, llvm::Align(align));
-    return builder_.CreateMaskedLoad(vector_, ptr, llvm::Align(align), mask,
-                                     llvm::Constant::getNullValue(vector_));
-  }
-  void StoreVector(llvm::Value* value, llvm::Value* ptr, llvm::Value* mask) {
-    if (mask == nullptr) {
-      builder_.CreateAlignedStore(value, ptr, llvm::Align(element_bytes_));
-    } else {
-      builder_.CreateMaskedStore(value, ptr, llvm::Align(element_bytes_), mask);
-    }
-  }
   llvm::Value* LoadArg(llvm::Value* args, int field, llvm::Type* type) {
     return builder_.CreateLoad(type, builder_.CreateStructGEP(args_type_, args, field));
   }
@@ -130,13 +416,8 @@ class KernelEmitter {
   // Loads of the epilogue operands that do not depend on the row.
   std::vector<llvm::Value*> LoadColumnBias(llvm::Value* column_bias,
                                            const std::vector<llvm::Value*>& masks);
-  // What the write-back loop reads; masks and column_bias are empty on the full-tile path.
+  // What a row of the write-back reads; masks and column_bias are empty on the full-tile path.
   struct WriteBack {
-    llvm::Type* tile_type = nullptr;
-    llvm::Value* tile = nullptr;  // the accumulators, [MR][nr_vectors] vectors on the stack
-    llvm::Value* c = nullptr;
-    llvm::Value* ldc = nullptr;
-    llvm::Value* m_valid = nullptr;
     llvm::Value* row_bias = nullptr;
     llvm::Value* residual = nullptr;
     llvm::Value* residual_ld = nullptr;
@@ -146,24 +427,17 @@ class KernelEmitter {
     std::vector<llvm::Value*> masks;
     std::vector<llvm::Value*> column_bias;
   };
-  // C = alpha * tile + beta * C, then the epilogue, for rows [0, rows); returns from the kernel.
-  void EmitWriteBackLoop(llvm::Function* function, const WriteBack& write_back, llvm::Value* rows);
+  // C = alpha * tile + beta * C, then the epilogue, for tile row `row`.
+  void EmitWriteBackRow(const WriteBack& write_back, llvm::Value* row);
 
   llvm::Value* Exp(llvm::Value* x);
   llvm::Value* Sigmoid(llvm::Value* x);
   llvm::Value* Activation(llvm::Value* x);
 
-  llvm::Module& module_;
-  llvm::LLVMContext& context_;
-  llvm::IRBuilder<> builder_;
-  const KernelShape shape_;
   const EpilogueVariant variant_;
   const bool is_f64_;
   llvm::Type* const scalar_;
   llvm::FixedVectorType* const vector_;
-  llvm::IntegerType* const i64_;
-  llvm::IntegerType* const i32_;
-  llvm::PointerType* const ptr_;
   const int element_bytes_;
   llvm::StructType* args_type_ = nullptr;
 };
@@ -173,8 +447,8 @@ void KernelEmitter::EmitDepthStep(llvm::Value* a, llvm::Value* b, int step, Tile
   const uint64_t vector_bytes = static_cast<uint64_t>(lanes) * element_bytes_;
   std::vector<llvm::Value*> bv(static_cast<size_t>(nv));
   for (int j = 0; j < nv; ++j) {
-    bv[j] = LoadVector(ElementPtr(b, static_cast<int64_t>(step) * shape_.nr() + j * lanes), nullptr,
-                       vector_bytes);
+    bv[j] = LoadVector(vector_, ElementPtr(b, static_cast<int64_t>(step) * shape_.nr() + j * lanes),
+                       nullptr, vector_bytes);
   }
   for (int i = 0; i < mr; ++i) {
     llvm::Value* element = builder_.CreateAlignedLoad(
@@ -254,23 +528,15 @@ std::vector<llvm::Value*> KernelEmitter::LoadColumnBias(llvm::Value* column_bias
   std::vector<llvm::Value*> bias;
   if (!variant_.column_bias) return bias;
   for (int j = 0; j < shape_.nr_vectors; ++j) {
-    bias.push_back(LoadVector(ElementPtr(column_bias, static_cast<int64_t>(j) * shape_.lanes),
+    bias.push_back(LoadVector(vector_,
+                              ElementPtr(column_bias, static_cast<int64_t>(j) * shape_.lanes),
                               masks.empty() ? nullptr : masks[j], element_bytes_));
   }
   return bias;
 }
 
-void KernelEmitter::EmitWriteBackLoop(llvm::Function* function, const WriteBack& wb,
-                                      llvm::Value* rows) {
-  auto* loop = llvm::BasicBlock::Create(context_, "write_back", function);
-  auto* done = llvm::BasicBlock::Create(context_, "write_back_done", function);
-  llvm::BasicBlock* before = builder_.GetInsertBlock();
-  builder_.CreateCondBr(builder_.CreateICmpSGT(rows, builder_.getInt64(0)), loop, done);
-  builder_.SetInsertPoint(loop);
-  llvm::PHINode* row = builder_.CreatePHI(i64_, 2, "row");
-  row->addIncoming(builder_.getInt64(0), before);
-  const uint64_t vector_bytes = static_cast<uint64_t>(shape_.lanes) * element_bytes_;
-  llvm::Value* c_row = ElementPtr(wb.c, builder_.CreateMul(wb.ldc, row));
+void KernelEmitter::EmitWriteBackRow(const WriteBack& wb, llvm::Value* row) {
+  llvm::Value* c_row = RowOfC(row);
   llvm::Value* bias_row = nullptr;
   if (variant_.row_bias) {
     bias_row = Splat(builder_.CreateAlignedLoad(scalar_, ElementPtr(wb.row_bias, row),
@@ -284,212 +550,48 @@ void KernelEmitter::EmitWriteBackLoop(llvm::Function* function, const WriteBack&
   for (int j = 0; j < shape_.nr_vectors; ++j) {
     llvm::Value* mask = wb.masks.empty() ? nullptr : wb.masks[j];
     const int64_t column = static_cast<int64_t>(j) * shape_.lanes;
-    llvm::Value* acc = builder_.CreateAlignedLoad(
-        vector_,
-        builder_.CreateInBoundsGEP(wb.tile_type, wb.tile,
-                                   {builder_.getInt64(0), row, builder_.getInt64(j)}),
-        llvm::Align(vector_bytes));
+    llvm::Value* acc = LoadTileVector(row, j);
     llvm::Value* c_ptr = ElementPtr(c_row, column);
     // C is always loaded (it is valid memory); with beta == 0 the select replaces it by 0 first,
     // so an uninitialised or NaN C never reaches the result.
-    llvm::Value* old =
-        builder_.CreateSelect(wb.beta_nonzero, LoadVector(c_ptr, mask, element_bytes_), zero);
+    llvm::Value* old = builder_.CreateSelect(
+        wb.beta_nonzero, LoadVector(vector_, c_ptr, mask, element_bytes_), zero);
     llvm::Value* v = Fma(wb.beta, old, builder_.CreateFMul(acc, wb.alpha));
     if (variant_.column_bias) v = builder_.CreateFAdd(v, wb.column_bias[j]);
     if (variant_.row_bias) v = builder_.CreateFAdd(v, bias_row);
     llvm::Value* residual_value = nullptr;
     if (variant_.residual) {
-      residual_value = LoadVector(ElementPtr(residual_row, column), mask, element_bytes_);
+      residual_value = LoadVector(vector_, ElementPtr(residual_row, column), mask, element_bytes_);
       if (!variant_.residual_after_activation) v = builder_.CreateFAdd(v, residual_value);
     }
     v = Activation(v);
     if (variant_.residual && variant_.residual_after_activation) {
       v = builder_.CreateFAdd(v, residual_value);
     }
-    StoreVector(v, c_ptr, mask);
+    StoreVector(v, c_ptr, mask, element_bytes_);
   }
-  llvm::Value* next = builder_.CreateAdd(row, builder_.getInt64(1));
-  row->addIncoming(next, builder_.GetInsertBlock());
-  llvm::BranchInst* branch = builder_.CreateCondBr(builder_.CreateICmpSLT(next, rows), loop, done);
-  // Unrolling would bring back MR copies of the epilogue for nothing: this is not the hot loop.
-  llvm::MDNode* disable =
-      llvm::MDNode::get(context_, {llvm::MDString::get(context_, "llvm.loop.unroll.disable")});
-  llvm::MDNode* loop_id = llvm::MDNode::getDistinct(context_, {nullptr, disable});
-  loop_id->replaceOperandWith(0, loop_id);
-  branch->setMetadata(llvm::LLVMContext::MD_loop, loop_id);
-  builder_.SetInsertPoint(done);
-  builder_.CreateRetVoid();
 }
 
 llvm::Function* KernelEmitter::Emit(const std::string& name) {
-  const int mr = shape_.mr, nv = shape_.nr_vectors, nr = shape_.nr();
+  const int mr = shape_.mr, nr = shape_.nr();
   args_type_ = llvm::StructType::get(
       context_, {i64_, i64_, ptr_, ptr_, ptr_, i64_, llvm::Type::getDoubleTy(context_),
                  llvm::Type::getDoubleTy(context_)});
-  auto* type = llvm::FunctionType::get(llvm::Type::getVoidTy(context_),
-                                       {i64_, ptr_, ptr_, ptr_, i64_, ptr_}, false);
-  llvm::Function* function =
-      llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, module_);
-  function->addFnAttr(llvm::Attribute::NoUnwind);
-  // Without these, a target that prefers 256-bit vectors would split every 512-bit operation.
-  const std::string bits = std::to_string(shape_.vector_bits);
-  function->addFnAttr("min-legal-vector-width", bits);
-  function->addFnAttr("prefer-vector-width", bits);
-  for (unsigned packed : {1u, 2u}) {
-    function->addParamAttr(packed, llvm::Attribute::NoAlias);
-    function->addParamAttr(packed, llvm::Attribute::ReadOnly);
-  }
-  llvm::Value* kc = function->getArg(0);
-  llvm::Value* a = function->getArg(1);
-  llvm::Value* b = function->getArg(2);
-  llvm::Value* c = function->getArg(3);
-  llvm::Value* ldc = function->getArg(4);
-  llvm::Value* args = function->getArg(5);
-  kc->setName("kc");
-  a->setName("a");
-  b->setName("b");
-  c->setName("c");
-  ldc->setName("ldc");
-  args->setName("args");
-
-  auto* entry = llvm::BasicBlock::Create(context_, "entry", function);
-  auto* main_loop = llvm::BasicBlock::Create(context_, "main_loop", function);
-  auto* remainder_check = llvm::BasicBlock::Create(context_, "remainder_check", function);
-  auto* remainder_loop = llvm::BasicBlock::Create(context_, "remainder_loop", function);
-  auto* tail = llvm::BasicBlock::Create(context_, "tail", function);
-  auto* store_full = llvm::BasicBlock::Create(context_, "store_full", function);
-  auto* store_edge = llvm::BasicBlock::Create(context_, "store_edge", function);
-
-  // entry: prefetch the C tile for writing (its rows are far apart and nothing else brings them
-  // in before the stores at the end), then enter the unrolled loop if kc allows.
-  builder_.SetInsertPoint(entry);
-  const int lines_per_row = std::max(1, nr * element_bytes_ / 64);
-  for (int i = 0; i < mr; ++i) {
-    llvm::Value* row = ElementPtr(c, builder_.CreateMul(ldc, builder_.getInt64(i)));
-    for (int line = 0; line < lines_per_row; ++line) {
-      builder_.CreateIntrinsic(llvm::Intrinsic::prefetch, {ptr_},
-                               {ElementPtr(row, static_cast<int64_t>(line) * 64 / element_bytes_),
-                                builder_.getInt32(1), builder_.getInt32(3), builder_.getInt32(1)});
-    }
-  }
-  llvm::Value* kc_main = builder_.CreateAnd(kc, builder_.getInt64(~int64_t{kUnroll - 1}));
-  builder_.CreateCondBr(builder_.CreateICmpSGT(kc_main, builder_.getInt64(0)), main_loop,
-                        remainder_check);
-
-  llvm::Value* zero = llvm::Constant::getNullValue(vector_);
-  auto make_phis = [&](llvm::BasicBlock* block, Tile& tile) {
-    builder_.SetInsertPoint(block);
-    tile.assign(static_cast<size_t>(mr), std::vector<llvm::Value*>(static_cast<size_t>(nv)));
-    for (int i = 0; i < mr; ++i) {
-      for (int j = 0; j < nv; ++j) tile[i][j] = builder_.CreatePHI(vector_, 2);
-    }
-  };
-  auto add_incoming = [&](Tile& phis, const Tile& values, llvm::BasicBlock* from) {
-    for (int i = 0; i < mr; ++i) {
-      for (int j = 0; j < nv; ++j) {
-        llvm::cast<llvm::PHINode>(phis[i][j])->addIncoming(values[i][j], from);
-      }
-    }
-  };
-  const Tile zeros(static_cast<size_t>(mr),
-                   std::vector<llvm::Value*>(static_cast<size_t>(nv), zero));
-
-  // main_loop: kUnroll depth steps per iteration.
-  Tile main_phis;
-  make_phis(main_loop, main_phis);
-  llvm::PHINode* k_main = builder_.CreatePHI(i64_, 2, "k");
-  llvm::PHINode* a_main = builder_.CreatePHI(ptr_, 2, "pa");
-  llvm::PHINode* b_main = builder_.CreatePHI(ptr_, 2, "pb");
-  Tile acc = main_phis;
-  for (int step = 0; step < kUnroll; ++step) EmitDepthStep(a_main, b_main, step, acc);
-  llvm::Value* k_next = builder_.CreateAdd(k_main, builder_.getInt64(kUnroll));
-  llvm::Value* a_next = ElementPtr(a_main, static_cast<int64_t>(kUnroll) * mr);
-  llvm::Value* b_next = ElementPtr(b_main, static_cast<int64_t>(kUnroll) * nr);
-  builder_.CreateCondBr(builder_.CreateICmpSLT(k_next, kc_main), main_loop, remainder_check);
-  add_incoming(main_phis, zeros, entry);
-  add_incoming(main_phis, acc, main_loop);
-  k_main->addIncoming(builder_.getInt64(0), entry);
-  k_main->addIncoming(k_next, main_loop);
-  a_main->addIncoming(a, entry);
-  a_main->addIncoming(a_next, main_loop);
-  b_main->addIncoming(b, entry);
-  b_main->addIncoming(b_next, main_loop);
-
-  // remainder_check: the depth steps kc_main..kc one at a time.
-  Tile check_phis;
-  make_phis(remainder_check, check_phis);
-  llvm::PHINode* k_check = builder_.CreatePHI(i64_, 2, "k_rest");
-  llvm::PHINode* a_check = builder_.CreatePHI(ptr_, 2, "pa_rest");
-  llvm::PHINode* b_check = builder_.CreatePHI(ptr_, 2, "pb_rest");
-  add_incoming(check_phis, zeros, entry);
-  add_incoming(check_phis, acc, main_loop);
-  k_check->addIncoming(builder_.getInt64(0), entry);
-  k_check->addIncoming(k_next, main_loop);
-  a_check->addIncoming(a, entry);
-  a_check->addIncoming(a_next, main_loop);
-  b_check->addIncoming(b, entry);
-  b_check->addIncoming(b_next, main_loop);
-  builder_.CreateCondBr(builder_.CreateICmpSLT(k_check, kc), remainder_loop, tail);
-
-  Tile rest_phis;
-  make_phis(remainder_loop, rest_phis);
-  llvm::PHINode* k_rest = builder_.CreatePHI(i64_, 2);
-  llvm::PHINode* a_rest = builder_.CreatePHI(ptr_, 2);
-  llvm::PHINode* b_rest = builder_.CreatePHI(ptr_, 2);
-  Tile rest = rest_phis;
-  EmitDepthStep(a_rest, b_rest, 0, rest);
-  llvm::Value* k_rest_next = builder_.CreateAdd(k_rest, builder_.getInt64(1));
-  llvm::Value* a_rest_next = ElementPtr(a_rest, mr);
-  llvm::Value* b_rest_next = ElementPtr(b_rest, nr);
-  builder_.CreateCondBr(builder_.CreateICmpSLT(k_rest_next, kc), remainder_loop, tail);
-  add_incoming(rest_phis, check_phis, remainder_check);
-  add_incoming(rest_phis, rest, remainder_loop);
-  k_rest->addIncoming(k_check, remainder_check);
-  k_rest->addIncoming(k_rest_next, remainder_loop);
-  a_rest->addIncoming(a_check, remainder_check);
-  a_rest->addIncoming(a_rest_next, remainder_loop);
-  b_rest->addIncoming(b_check, remainder_check);
-  b_rest->addIncoming(b_rest_next, remainder_loop);
-
-  // tail: the finished accumulators go to a stack tile, and a loop over its rows writes C back:
-  // one row's code (with the epilogue) instead of MR copies keeps the kernel small and quick to
-  // compile. The loop runs once per tile, the depth loop kc times.
-  Tile final_phis;
-  make_phis(tail, final_phis);
-  add_incoming(final_phis, check_phis, remainder_check);
-  add_incoming(final_phis, rest, remainder_loop);
-  llvm::Type* row_type = llvm::ArrayType::get(vector_, static_cast<uint64_t>(nv));
-  llvm::Type* tile_type = llvm::ArrayType::get(row_type, static_cast<uint64_t>(mr));
-  llvm::AllocaInst* tile_memory = nullptr;
-  {
-    llvm::IRBuilder<> entry_builder(entry, entry->begin());
-    tile_memory = entry_builder.CreateAlloca(tile_type, nullptr, "tile");
-    tile_memory->setAlignment(llvm::Align(64));
-  }
-  const uint64_t vector_bytes = static_cast<uint64_t>(shape_.lanes) * element_bytes_;
-  for (int i = 0; i < mr; ++i) {
-    for (int j = 0; j < nv; ++j) {
-      builder_.CreateAlignedStore(
-          final_phis[i][j],
-          builder_.CreateInBoundsGEP(
-              tile_type, tile_memory,
-              {builder_.getInt64(0), builder_.getInt64(i), builder_.getInt64(j)}),
-          llvm::Align(vector_bytes));
-    }
-  }
+  CreateFunction(name);
+  PrefetchC();
+  const Tile tile = EmitDepthLoop(
+      int64_t{mr} * element_bytes_, int64_t{nr} * element_bytes_,
+      [&](llvm::Value* a, llvm::Value* b, int step, Tile& acc) { EmitDepthStep(a, b, step, acc); });
+  SpillTile(tile);
   WriteBack write_back;
-  write_back.tile_type = tile_type;
-  write_back.tile = tile_memory;
-  write_back.c = c;
-  write_back.ldc = ldc;
-  write_back.m_valid = LoadArg(args, 0, i64_);
-  llvm::Value* n_valid = LoadArg(args, 1, i64_);
-  write_back.row_bias = variant_.row_bias ? LoadArg(args, 2, ptr_) : nullptr;
-  llvm::Value* column_bias = variant_.column_bias ? LoadArg(args, 3, ptr_) : nullptr;
-  write_back.residual = variant_.residual ? LoadArg(args, 4, ptr_) : nullptr;
-  write_back.residual_ld = variant_.residual ? LoadArg(args, 5, i64_) : nullptr;
-  llvm::Value* alpha = LoadArg(args, 6, llvm::Type::getDoubleTy(context_));
-  llvm::Value* beta = LoadArg(args, 7, llvm::Type::getDoubleTy(context_));
+  llvm::Value* m_valid = LoadArg(args_, 0, i64_);
+  llvm::Value* n_valid = LoadArg(args_, 1, i64_);
+  write_back.row_bias = variant_.row_bias ? LoadArg(args_, 2, ptr_) : nullptr;
+  llvm::Value* column_bias = variant_.column_bias ? LoadArg(args_, 3, ptr_) : nullptr;
+  write_back.residual = variant_.residual ? LoadArg(args_, 4, ptr_) : nullptr;
+  write_back.residual_ld = variant_.residual ? LoadArg(args_, 5, i64_) : nullptr;
+  llvm::Value* alpha = LoadArg(args_, 6, llvm::Type::getDoubleTy(context_));
+  llvm::Value* beta = LoadArg(args_, 7, llvm::Type::getDoubleTy(context_));
   if (!is_f64_) {
     alpha = builder_.CreateFPTrunc(alpha, scalar_);
     beta = builder_.CreateFPTrunc(beta, scalar_);
@@ -497,29 +599,286 @@ llvm::Function* KernelEmitter::Emit(const std::string& name) {
   write_back.alpha = Splat(alpha);
   write_back.beta = Splat(beta);
   write_back.beta_nonzero = Splat(builder_.CreateFCmpUNE(beta, ScalarConst(0.0)));
-  llvm::Value* full =
-      builder_.CreateAnd(builder_.CreateICmpEQ(write_back.m_valid, builder_.getInt64(mr)),
-                         builder_.CreateICmpEQ(n_valid, builder_.getInt64(nr)));
+  auto* store_full = llvm::BasicBlock::Create(context_, "store_full", function_);
+  auto* store_edge = llvm::BasicBlock::Create(context_, "store_edge", function_);
+  llvm::Value* full = builder_.CreateAnd(builder_.CreateICmpEQ(m_valid, builder_.getInt64(mr)),
+                                         builder_.CreateICmpEQ(n_valid, builder_.getInt64(nr)));
   builder_.CreateCondBr(full, store_full, store_edge);
 
   builder_.SetInsertPoint(store_full);
   write_back.column_bias = LoadColumnBias(column_bias, write_back.masks);
-  EmitWriteBackLoop(function, write_back, builder_.getInt64(mr));
+  EmitRowLoop(builder_.getInt64(mr), [&](llvm::Value* row) { EmitWriteBackRow(write_back, row); });
 
   // store_edge: lanes past n_valid are masked off, rows past m_valid are not visited.
   builder_.SetInsertPoint(store_edge);
-  llvm::Value* n_valid_lanes = builder_.CreateVectorSplat(static_cast<unsigned>(shape_.lanes),
-                                                          builder_.CreateTrunc(n_valid, i32_));
-  write_back.masks.clear();
-  for (int j = 0; j < nv; ++j) {
-    std::vector<llvm::Constant*> lanes;
-    for (int l = 0; l < shape_.lanes; ++l) lanes.push_back(builder_.getInt32(j * shape_.lanes + l));
-    write_back.masks.push_back(
-        builder_.CreateICmpSLT(llvm::ConstantVector::get(lanes), n_valid_lanes));
-  }
+  write_back.masks = LaneMasks(n_valid);
   write_back.column_bias = LoadColumnBias(column_bias, write_back.masks);
-  EmitWriteBackLoop(function, write_back, write_back.m_valid);
-  return function;
+  EmitRowLoop(m_valid, [&](llvm::Value* row) { EmitWriteBackRow(write_back, row); });
+  return function_;
+}
+
+// The int8 micro-kernel: i16 pairs of depth steps multiplied and summed into i32 lanes
+// (Int8MicroKernelFn): pmaddwd on x86 (its intrinsic at the kernel's width; LLVM turns it and the
+// accumulating add into vpdpwssd where the target has AVX-512 VNNI or AVX-VNNI, which computes
+// the same non-saturating sum), and elsewhere plain IR of the same arithmetic (even and odd
+// halves sign-extended, multiplied, added), which the target lowers as it can. The epilogue
+// converts to f32 and applies its steps with plain IEEE operations (no contraction into fma: each
+// step rounds, as the IR graph does).
+class Int8KernelEmitter : public SkeletonEmitter {
+ public:
+  Int8KernelEmitter(llvm::Module& module, const KernelShape& shape,
+                    const Int8EpilogueVariant& variant, const std::string& target_features)
+      : SkeletonEmitter(module, shape,
+                        llvm::FixedVectorType::get(llvm::Type::getInt32Ty(module.getContext()),
+                                                   static_cast<unsigned>(shape.lanes)),
+                        static_cast<int>(ir::DTypeSize(variant.output))),
+        variant_(variant),
+        f32_(llvm::Type::getFloatTy(context_)),
+        floats_(llvm::FixedVectorType::get(f32_, static_cast<unsigned>(shape.lanes))),
+        pairs_(llvm::FixedVectorType::get(builder_.getInt16Ty(),
+                                          static_cast<unsigned>(2 * shape.lanes))),
+        pmaddwd_(PmaddwdFor(module, shape, target_features)) {}
+
+  llvm::Function* Emit(const std::string& name);
+
+ private:
+  // acc[i][j] += A pair (2 depth steps) of row i times B pairs of vector j.
+  void EmitDepthStep(llvm::Value* a, llvm::Value* b, int step, Tile& acc);
+  // x.even * y.even + x.odd * y.odd per i32 lane of two vectors of i16 pairs.
+  llvm::Value* MultiplyPairs(llvm::Value* x, llvm::Value* y);
+  // The operands of the epilogue steps that do not depend on the row: scalars splatted, column
+  // vectors per vector of the row (masked on the edge path); row operands are null here.
+  struct Operands {
+    std::vector<llvm::Value*> scalar;                // per step
+    std::vector<llvm::Value*> base;                  // per step: its pointer from the args
+    std::vector<std::vector<llvm::Value*>> columns;  // per step, per vector
+    std::vector<llvm::Value*> masks;                 // empty: a full tile
+  };
+  Operands LoadOperands(const std::vector<llvm::Value*>& masks);
+  void EmitWriteBackRow(const Operands& operands, llvm::Value* row);
+  llvm::Value* ApplyStep(Int8EpilogueOp op, llvm::Value* v, llvm::Value* x);
+  llvm::Value* Operand(int step, const std::string& name);
+
+  // The x86 intrinsic of pmaddwd at this width when the target has it, else not_intrinsic.
+  static llvm::Intrinsic::ID PmaddwdFor(const llvm::Module& module, const KernelShape& shape,
+                                        const std::string& features) {
+    if (!absl::StartsWith(module.getTargetTriple(), "x86_64"))
+      return llvm::Intrinsic::not_intrinsic;
+    const std::string list = absl::StrCat(features, ",");
+    const auto has = [&](const char* f) {
+      return absl::StrContains(list, absl::StrCat("+", f, ","));
+    };
+    switch (shape.vector_bits) {
+      case 128:
+        return llvm::Intrinsic::x86_sse2_pmadd_wd;  // SSE2 is x86-64's baseline
+      case 256:
+        return has("avx2") ? llvm::Intrinsic::x86_avx2_pmadd_wd : llvm::Intrinsic::not_intrinsic;
+      case 512:
+        return has("avx512bw") ? llvm::Intrinsic::x86_avx512_pmaddw_d_512
+                               : llvm::Intrinsic::not_intrinsic;
+      default:
+        return llvm::Intrinsic::not_intrinsic;
+    }
+  }
+
+  const Int8EpilogueVariant variant_;
+  llvm::Type* const f32_;
+  llvm::FixedVectorType* const floats_;
+  llvm::FixedVectorType* const pairs_;
+  const llvm::Intrinsic::ID pmaddwd_;
+  llvm::StructType* args_type_ = nullptr;
+};
+
+llvm::Value* Int8KernelEmitter::MultiplyPairs(llvm::Value* x, llvm::Value* y) {
+  // On x86 the instruction itself: with one operand a broadcast pair, InstCombine rewrites the
+  // generic form below into splats of the pair's halves and the backend no longer finds pmaddwd
+  // in it (it emits vpmulld). The two compute the same bits.
+  if (pmaddwd_ != llvm::Intrinsic::not_intrinsic) {
+    return builder_.CreateIntrinsic(pmaddwd_, {}, {x, y});
+  }
+  std::vector<int> even, odd;
+  for (int l = 0; l < shape_.lanes; ++l) {
+    even.push_back(2 * l);
+    odd.push_back(2 * l + 1);
+  }
+  auto half = [&](llvm::Value* v, const std::vector<int>& lanes) {
+    return builder_.CreateSExt(builder_.CreateShuffleVector(v, lanes), accumulator_);
+  };
+  // |i16 x i16| <= 2^30: the products never overflow; their sum wraps as pmaddwd's does.
+  llvm::Value* products_even = builder_.CreateNSWMul(half(x, even), half(y, even));
+  llvm::Value* products_odd = builder_.CreateNSWMul(half(x, odd), half(y, odd));
+  return builder_.CreateAdd(products_even, products_odd);
+}
+
+void Int8KernelEmitter::EmitDepthStep(llvm::Value* a, llvm::Value* b, int step, Tile& acc) {
+  const int mr = shape_.mr, nv = shape_.nr_vectors, lanes = shape_.lanes;
+  // One step is a pair of depth steps: an i32 (two i16) per row of A, per column of B.
+  std::vector<llvm::Value*> bv(static_cast<size_t>(nv));
+  for (int j = 0; j < nv; ++j) {
+    bv[j] = builder_.CreateAlignedLoad(
+        pairs_, BytePtr(b, (static_cast<int64_t>(step) * shape_.nr() + j * lanes) * 4),
+        llvm::Align(VectorBytes()));
+  }
+  for (int i = 0; i < mr; ++i) {
+    llvm::Value* pair = builder_.CreateAlignedLoad(
+        i32_, BytePtr(a, (static_cast<int64_t>(step) * mr + i) * 4), llvm::Align(4));
+    llvm::Value* broadcast = builder_.CreateBitCast(Splat(pair), pairs_);
+    for (int j = 0; j < nv; ++j) {
+      acc[i][j] = builder_.CreateAdd(acc[i][j], MultiplyPairs(broadcast, bv[j]));
+    }
+  }
+}
+
+llvm::Value* Int8KernelEmitter::Operand(int step, const std::string& name) {
+  llvm::Value* slot = builder_.CreateInBoundsGEP(
+      args_type_, args_, {builder_.getInt32(0), builder_.getInt32(2), builder_.getInt32(step)});
+  return builder_.CreateLoad(ptr_, slot, name);
+}
+
+Int8KernelEmitter::Operands Int8KernelEmitter::LoadOperands(
+    const std::vector<llvm::Value*>& masks) {
+  Operands operands;
+  operands.masks = masks;
+  const size_t steps = variant_.steps.size();
+  operands.scalar.assign(steps, nullptr);
+  operands.base.assign(steps, nullptr);
+  operands.columns.assign(steps, {});
+  for (size_t s = 0; s < steps; ++s) {
+    const Int8Operand kind = variant_.steps[s].second;
+    if (kind == Int8Operand::kNone) continue;
+    llvm::Value* base = Operand(static_cast<int>(s), absl::StrCat("operand", s));
+    operands.base[s] = base;
+    if (kind == Int8Operand::kScalar) {
+      operands.scalar[s] = Splat(builder_.CreateAlignedLoad(f32_, base, llvm::Align(4)));
+    } else if (kind == Int8Operand::kColumn) {
+      for (int j = 0; j < shape_.nr_vectors; ++j) {
+        operands.columns[s].push_back(LoadVector(floats_,
+                                                 BytePtr(base, int64_t{j} * shape_.lanes * 4),
+                                                 masks.empty() ? nullptr : masks[j], 4));
+      }
+    }
+  }
+  return operands;
+}
+
+llvm::Value* Int8KernelEmitter::ApplyStep(Int8EpilogueOp op, llvm::Value* v, llvm::Value* x) {
+  // max(p, q) and min(p, q) as the IR's: p if p is NaN or q does not beat it, else q.
+  auto max_of = [&](llvm::Value* p, llvm::Value* q) {
+    return builder_.CreateSelect(
+        builder_.CreateOr(builder_.CreateFCmpUNO(p, p), builder_.CreateFCmpOLE(q, p)), p, q);
+  };
+  auto min_of = [&](llvm::Value* p, llvm::Value* q) {
+    return builder_.CreateSelect(
+        builder_.CreateOr(builder_.CreateFCmpUNO(p, p), builder_.CreateFCmpOGE(q, p)), p, q);
+  };
+  switch (op) {
+    case Int8EpilogueOp::kAdd:
+      return builder_.CreateFAdd(v, x);
+    case Int8EpilogueOp::kSub:
+      return builder_.CreateFSub(v, x);
+    case Int8EpilogueOp::kSubFrom:
+      return builder_.CreateFSub(x, v);
+    case Int8EpilogueOp::kMul:
+      return builder_.CreateFMul(v, x);
+    case Int8EpilogueOp::kDiv:
+      return builder_.CreateFDiv(v, x);
+    case Int8EpilogueOp::kDivInto:
+      return builder_.CreateFDiv(x, v);
+    case Int8EpilogueOp::kMax:
+      return max_of(v, x);
+    case Int8EpilogueOp::kMaxFrom:
+      return max_of(x, v);
+    case Int8EpilogueOp::kMin:
+      return min_of(v, x);
+    case Int8EpilogueOp::kMinFrom:
+      return min_of(x, v);
+    case Int8EpilogueOp::kRound:
+      return builder_.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven, v);
+  }
+  return v;
+}
+
+void Int8KernelEmitter::EmitWriteBackRow(const Operands& operands, llvm::Value* row) {
+  llvm::Value* c_row = RowOfC(row);
+  const size_t steps = variant_.steps.size();
+  // Row operands: this row's value, splatted.
+  std::vector<llvm::Value*> row_values(steps, nullptr);
+  for (size_t s = 0; s < steps; ++s) {
+    if (variant_.steps[s].second != Int8Operand::kRow) continue;
+    row_values[s] = Splat(builder_.CreateAlignedLoad(
+        f32_, BytePtr(operands.base[s], builder_.CreateMul(row, builder_.getInt64(4))),
+        llvm::Align(4)));
+  }
+  const ir::DType output = variant_.output;
+  for (int j = 0; j < shape_.nr_vectors; ++j) {
+    llvm::Value* mask = operands.masks.empty() ? nullptr : operands.masks[j];
+    llvm::Value* c_ptr = BytePtr(c_row, int64_t{j} * shape_.lanes * c_bytes_);
+    llvm::Value* acc = LoadTileVector(row, j);
+    if (output == ir::DType::kI32) {
+      StoreVector(acc, c_ptr, mask, 4);
+      continue;
+    }
+    // i32 -> f32 rounds to nearest even, as the IR's cast does.
+    llvm::Value* v = builder_.CreateSIToFP(acc, floats_);
+    for (size_t s = 0; s < steps; ++s) {
+      const auto [op, kind] = variant_.steps[s];
+      llvm::Value* x = kind == Int8Operand::kScalar   ? operands.scalar[s]
+                       : kind == Int8Operand::kColumn ? operands.columns[s][j]
+                       : kind == Int8Operand::kRow    ? row_values[s]
+                                                      : nullptr;
+      v = ApplyStep(op, v, x);
+    }
+    if (output == ir::DType::kF32) {
+      StoreVector(v, c_ptr, mask, 4);
+      continue;
+    }
+    // The IR's cast to u8 / i8: NaN -> 0, otherwise truncate toward zero and saturate.
+    const bool is_u8 = output == ir::DType::kU8;
+    llvm::Value* zero = llvm::ConstantFP::get(floats_, 0.0);
+    llvm::Value* clean = builder_.CreateSelect(builder_.CreateFCmpUNO(v, v), zero, v);
+    clean = builder_.CreateMaxNum(clean, llvm::ConstantFP::get(floats_, is_u8 ? 0.0 : -128.0));
+    clean = builder_.CreateMinNum(clean, llvm::ConstantFP::get(floats_, is_u8 ? 255.0 : 127.0));
+    llvm::Value* bytes = builder_.CreateTrunc(
+        builder_.CreateFPToSI(clean, accumulator_),
+        llvm::FixedVectorType::get(builder_.getInt8Ty(), static_cast<unsigned>(shape_.lanes)));
+    StoreVector(bytes, c_ptr, mask, 1);
+  }
+}
+
+llvm::Function* Int8KernelEmitter::Emit(const std::string& name) {
+  const int mr = shape_.mr, nr = shape_.nr();
+  llvm::Type* operands = llvm::ArrayType::get(ptr_, static_cast<uint64_t>(kMaxInt8EpilogueSteps));
+  args_type_ = llvm::StructType::get(context_, {i64_, i64_, operands});
+  CreateFunction(name);
+  PrefetchC();
+  // A step is a pair of depth steps: MR and NR i32 (two i16) further on. One step per
+  // iteration, not unrolled: integer adds reassociate, and across unrolled steps LLVM sums the
+  // products of several steps before adding them to the accumulators, which needs more registers
+  // than there are (spills in the hot loop).
+  const Tile tile = EmitDepthLoop(
+      int64_t{mr} * 4, int64_t{nr} * 4,
+      [&](llvm::Value* a, llvm::Value* b, int step, Tile& acc) { EmitDepthStep(a, b, step, acc); },
+      /*unroll=*/2, /*keep_unroll=*/true);
+  SpillTile(tile);
+  llvm::Value* m_valid =
+      builder_.CreateLoad(i64_, builder_.CreateStructGEP(args_type_, args_, 0), "m_valid");
+  llvm::Value* n_valid =
+      builder_.CreateLoad(i64_, builder_.CreateStructGEP(args_type_, args_, 1), "n_valid");
+  auto* store_full = llvm::BasicBlock::Create(context_, "store_full", function_);
+  auto* store_edge = llvm::BasicBlock::Create(context_, "store_edge", function_);
+  llvm::Value* full = builder_.CreateAnd(builder_.CreateICmpEQ(m_valid, builder_.getInt64(mr)),
+                                         builder_.CreateICmpEQ(n_valid, builder_.getInt64(nr)));
+  builder_.CreateCondBr(full, store_full, store_edge);
+
+  builder_.SetInsertPoint(store_full);
+  const Operands full_operands = LoadOperands({});
+  EmitRowLoop(builder_.getInt64(mr),
+              [&](llvm::Value* row) { EmitWriteBackRow(full_operands, row); });
+
+  builder_.SetInsertPoint(store_edge);
+  const Operands edge_operands = LoadOperands(LaneMasks(n_valid));
+  EmitRowLoop(m_valid, [&](llvm::Value* row) { EmitWriteBackRow(edge_operands, row); });
+  return function_;
 }
 
 struct Generated {
@@ -527,31 +886,52 @@ struct Generated {
   ObjectCode code;
 };
 
-absl::StatusOr<Generated> Generate(ir::DType dtype, const KernelShape& shape,
-                                   const EpilogueVariant& variant, bool want_text) {
+// A micro-kernel to generate: its symbol, and what emits it into a module configured for the
+// JIT's target.
+struct KernelSource {
+  std::string name;
+  std::function<void(llvm::Module&)> emit;
+};
+
+absl::StatusOr<Generated> Generate(const KernelSource& source, bool want_text) {
   absl::StatusOr<LlvmJit*> jit = LlvmJit::Get();
   if (!jit.ok()) return jit.status();
   llvm::LLVMContext context;
   llvm::Module module("kiln_gemm", context);
   (*jit)->ConfigureModule(module);
   Generated generated;
-  generated.name = EmitMicroKernel(module, dtype, shape, variant);
+  generated.name = source.name;
+  source.emit(module);
   absl::StatusOr<ObjectCode> code = (*jit)->Codegen(module, want_text);
   if (!code.ok()) return code.status();
   generated.code = *std::move(code);
   return generated;
 }
 
-absl::StatusOr<MicroKernelFn> GetJitMicroKernel(ir::DType dtype, const KernelShape& shape,
-                                                const EpilogueVariant& variant) {
+KernelSource FloatKernel(ir::DType dtype, const KernelShape& shape,
+                         const EpilogueVariant& variant) {
+  return {runtime::cpu::gemm_internal::MicroKernelName(dtype, shape, variant),
+          [=](llvm::Module& module) { EmitMicroKernel(module, dtype, shape, variant); }};
+}
+
+KernelSource Int8Kernel(const KernelShape& shape, const Int8EpilogueVariant& variant) {
+  return {runtime::cpu::gemm_internal::Int8MicroKernelName(shape, variant),
+          [=](llvm::Module& module) {
+            absl::StatusOr<LlvmJit*> jit = LlvmJit::Get();  // Generate has checked it
+            EmitInt8MicroKernel(module, shape, variant, (*jit)->host().features);
+          }};
+}
+
+// The address of `source`'s kernel, generated on first use and kept for the process.
+absl::StatusOr<void*> GetJitKernel(const KernelSource& source) {
   struct Entry {
     std::unique_ptr<LoadedObject> object;
-    MicroKernelFn function = nullptr;
+    void* function = nullptr;
   };
   // Never destroyed: kernels may be called during static destruction.
   static std::mutex* const mutex = new std::mutex;
   static auto* const cache = new std::map<std::string, Entry>;
-  const std::string name = runtime::cpu::gemm_internal::MicroKernelName(dtype, shape, variant);
+  const std::string& name = source.name;
   std::lock_guard<std::mutex> lock(*mutex);
   if (auto it = cache->find(name); it != cache->end()) return it->second.function;
   absl::StatusOr<LlvmJit*> jit = LlvmJit::Get();
@@ -580,7 +960,7 @@ absl::StatusOr<MicroKernelFn> GetJitMicroKernel(ir::DType dtype, const KernelSha
     }
   }
   if (loaded == nullptr) {
-    absl::StatusOr<Generated> generated = Generate(dtype, shape, variant, /*want_text=*/false);
+    absl::StatusOr<Generated> generated = Generate(source, /*want_text=*/false);
     if (!generated.ok()) return generated.status();
     absl::StatusOr<std::unique_ptr<LoadedObject>> fresh =
         (*jit)->Load(generated->code.object, generated->name);
@@ -590,9 +970,9 @@ absl::StatusOr<MicroKernelFn> GetJitMicroKernel(ir::DType dtype, const KernelSha
     if (disk.has_value()) disk->Store(key, generated->code.object).IgnoreError();
   }
   Entry entry;
-  entry.function = reinterpret_cast<MicroKernelFn>(loaded->address());
+  entry.function = reinterpret_cast<void*>(loaded->address());
   entry.object = std::move(loaded);
-  const MicroKernelFn function = entry.function;
+  void* const function = entry.function;
   cache->emplace(name, std::move(entry));
   return function;
 }
@@ -608,7 +988,16 @@ class JitProvider final : public MicroKernelProvider {
     // The driver asks for shapes derived from vectors(); if the JIT is unusable it got the
     // fallback above and this reports the JIT's error.
     if (absl::StatusOr<TargetVectors> host = HostVectors(); !host.ok()) return host.status();
-    return GetJitMicroKernel(dtype, shape, variant);
+    absl::StatusOr<void*> kernel = GetJitKernel(FloatKernel(dtype, shape, variant));
+    if (!kernel.ok()) return kernel.status();
+    return reinterpret_cast<MicroKernelFn>(*kernel);
+  }
+  absl::StatusOr<Int8MicroKernelFn> GetInt8(const KernelShape& shape,
+                                            const Int8EpilogueVariant& variant) const override {
+    if (absl::StatusOr<TargetVectors> host = HostVectors(); !host.ok()) return host.status();
+    absl::StatusOr<void*> kernel = GetJitKernel(Int8Kernel(shape, variant));
+    if (!kernel.ok()) return kernel.status();
+    return reinterpret_cast<Int8MicroKernelFn>(*kernel);
   }
 };
 
@@ -618,6 +1007,14 @@ std::string EmitMicroKernel(llvm::Module& module, ir::DType dtype, const KernelS
                             const EpilogueVariant& variant) {
   const std::string name = runtime::cpu::gemm_internal::MicroKernelName(dtype, shape, variant);
   KernelEmitter(module, dtype, shape, variant).Emit(name);
+  return name;
+}
+
+std::string EmitInt8MicroKernel(llvm::Module& module, const KernelShape& shape,
+                                const Int8EpilogueVariant& variant,
+                                const std::string& target_features) {
+  const std::string name = runtime::cpu::gemm_internal::Int8MicroKernelName(shape, variant);
+  Int8KernelEmitter(module, shape, variant, target_features).Emit(name);
   return name;
 }
 
@@ -659,7 +1056,16 @@ const MicroKernelProvider& JitMicroKernels() {
 
 absl::StatusOr<KernelText> GenerateKernelText(ir::DType dtype, const KernelShape& shape,
                                               const EpilogueVariant& variant) {
-  absl::StatusOr<Generated> generated = Generate(dtype, shape, variant, /*want_text=*/true);
+  absl::StatusOr<Generated> generated =
+      Generate(FloatKernel(dtype, shape, variant), /*want_text=*/true);
+  if (!generated.ok()) return generated.status();
+  return KernelText{generated->name, std::move(generated->code.llvm_ir),
+                    std::move(generated->code.assembly)};
+}
+
+absl::StatusOr<KernelText> GenerateInt8KernelText(const KernelShape& shape,
+                                                  const Int8EpilogueVariant& variant) {
+  absl::StatusOr<Generated> generated = Generate(Int8Kernel(shape, variant), /*want_text=*/true);
   if (!generated.ok()) return generated.status();
   return KernelText{generated->name, std::move(generated->code.llvm_ir),
                     std::move(generated->code.assembly)};
@@ -675,6 +1081,14 @@ absl::Status Gemm(const GemmParams& params, runtime::ThreadPool* pool) {
 
 absl::Status Conv(const ConvParams& params, runtime::ThreadPool* pool) {
   return runtime::cpu::ExecuteConv(params, gemm_internal::JitMicroKernels(), pool);
+}
+
+absl::Status Int8Gemm(const Int8GemmParams& params, runtime::ThreadPool* pool) {
+  return runtime::cpu::ExecuteInt8Gemm(params, gemm_internal::JitMicroKernels(), pool);
+}
+
+absl::Status Int8Conv(const Int8ConvParams& params, runtime::ThreadPool* pool) {
+  return runtime::cpu::ExecuteInt8Conv(params, gemm_internal::JitMicroKernels(), pool);
 }
 
 absl::StatusOr<GemmKernelInfo> DescribeGemmKernel(ir::DType dtype, const GemmEpilogue& epilogue,

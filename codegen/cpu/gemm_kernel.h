@@ -20,6 +20,8 @@ struct HostTarget;  // llvm_jit.h
 namespace kiln::codegen::cpu::gemm_internal {
 
 using runtime::cpu::gemm_internal::EpilogueVariant;
+using runtime::cpu::gemm_internal::Int8EpilogueVariant;
+using runtime::cpu::gemm_internal::Int8MicroKernelFn;
 using runtime::cpu::gemm_internal::KernelShape;
 using runtime::cpu::gemm_internal::MicroKernelFn;
 using runtime::cpu::gemm_internal::MicroKernelProvider;
@@ -41,11 +43,21 @@ const MicroKernelProvider& JitMicroKernels();
 std::string EmitMicroKernel(llvm::Module& module, ir::DType dtype, const KernelShape& shape,
                             const EpilogueVariant& variant);
 
+/// Adds the int8 micro-kernel for (shape, variant) to `module` (its triple set) as the external
+/// function Int8MicroKernelName(shape, variant), and returns that name. `target_features` is
+/// the subtarget feature string the module is compiled with ("+avx2,..."): x86's pmaddwd is used
+/// at the widths it has.
+std::string EmitInt8MicroKernel(llvm::Module& module, const KernelShape& shape,
+                                const Int8EpilogueVariant& variant,
+                                const std::string& target_features);
+
 /// Generates the kernel for the host without caching and returns its text.
 struct KernelText {
   std::string name, llvm_ir, assembly;
 };
 absl::StatusOr<KernelText> GenerateKernelText(ir::DType dtype, const KernelShape& shape,
                                               const EpilogueVariant& variant);
+absl::StatusOr<KernelText> GenerateInt8KernelText(const KernelShape& shape,
+                                                  const Int8EpilogueVariant& variant);
 
 }  // namespace kiln::codegen::cpu::gemm_internal

@@ -24,6 +24,7 @@
 #include "ir/printer.h"
 #include "passes/fusion.h"
 #include "runtime/cpu/contraction.h"
+#include "runtime/cpu/gemm_internal.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln::codegen::cpu {
@@ -58,6 +59,16 @@ bool GemmSupports(const ir::Node& node) {
           node.type.dtype == ir::DType::kBF16 || node.type.dtype == ir::DType::kF16);
 }
 
+// An integer matmul / conv {accumulate=i32} of u8, i8 or i16 operands: the int8 GEMM's.
+bool IsInt8Contraction(const ir::Graph& graph, const ir::Node& node) {
+  if ((node.op != ir::Op::kMatMul && node.op != ir::Op::kConv) ||
+      node.attrs.accumulate != ir::DType::kI32) {
+    return false;
+  }
+  return runtime::cpu::gemm_internal::IsInt8Operand(graph.node(node.inputs[0]).type.dtype) &&
+         runtime::cpu::gemm_internal::IsInt8Operand(graph.node(node.inputs[1]).type.dtype);
+}
+
 // The CPU backend's hooks on the shared graph compiler (codegen/graph_compiler.h): kernels go
 // through the LLVM JIT, f32/f64 matmuls and convolutions through the packed GEMM, copies through
 // runtime::CopyBytesKernel; Finish pairs donated buffers and builds the runtime::Executable.
@@ -86,7 +97,9 @@ class Compiler : public GraphCompiler {
 
   std::vector<runtime::Slot>& slots() override { return spec_.slots; }
 
-  bool RunsContraction(const ir::Node& root) const override { return GemmSupports(root); }
+  bool RunsContraction(const ir::Node& root) const override {
+    return GemmSupports(root) || IsInt8Contraction(graph(), root);
+  }
 
   // The GEMM's packing routines take any strides.
   bool ReadsTransposedOperands(const ir::Node&) const override { return true; }
@@ -184,15 +197,191 @@ class Compiler : public GraphCompiler {
       }
       current = id;
     }
-    // Every movement node of the group must be part of the bias chain.
+    if (!EpilogueCovers(group, chain, current)) return std::nullopt;
+    match.final = current;
+    return match;
+  }
+
+  // Whether an epilogue match that ends at `current` and read its operands through the movement
+  // nodes `chain` accounts for the whole group: every movement node is in the chain, and the
+  // group writes `current` alone.
+  bool EpilogueCovers(const FusionGroup& group, const std::vector<ir::NodeId>& chain,
+                      ir::NodeId current) const {
     for (const ir::NodeId id : group.nodes) {
       const ir::Op op = graph().node(id).op;
       if (id != group.root && (op == ir::Op::kReshape || op == ir::Op::kBroadcast) &&
           std::find(chain.begin(), chain.end(), id) == chain.end()) {
-        return std::nullopt;
+        return false;
       }
     }
-    if (group.outputs.size() != 1 || group.outputs[0] != current) return std::nullopt;
+    return group.outputs.size() == 1 && group.outputs[0] == current;
+  }
+
+  // The part of an int8 contraction group the int8 GEMM's epilogue computes in registers: the
+  // i32 result cast to f32, then elementwise f32 ops each reading the value so far and a scalar
+  // (a fill, or a one-element f32 constant), a per-row or per-column vector (as a bias is read:
+  // BiasSource), or nothing (round); optionally a final cast to u8 or i8. Each step is the same
+  // f32 operation as the node's, so the result is the graph's bit for bit.
+  // A vector step's operand: a materialized value of the vector's size, or the values of a
+  // constant of the output's shape that varies along the vector's axis only (the simplifier folds
+  // a broadcast of a small constant into such a constant).
+  struct Int8Vector {
+    ir::NodeId node = ir::kInvalidNode;
+    std::vector<float> values;
+  };
+  struct Int8Match {
+    runtime::cpu::Int8Epilogue epilogue;  // vectors unset: bound from `vectors` per run
+    std::vector<Int8Vector> vectors;      // each vector step's operand, in step order
+    ir::NodeId final = ir::kInvalidNode;
+  };
+
+  // The values along `axis` of constant `id` (of shape `out`, f32) when it holds nothing else:
+  // element i equals element (i's index along axis) of the returned vector.
+  std::optional<std::vector<float>> ConstantAlong(ir::NodeId id, const ir::Shape& out,
+                                                  size_t axis) const {
+    const ir::Node& node = graph().node(id);
+    if (node.op != ir::Op::kConstant || node.type.dtype != ir::DType::kF32 ||
+        node.type.shape != out) {
+      return std::nullopt;
+    }
+    const auto* values = reinterpret_cast<const float*>(node.attrs.literal->data());
+    int64_t inner = 1;
+    for (size_t d = axis + 1; d < out.size(); ++d) inner *= out[d];
+    const int64_t size = out[axis];
+    std::vector<float> vector(static_cast<size_t>(size));
+    for (int64_t i = 0; i < size; ++i) vector[static_cast<size_t>(i)] = values[i * inner];
+    for (int64_t i = 0; i < node.type.num_elements(); ++i) {
+      const float want = vector[static_cast<size_t>((i / inner) % size)];
+      if (std::memcmp(&values[i], &want, sizeof(float)) != 0) return std::nullopt;
+    }
+    return vector;
+  }
+
+  // The scalar `operand` reads everywhere, if it is one: a fill, or a broadcast / reshape of a
+  // one-element f32 constant.
+  std::optional<float> ScalarOperand(ir::NodeId operand, int g, std::vector<ir::NodeId>* chain) {
+    const ir::Node& node = graph().node(operand);
+    if (node.op == ir::Op::kFill)
+      return static_cast<float>(ir::RoundToDType(node.attrs.value, ir::DType::kF32));
+    std::vector<ir::NodeId> passed;
+    ir::NodeId id = operand;
+    while ((graph().node(id).op == ir::Op::kBroadcast || graph().node(id).op == ir::Op::kReshape) &&
+           plan().group_of[static_cast<size_t>(id)] == g && UseCount(id) == 1) {
+      passed.push_back(id);
+      id = graph().node(id).inputs[0];
+    }
+    const ir::Node& source = graph().node(id);
+    if (source.op != ir::Op::kConstant || source.type.dtype != ir::DType::kF32 ||
+        source.type.num_elements() != 1) {
+      return std::nullopt;
+    }
+    chain->insert(chain->end(), passed.begin(), passed.end());
+    return static_cast<float>(source.attrs.literal->GetDouble(0));
+  }
+
+  std::optional<Int8Match> MatchInt8Epilogue(int g) {
+    using runtime::cpu::Int8EpilogueOp;
+    using runtime::cpu::Int8Operand;
+    const FusionGroup& group = plan().groups[g];
+    const ir::Node& root = graph().node(group.root);
+    const bool is_conv = root.op == ir::Op::kConv;
+    const ir::Shape& out = root.type.shape;
+    Int8Match match;
+    std::vector<ir::NodeId> chain;
+    ir::NodeId current = group.root;
+    bool converted = false, narrowed = false;
+    for (const ir::NodeId id : group.nodes) {
+      const ir::Node& node = graph().node(id);
+      if (id == group.root || passes::IsRecomputedLeaf(node)) continue;
+      if (node.op == ir::Op::kReshape || node.op == ir::Op::kBroadcast) continue;  // checked below
+      if (narrowed || node.type.shape != out) return std::nullopt;
+      const int side = node.inputs[0] == current                             ? 0
+                       : node.inputs.size() > 1 && node.inputs[1] == current ? 1
+                                                                             : -1;
+      if (side < 0 || UseCount(current) != 1) return std::nullopt;
+      if (node.op == ir::Op::kCast) {
+        if (!converted && node.type.dtype == ir::DType::kF32) {
+          converted = true;
+        } else if (converted &&
+                   (node.type.dtype == ir::DType::kU8 || node.type.dtype == ir::DType::kI8)) {
+          narrowed = true;
+          match.epilogue.output = node.type.dtype;
+        } else {
+          return std::nullopt;
+        }
+        current = id;
+        continue;
+      }
+      if (!converted || node.type.dtype != ir::DType::kF32) return std::nullopt;
+      runtime::cpu::Int8EpilogueStep step;
+      if (node.op == ir::Op::kRound) {
+        step.op = Int8EpilogueOp::kRound;
+      } else {
+        if (node.inputs.size() != 2 || node.inputs[0] == node.inputs[1]) return std::nullopt;
+        const bool first = side == 0;
+        switch (node.op) {
+          case ir::Op::kAdd:
+            step.op = Int8EpilogueOp::kAdd;
+            break;
+          case ir::Op::kMul:
+            step.op = Int8EpilogueOp::kMul;
+            break;
+          case ir::Op::kSub:
+            step.op = first ? Int8EpilogueOp::kSub : Int8EpilogueOp::kSubFrom;
+            break;
+          case ir::Op::kDiv:
+            step.op = first ? Int8EpilogueOp::kDiv : Int8EpilogueOp::kDivInto;
+            break;
+          case ir::Op::kMax:
+            step.op = first ? Int8EpilogueOp::kMax : Int8EpilogueOp::kMaxFrom;
+            break;
+          case ir::Op::kMin:
+            step.op = first ? Int8EpilogueOp::kMin : Int8EpilogueOp::kMinFrom;
+            break;
+          default:
+            return std::nullopt;
+        }
+        const ir::NodeId other = node.inputs[1 - side];
+        if (std::optional<float> scalar = ScalarOperand(other, g, &chain)) {
+          step.operand = Int8Operand::kScalar;
+          step.scalar = *scalar;
+        } else {
+          // Per row (a matmul's M axis, a convolution's channels), else per column.
+          const size_t row_axis = is_conv ? 1 : out.size() - 2;
+          Int8Vector vector;
+          for (const auto& [kind, axis] :
+               {std::pair{Int8Operand::kRow, row_axis}, {Int8Operand::kColumn, out.size() - 1}}) {
+            if (kind == Int8Operand::kColumn && is_conv) break;
+            vector.node = BiasSource(other, g, axis, out[axis], &chain);
+            if (vector.node == ir::kInvalidNode) {
+              if (std::optional<std::vector<float>> v = ConstantAlong(other, out, axis)) {
+                vector.values = *std::move(v);
+              }
+            }
+            if (vector.node != ir::kInvalidNode || !vector.values.empty()) {
+              step.operand = kind;
+              break;
+            }
+          }
+          if (step.operand == Int8Operand::kNone) return std::nullopt;
+          if (vector.node != ir::kInvalidNode &&
+              graph().node(vector.node).type.dtype != ir::DType::kF32) {
+            return std::nullopt;
+          }
+          match.vectors.push_back(std::move(vector));
+        }
+      }
+      match.epilogue.steps.push_back(step);
+      current = id;
+    }
+    if (match.epilogue.steps.size() > static_cast<size_t>(runtime::cpu::kMaxInt8EpilogueSteps)) {
+      return std::nullopt;
+    }
+    if (current != group.root && !narrowed) {
+      if (!converted) return std::nullopt;
+      match.epilogue.output = ir::DType::kF32;
+    }
+    if (!EpilogueCovers(group, chain, current)) return std::nullopt;
     match.final = current;
     return match;
   }
@@ -315,6 +504,7 @@ class Compiler : public GraphCompiler {
         return GroupError(g, shape.status());
       }
     }
+    if (IsInt8Contraction(graph(), root)) return CompileInt8Contraction(g, std::move(step_desc));
 
     bool has_epilogue = HasEpilogue(group);
     // A bias add and/or relu runs in the GEMM's registers on each finished tile; anything else
@@ -349,14 +539,105 @@ class Compiler : public GraphCompiler {
       result_slot = NewArenaSlot(root, absl::StrCat("%", group.root, " (gemm result)"));
     }
 
-    const ContractionStep* desc_ptr = step_desc.get();
+    std::vector<int> extra_slots;
+    if (bias_slot >= 0) extra_slots.push_back(bias_slot);
+    if (absl::Status s = AppendContractionStep(g, std::move(step_desc), result_slot, extra_slots);
+        !s.ok()) {
+      return s;
+    }
+    if (!has_epilogue) return absl::OkStatus();
+    return CompileEpilogue(g, result_slot);
+  }
+
+  // An int8 matmul / conv {accumulate=i32} through the int8 GEMM: `desc` holds its geometry in
+  // gemm / conv, moved into int8_gemm / int8_conv here with the operand dtypes and the epilogue
+  // MatchInt8Epilogue finds (or none: the i32 result, and the group's rest as a kernel over it).
+  absl::Status CompileInt8Contraction(int g, std::unique_ptr<ContractionStep> desc) {
+    const FusionGroup& group = plan().groups[g];
+    const ir::Node& root = graph().node(group.root);
+    const ir::DType lhs = graph().node(root.inputs[0]).type.dtype;
+    const ir::DType rhs = graph().node(root.inputs[1]).type.dtype;
+    desc->is_int8 = true;
+    runtime::cpu::Int8Epilogue* epilogue;
+    if (desc->is_conv) {
+      desc->int8_conv.input_dtype = lhs;
+      desc->int8_conv.weight_dtype = rhs;
+      desc->int8_conv.conv = desc->conv;
+      desc->int8_conv.conv.dtype = ir::DType::kF32;  // unused: the operand dtypes say it
+      epilogue = &desc->int8_conv.epilogue;
+    } else {
+      runtime::cpu::Int8GemmParams& q = desc->int8_gemm;
+      const GemmParams& p = desc->gemm;
+      q.a_dtype = lhs;
+      q.b_dtype = rhs;
+      q.batch = p.batch;
+      q.m = p.m;
+      q.n = p.n;
+      q.k = p.k;
+      q.a = p.a;
+      q.b = p.b;
+      q.c = p.c;
+      epilogue = &q.epilogue;
+    }
+    const bool has_epilogue = HasEpilogue(group);
+    std::optional<Int8Match> match = MatchInt8Epilogue(g);
+    int result_slot;
+    std::vector<int> vector_slots;
+    if (match.has_value()) {
+      *epilogue = match->epilogue;
+      for (const Int8Vector& v : match->vectors) {
+        if (v.node != ir::kInvalidNode) {
+          vector_slots.push_back(SlotFor(v.node));
+          continue;
+        }
+        std::vector<std::byte> bytes(v.values.size() * sizeof(float));
+        std::memcpy(bytes.data(), v.values.data(), bytes.size());
+        vector_slots.push_back(AddSlot(runtime::Slot::Constant(std::move(bytes))));
+      }
+      result_slot = SlotFor(match->final);
+      if (has_epilogue) {
+        std::string steps;
+        for (const runtime::cpu::Int8EpilogueStep& step : epilogue->steps) {
+          absl::StrAppend(&steps, steps.empty() ? "" : ", ",
+                          runtime::cpu::Int8EpilogueOpName(step.op), " ",
+                          runtime::cpu::Int8OperandName(step.operand));
+        }
+        AddFusionNote(absl::StrCat("gemm: group ", g, " int8 epilogue in registers (", steps,
+                                   "; output ", ir::DTypeName(epilogue->output), ")"));
+      }
+    } else {
+      // The i32 sums into the root's slot (or a temporary), the rest of the group after them.
+      epilogue->output = ir::DType::kI32;
+      result_slot =
+          std::find(group.outputs.begin(), group.outputs.end(), group.root) != group.outputs.end()
+              ? SlotFor(group.root)
+              : NewArenaSlot(root, absl::StrCat("%", group.root, " (int8 gemm result)"));
+    }
+    if (absl::Status s = AppendContractionStep(g, std::move(desc), result_slot, vector_slots);
+        !s.ok()) {
+      return s;
+    }
+    if (match.has_value() || !has_epilogue) return absl::OkStatus();
+    return CompileEpilogue(g, result_slot);
+  }
+
+  // The contraction step of group g: `desc` kept alive and bound through a descriptor slot, its
+  // operands (materialized first when they are recomputed leaves), `result_slot` written,
+  // `extra_slots` (a bias, an int8 epilogue's vectors) read after the descriptor.
+  absl::Status AppendContractionStep(int g, std::unique_ptr<ContractionStep> desc, int result_slot,
+                                     const std::vector<int>& extra_slots) {
+    const FusionGroup& group = plan().groups[g];
+    const ir::Node& root = graph().node(group.root);
+    const ir::NodeId lhs = OperandSource(root.inputs[0]), rhs = OperandSource(root.inputs[1]);
+    const bool int8 = desc->is_int8;
+    const ContractionStep* desc_ptr = desc.get();
     std::vector<std::byte> desc_bytes(sizeof(desc_ptr));
     std::memcpy(desc_bytes.data(), &desc_ptr, sizeof(desc_ptr));
     const int desc_slot = AddSlot(runtime::Slot::Constant(std::move(desc_bytes)));
-    keep_alive_.contractions.push_back(std::move(step_desc));
+    keep_alive_.contractions.push_back(std::move(desc));
 
     // The GEMM needs a buffer for each operand (a recomputed leaf has none yet).
-    for (const ir::NodeId operand : {operand_source(lhs), operand_source(rhs)}) {
+    for (const ir::NodeId operand : {lhs, rhs}) {
       if (absl::Status s = MaterializeRecomputedLeaf(g, operand); !s.ok()) return s;
     }
 
@@ -364,19 +645,18 @@ class Compiler : public GraphCompiler {
     step.fn = ContractionKernel;
     step.parallel_extent = 1;
     step.grain = 1;
-    step.name = absl::StrCat(root.op == ir::Op::kMatMul ? "gemm_" : "conv_", group.root);
-    const int lhs_slot = SlotFor(operand_source(lhs)), rhs_slot = SlotFor(operand_source(rhs));
+    step.name = absl::StrCat(int8 ? "int8_" : "", root.op == ir::Op::kMatMul ? "gemm_" : "conv_",
+                             group.root);
+    const int lhs_slot = SlotFor(lhs), rhs_slot = SlotFor(rhs);
     step.slot_args = {lhs_slot, rhs_slot, result_slot, desc_slot};
     std::vector<int> reads = {lhs_slot, rhs_slot};
-    if (bias_slot >= 0) {
-      step.slot_args.push_back(bias_slot);
-      reads.push_back(bias_slot);
+    for (const int slot : extra_slots) {
+      step.slot_args.push_back(slot);
+      reads.push_back(slot);
     }
     ++num_gemm_steps_;
     AddStep(std::move(step), reads, {result_slot});
-
-    if (!has_epilogue) return absl::OkStatus();
-    return CompileEpilogue(g, result_slot);
+    return absl::OkStatus();
   }
 
   absl::Status AppendCopy(ir::NodeId value, int source_slot, int output_slot) override {

@@ -906,12 +906,15 @@ absl::StatusOr<std::string> Writer::EmitNode(NodeId id) {
       }
       iters.push_back("reduction");
       const std::string init = FillTensor(Identity(Op::kMatMul, d), d, type);
+      // An integer matmul {accumulate} extends its operands to the result type.
+      const DType ad = in_type(0).dtype, bd = in_type(1).dtype;
       return Generic(
-          {{in(0), TensorType(in_type(0)), Map(dims, a_e), d},
-           {in(1), TensorType(in_type(1)), Map(dims, b_e), d}},
+          {{in(0), TensorType(in_type(0)), Map(dims, a_e), ad},
+           {in(1), TensorType(in_type(1)), Map(dims, b_e), bd}},
           {{init, type, Map(dims, o_e), d}}, iters, [&](const std::vector<std::string>& a) {
             const bool f = ir::IsFloat(d);
-            const std::string p = Bin(f ? "arith.mulf" : "arith.muli", a[0], a[1], d);
+            const std::string p = Bin(f ? "arith.mulf" : "arith.muli", ScalarCast(a[0], ad, d),
+                                      ScalarCast(a[1], bd, d), d);
             return std::vector<std::string>{Bin(f ? "arith.addf" : "arith.addi", a[2], p, d)};
           })[0];
     }
@@ -920,6 +923,8 @@ absl::StatusOr<std::string> Writer::EmitNode(NodeId id) {
     case Op::kWindowMax: {
       const bool conv = n.op == Op::kConv;
       const ir::TensorType& xt = in_type(0);
+      // An integer conv {accumulate} reads operands narrower than its result type d.
+      const DType xd = xt.dtype, wd = conv ? in_type(1).dtype : d;
       const size_t spatial = conv ? rank - 2 : rank;
       const size_t first = conv ? 2 : 0;  // first windowed axis of x
       std::string x = in(0);
@@ -937,12 +942,12 @@ absl::StatusOr<std::string> Writer::EmitNode(NodeId id) {
           any |= f != 1;
         }
         if (any) {
-          const std::string zeros = FillTensor(Const(d, 0), d, TensorType(d, dilated));
+          const std::string zeros = FillTensor(Const(xd, 0), xd, TensorType(xd, dilated));
           std::vector<int64_t> offsets(rank, 0);
           x = S(absl::StrCat("tensor.insert_slice ", x, " into ", zeros, "[",
                              absl::StrJoin(offsets, ", "), "] [", absl::StrJoin(xt.shape, ", "),
                              "] [", absl::StrJoin(strides, ", "), "] : ", TensorType(xt), " into ",
-                             TensorType(d, dilated)));
+                             TensorType(xd, dilated)));
           cur.shape = dilated;
         }
       }
@@ -952,7 +957,7 @@ absl::StatusOr<std::string> Writer::EmitNode(NodeId id) {
         high[first + i] = get(at.high, i, 0);
       }
       ir::Shape padded;
-      const std::string pad_value = Identity(conv ? Op::kConv : n.op, d);
+      const std::string pad_value = Identity(conv ? Op::kConv : n.op, xd);
       x = PadTensor(x, cur, low, high, pad_value, &padded);
       cur.shape = padded;
       // Loop dims: output dims, then (conv) input channel, then the window dims.
@@ -994,13 +999,15 @@ absl::StatusOr<std::string> Writer::EmitNode(NodeId id) {
       const std::string init =
           FillTensor(Identity(n.op == Op::kWindowMax ? n.op : Op::kConv, d), d, type);
       return Generic(
-          {{x, TensorType(cur), Map(dims, x_e), d}, {w, w_type, Map(dims, w_e), d}},
+          {{x, TensorType(cur), Map(dims, x_e), xd}, {w, w_type, Map(dims, w_e), wd}},
           {{init, type, Map(dims, o_e), d}}, iters, [&](const std::vector<std::string>& a) {
             const bool f = ir::IsFloat(d);
             if (n.op == Op::kWindowMax) {
               return std::vector<std::string>{MaxMin(true, a[2], a[0], d)};
             }
-            const std::string v = conv ? Bin(f ? "arith.mulf" : "arith.muli", a[0], a[1], d) : a[0];
+            const std::string v = conv ? Bin(f ? "arith.mulf" : "arith.muli",
+                                             ScalarCast(a[0], xd, d), ScalarCast(a[1], wd, d), d)
+                                       : a[0];
             return std::vector<std::string>{Bin(f ? "arith.addf" : "arith.addi", a[2], v, d)};
           })[0];
     }

@@ -28,9 +28,11 @@ int main(int argc, char** argv) {
                  kiln::nn::Conv2dConfig(32, 64, {3, 3}).init<B>(device),
                  kiln::nn::LinearConfig(1600, 128).init<B>(device),
                  kiln::nn::LinearConfig(128, 10).init<B>(device)};
-    fashion_mnist::Train<B>(model, flags, [](const Cnn<B>& m, const kiln::Tensor<B, 3>& images) {
+    const auto to_logits = [](const Cnn<B>& m, const kiln::Tensor<B, 3>& images) {
       return m.forward(images.unsqueeze<1>());
-    });
+    };
+    fashion_mnist::Train<B>(model, flags, to_logits);
+    if (flags.int8) fashion_mnist::EvaluateInt8<B>(model, flags, to_logits);
   } catch (const kiln::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

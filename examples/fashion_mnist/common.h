@@ -5,6 +5,8 @@
 
 #include <kiln/kiln.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -13,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 // Built with kiln_dist (MPI found): --ddp trains data-parallel over the ranks mpirun starts.
 #if KILN_HAVE_DIST
@@ -40,6 +43,11 @@ struct Flags {
   bool ddp = false;
   /// f32, bf16 (autocast) or f16 (autocast and loss scaling): LearnerConfig::with_precision.
   kiln::amp::Precision precision = kiln::amp::Precision::kF32;
+  /// After training: quantize the model to int8 (kiln::quant::quantize), compare its test
+  /// accuracy and inference time with the f32 model's (EvaluateInt8).
+  bool int8 = false;
+  /// The batch EvaluateInt8 times inference at (0: batch_size).
+  int64_t infer_batch = 0;
 };
 
 /// Parses --epochs N, --batch-size N, --lr X, --seed N, --workers N, --dir D, --data-dir D,
@@ -47,12 +55,15 @@ struct Flags {
 inline Flags ParseFlags(int argc, char** argv, Flags defaults) {
   Flags flags = defaults;
   const auto usage = [&](const std::string& problem) {
-    std::cerr << argv[0] << ": " << problem << "\n"
-              << "usage: " << argv[0]
-              << " [--epochs N] [--batch-size N] [--lr X] [--seed N] [--workers N] [--dir DIR]"
-                 " [--data-dir DIR] [--precision f32|bf16|f16] [--ddp]\n"
-              << "  --ddp: data-parallel on the processes of `mpirun -np R " << argv[0]
-              << " --ddp`; --batch-size is the global batch (batch-size / R per rank)\n";
+    std::cerr
+        << argv[0] << ": " << problem << "\n"
+        << "usage: " << argv[0]
+        << " [--epochs N] [--batch-size N] [--lr X] [--seed N] [--workers N] [--dir DIR]"
+           " [--data-dir DIR] [--precision f32|bf16|f16] [--ddp] [--int8 [--infer-batch N]]\n"
+        << "  --int8: after training, quantize to int8 and compare test accuracy and inference"
+           " time at --infer-batch (default --batch-size) with f32\n"
+        << "  --ddp: data-parallel on the processes of `mpirun -np R " << argv[0]
+        << " --ddp`; --batch-size is the global batch (batch-size / R per rank)\n";
     std::exit(2);
   };
   for (int i = 1; i < argc; ++i) {
@@ -60,6 +71,10 @@ inline Flags ParseFlags(int argc, char** argv, Flags defaults) {
     if (arg == "--help" || arg == "-h") usage("train on Fashion-MNIST with kiln's CPU backend");
     if (arg == "--ddp") {
       flags.ddp = true;
+      continue;
+    }
+    if (arg == "--int8") {
+      flags.int8 = true;
       continue;
     }
     if (i + 1 >= argc) usage("missing value after " + std::string(arg));
@@ -79,6 +94,8 @@ inline Flags ParseFlags(int argc, char** argv, Flags defaults) {
         flags.dir = value;
       } else if (arg == "--data-dir") {
         flags.data_dir = value;
+      } else if (arg == "--infer-batch") {
+        flags.infer_batch = std::stoll(value);
       } else if (arg == "--precision") {
         const std::optional<kiln::amp::Precision> precision = kiln::amp::ParsePrecision(value);
         if (!precision) usage("--precision takes f32, bf16 or f16, not " + value);
@@ -205,6 +222,82 @@ double Train(Model& model, const Flags& flags, ToLogits to_logits) {
               << "/metrics.csv, " << flags.dir << "/metrics.svg\n";
   }
   return accuracy;
+}
+
+/// The fraction of `loader`'s examples whose argmax of to_logits(model, images) is the label.
+template <class B, class Model, class ToLogits>
+double TestAccuracy(const Model& model, kiln::data::DataLoader& loader, ToLogits to_logits) {
+  typename B::Device device;
+  int64_t right = 0, total = 0;
+  for (kiln::data::Batch& batch : loader.epoch(0)) {
+    const std::vector<int64_t> predicted =
+        to_logits(model, batch.inputs_as<B, 3, kiln::Float>(device))
+            .argmax(1)
+            .template to_vector<int64_t>();
+    const std::vector<int64_t> labels =
+        batch.targets_as<B, 1, kiln::Int>(device).template to_vector<int64_t>();
+    for (size_t i = 0; i < labels.size(); ++i) right += predicted[i] == labels[i];
+    total += static_cast<int64_t>(labels.size());
+  }
+  return total == 0 ? 0.0 : static_cast<double>(right) / static_cast<double>(total);
+}
+
+/// Milliseconds per call of to_logits(model, images) realized: the best of 5 rounds of at least
+/// 0.2 s each, after one call that compiles.
+template <class B, class Model, class ToLogits>
+double InferenceMs(const Model& model, const kiln::Tensor<B, 3>& images, ToLogits to_logits) {
+  using Clock = std::chrono::steady_clock;
+  auto call = [&] { to_logits(model, images).template to_vector<float>(); };
+  call();
+  double best = 1e300;
+  for (int round = 0; round < 5; ++round) {
+    int64_t calls = 0;
+    const auto start = Clock::now();
+    double elapsed = 0;
+    do {
+      call();
+      ++calls;
+      elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    } while (elapsed < 0.2);
+    best = std::min(best, 1e3 * elapsed / static_cast<double>(calls));
+  }
+  return best;
+}
+
+/// --int8: quantizes `model` with kiln::quant::quantize (calibrated on 8 shuffled training
+/// batches of flags.batch_size, min-max), then prints the f32 and int8 test accuracies and
+/// inference times per batch of flags.infer_batch (the Fashion-MNIST test images), and returns
+/// the int8 accuracy.
+template <class B, class Model, class ToLogits>
+double EvaluateInt8(const Model& model, const Flags& flags, ToLogits to_logits) {
+  typename B::Device device;
+  const auto train_images = kiln::data::FashionMnist::train(flags.data_dir);
+  const PixelStats stats = ComputePixelStats(*train_images);
+  auto calibration = kiln::data::DataLoaderConfig(flags.batch_size)
+                         .with_shuffle(flags.seed)
+                         .init(Prepare(train_images, stats));
+  auto test_set = Prepare(kiln::data::FashionMnist::test(flags.data_dir), stats);
+  auto test_loader = kiln::data::DataLoaderConfig(1000).init(test_set);
+  const Model int8_model = kiln::quant::quantize(
+      model, calibration,
+      [&](const Model& m, const kiln::data::Batch& batch) {
+        return to_logits(m, batch.inputs_as<B, 3, kiln::Float>(device));
+      },
+      kiln::quant::QuantConfig().with_batches(8));
+  const double f32_accuracy = TestAccuracy<B>(model, test_loader, to_logits);
+  const double int8_accuracy = TestAccuracy<B>(int8_model, test_loader, to_logits);
+  std::cout << "int8: calibrated on 8 training batches of " << flags.batch_size
+            << " (min-max); test accuracy f32 " << f32_accuracy << ", int8 " << int8_accuracy
+            << " (drop " << 100.0 * (f32_accuracy - int8_accuracy) << " points)\n";
+  const int64_t batch = flags.infer_batch > 0 ? flags.infer_batch : flags.batch_size;
+  auto timing_loader = kiln::data::DataLoaderConfig(batch).init(test_set);
+  const auto images =
+      timing_loader.epoch(0).begin().operator*().template inputs_as<B, 3, kiln::Float>(device);
+  const double f32_ms = InferenceMs<B>(model, images, to_logits);
+  const double int8_ms = InferenceMs<B>(int8_model, images, to_logits);
+  std::cout << "inference, batch " << batch << ": f32 " << f32_ms << " ms, int8 " << int8_ms
+            << " ms (int8 " << f32_ms / int8_ms << "x as fast)\n";
+  return int8_accuracy;
 }
 
 }  // namespace fashion_mnist

@@ -29,9 +29,11 @@ int main(int argc, char** argv) {
     Mlp<B> model{kiln::nn::LinearConfig(784, 512).with_initializer(he).init<B>(device),
                  kiln::nn::LinearConfig(512, 256).with_initializer(he).init<B>(device),
                  kiln::nn::LinearConfig(256, 10).with_initializer(he).init<B>(device)};
-    fashion_mnist::Train<B>(model, flags, [](const Mlp<B>& m, const kiln::Tensor<B, 3>& images) {
+    const auto to_logits = [](const Mlp<B>& m, const kiln::Tensor<B, 3>& images) {
       return m.forward(images.reshape<2>({images.dim(0), 784}));
-    });
+    };
+    fashion_mnist::Train<B>(model, flags, to_logits);
+    if (flags.int8) fashion_mnist::EvaluateInt8<B>(model, flags, to_logits);
   } catch (const kiln::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

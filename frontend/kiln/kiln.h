@@ -24,6 +24,7 @@
 #include "frontend/optim/clip.h"
 #include "frontend/optim/optimizer.h"
 #include "frontend/optim/scheduler.h"
+#include "frontend/quant/quantize.h"
 #include "frontend/random.h"
 #include "frontend/tensor.h"
 #include "frontend/trace.h"

@@ -20,6 +20,7 @@
 #include "frontend/module.h"
 #include "frontend/nn/conv_ops.h"
 #include "frontend/nn/init.h"
+#include "frontend/quant/int8_layer.h"
 #include "frontend/tensor.h"
 
 namespace kiln::nn {
@@ -125,14 +126,21 @@ struct Conv {
   Tensor<B, D + 2> weight;
   std::optional<Tensor<B, 1>> bias;
   ConvOptions options;
+  /// Set by kiln::quant::quantize(): forward() then runs int8 inference (frontend/quant/).
+  std::optional<quant::Int8Layer<B, D + 2>> int8 = std::nullopt;
 
-  KILN_MODULE(Conv, weight, bias);
+  KILN_MODULE(Conv, weight, bias, int8);
 
   Tensor<B, D + 2> forward(const Tensor<B, D + 2>& x,
                            std::source_location loc = std::source_location::current()) const {
+    const char* name = D == 1 ? "Conv1d" : "Conv2d";
+    if (int8) {
+      return Tensor<B, D + 2>(
+          quant::detail::Int8ConvForward(x.ref(), weight.ref(), detail::RefOr(bias),
+                                         detail::ToConvArgs(options), int8->state(), name, loc));
+    }
     return Tensor<B, D + 2>(detail::ConvForward(x.ref(), weight.ref(), detail::RefOr(bias),
-                                                detail::ToConvArgs(options),
-                                                D == 1 ? "Conv1d" : "Conv2d", loc));
+                                                detail::ToConvArgs(options), name, loc));
   }
 };
 template <class B>

@@ -85,12 +85,8 @@ int64_t OutSize(int64_t in, int64_t window, int64_t stride, int64_t low, int64_t
 
 }  // namespace
 
-TensorRef ConvForward(const TensorRef& x_in, const TensorRef& weight_in, const TensorRef& bias,
-                      const ConvArgs& args, const char* name, const Loc& loc) {
-  const TensorRef x = kiln::detail::AutocastToLow(x_in, name, loc);
-  const TensorRef weight = kiln::detail::AutocastToLow(weight_in, name, loc);
-  const ir::TensorType& tx = TypeOf(x);
-  const ir::TensorType& tw = TypeOf(weight);
+ir::Attrs ConvAttrs(const ir::TensorType& tx, const ir::TensorType& tw, const ConvArgs& args,
+                    const char* name, const Loc& loc) {
   CheckInput(tx, tw.rank(), name, {tx, tw}, loc);
   const size_t spatial = static_cast<size_t>(tw.rank() - 2);
   const int64_t groups = args.groups;
@@ -118,6 +114,15 @@ TensorRef ConvForward(const TensorRef& x_in, const TensorRef& weight_in, const T
           {tx, tw}, loc);
     }
   }
+  return attrs;
+}
+
+TensorRef ConvForward(const TensorRef& x_in, const TensorRef& weight_in, const TensorRef& bias,
+                      const ConvArgs& args, const char* name, const Loc& loc) {
+  const TensorRef x = kiln::detail::AutocastToLow(x_in, name, loc);
+  const TensorRef weight = kiln::detail::AutocastToLow(weight_in, name, loc);
+  const ir::TensorType& tw = TypeOf(weight);
+  ir::Attrs attrs = ConvAttrs(TypeOf(x), tw, args, name, loc);
   TensorRef y = kiln::detail::Prim(ir::Op::kConv, {x, weight}, name, loc, std::move(attrs));
   return AddChannelBias(y, bias, tw.shape[0], name, loc);
 }

@@ -22,6 +22,11 @@ struct ConvArgs {
   int64_t groups = 1;
 };
 
+/// The IR conv attributes of torch's conv{1,2,3}d of x (a float input) and weight, after its
+/// checks (rank, channels and groups, the kernel fitting); throws kiln::Error naming `name`.
+ir::Attrs ConvAttrs(const ir::TensorType& tx, const ir::TensorType& tw, const ConvArgs& args,
+                    const char* name, const Loc& loc);
+
 /// torch.nn.functional.conv{1,2,3}d: x [N, C, s...], weight [O, C / groups, k...], bias [O] or
 /// null.
 TensorRef ConvForward(const TensorRef& x, const TensorRef& weight, const TensorRef& bias,

@@ -11,6 +11,7 @@
 
 #include "frontend/module.h"
 #include "frontend/nn/init.h"
+#include "frontend/quant/int8_layer.h"
 #include "frontend/tensor.h"
 
 namespace kiln::nn {
@@ -34,14 +35,20 @@ struct Linear {
   Tensor<B, 2> weight;
   /// [d_output], absent when the config says with_bias(false).
   std::optional<Tensor<B, 1>> bias;
+  /// Set by kiln::quant::quantize(): forward() then runs int8 inference (frontend/quant/).
+  std::optional<quant::Int8Layer<B, 2>> int8 = std::nullopt;
 
-  KILN_MODULE(Linear, weight, bias);
+  KILN_MODULE(Linear, weight, bias, int8);
 
   /// Any rank >= 1; leading dims are kept.
   template <int R>
   Tensor<B, R> forward(const Tensor<B, R>& x,
                        std::source_location loc = std::source_location::current()) const {
     static_assert(R >= 1, "kiln: Linear::forward needs an input of rank >= 1");
+    if (int8) {
+      return Tensor<B, R>(quant::detail::Int8LinearForward(
+          x.ref(), weight.ref(), bias ? bias->ref() : nullptr, int8->state(), loc));
+    }
     return Tensor<B, R>(
         detail::LinearForward(x.ref(), weight.ref(), bias ? bias->ref() : nullptr, loc));
   }

@@ -102,10 +102,13 @@ constexpr ExportRule kRules[] = {
     {Op::kGather, "GatherElements", "u8 indices cast to i64"},
     {Op::kScatterAdd, "ScatterElements (reduction=add)",
      "u8 indices cast to i64; f16/bf16 accumulate in f32"},
-    {Op::kMatMul, "MatMul", "u8 multiplied in i32, then Mod 256"},
-    {Op::kConv, "Conv",
+    {Op::kMatMul, "MatMul; accumulate: MatMulInteger",
+     "u8 multiplied in i32, then Mod 256; accumulate=i32 of u8/i8 operands is MatMulInteger, "
+     "other integer operands widen (Cast) to an i32/i64 accumulator for MatMul"},
+    {Op::kConv, "Conv; accumulate: ConvInteger",
      "input_dilation: Unsqueeze + Pad + Reshape + Slice per axis before the Conv; bf16 in f32; "
-     "i32/u8 in f64 (exact below 2^53); i64 unsupported"},
+     "i32/u8 in f64 (exact below 2^53); i64 unsupported; accumulate=i32 of u8/i8 operands is "
+     "ConvInteger"},
     {Op::kWindowSum, "Transpose/Reshape to [rows, 1, windowed axes...] + Conv with a ones kernel",
      "bf16 in f32; i32/u8 in f64 (exact below 2^53); i64 unsupported"},
     {Op::kWindowMax, "Transpose/Reshape as window_sum + Pad (lowest value) + MaxPool",
@@ -380,6 +383,7 @@ class Exporter {
   absl::StatusOr<std::string> EmitDiv(const ir::Node& n, const std::string& out);
   absl::StatusOr<std::string> EmitMod(const ir::Node& n, const std::string& out);
   absl::StatusOr<std::string> EmitConv(const ir::Node& n, const std::string& out);
+  absl::StatusOr<std::string> EmitIntegerMatMul(const ir::Node& n, const std::string& out);
   absl::StatusOr<std::string> EmitWindow(const ir::Node& n, const std::string& out);
   std::string Dilate(const std::string& x, ir::Shape& shape, int64_t axis, int64_t factor, DType d);
 
@@ -509,18 +513,38 @@ std::string Exporter::Dilate(const std::string& x, ir::Shape& shape, int64_t axi
   return Node("Slice", {v, I64s({0}), I64s({dilated}), I64s({axis})});
 }
 
+bool IsInt8(DType d) { return d == DType::kU8 || d == DType::kI8; }
+
+absl::StatusOr<std::string> Exporter::EmitIntegerMatMul(const ir::Node& n, const std::string& out) {
+  const DType d = n.type.dtype, a = Type(n.inputs[0]).dtype, b = Type(n.inputs[1]).dtype;
+  if (d == DType::kI32 && IsInt8(a) && IsInt8(b)) {
+    return Node("MatMulInteger", {Name(n.inputs[0]), Name(n.inputs[1])}, out);
+  }
+  // Other operands widen exactly to the accumulator, which ONNX MatMul must take.
+  if (d != DType::kI32 && d != DType::kI64) {
+    return Unsupported(absl::StrCat("MatMul does not accumulate in ", ir::DTypeName(d)));
+  }
+  return Node("MatMul", {RawCast(Name(n.inputs[0]), a, d), RawCast(Name(n.inputs[1]), b, d)}, out);
+}
+
 absl::StatusOr<std::string> Exporter::EmitConv(const ir::Node& n, const std::string& out) {
   const DType d = n.type.dtype;
-  std::optional<DType> c = ComputeType(d, kFloat16Up);
+  // conv {accumulate=i32} of u8/i8 operands is ConvInteger (no zero points): no casts.
+  const bool integer = n.attrs.accumulate.has_value();
+  const DType x_d = Type(n.inputs[0]).dtype, w_d = Type(n.inputs[1]).dtype;
+  if (integer && !(d == DType::kI32 && IsInt8(x_d) && IsInt8(w_d))) {
+    return Unsupported("ConvInteger takes u8/i8 operands and accumulates in i32");
+  }
+  std::optional<DType> c = integer ? std::optional<DType>(d) : ComputeType(d, kFloat16Up);
   if (!c || d == DType::kI64) return Unsupported("ONNX Conv takes floats; i64 has no exact float");
-  std::string x = RawCast(Name(n.inputs[0]), d, *c);
-  const std::string w = RawCast(Name(n.inputs[1]), d, *c);
+  std::string x = integer ? Name(n.inputs[0]) : RawCast(Name(n.inputs[0]), d, *c);
+  const std::string w = integer ? Name(n.inputs[1]) : RawCast(Name(n.inputs[1]), d, *c);
   ir::Shape shape = Type(n.inputs[0]).shape;
   const size_t spatial = shape.size() - 2;
   const ir::Attrs& at = n.attrs;
   for (size_t i = 0; i < at.input_dilation.size(); ++i) {
     if (at.input_dilation[i] > 1) {
-      x = Dilate(x, shape, static_cast<int64_t>(i + 2), at.input_dilation[i], *c);
+      x = Dilate(x, shape, static_cast<int64_t>(i + 2), at.input_dilation[i], integer ? x_d : *c);
     }
   }
   auto per_axis = [&](const std::vector<int64_t>& v, int64_t def) {
@@ -530,13 +554,14 @@ absl::StatusOr<std::string> Exporter::EmitConv(const ir::Node& n, const std::str
   const std::vector<int64_t> high = per_axis(at.high, 0);
   pads.insert(pads.end(), high.begin(), high.end());
   std::vector<int64_t> kernel(Type(n.inputs[1]).shape.begin() + 2, Type(n.inputs[1]).shape.end());
-  const std::string r = Node("Conv", {x, w}, *c == d ? out : "", [&](pb::NodeProto& p) {
-    IntsAttr(p, "kernel_shape", kernel);
-    IntsAttr(p, "strides", per_axis(at.strides, 1));
-    IntsAttr(p, "pads", pads);
-    IntsAttr(p, "dilations", per_axis(at.dilation, 1));
-    IntAttr(p, "group", at.groups);
-  });
+  const std::string r =
+      Node(integer ? "ConvInteger" : "Conv", {x, w}, *c == d ? out : "", [&](pb::NodeProto& p) {
+        IntsAttr(p, "kernel_shape", kernel);
+        IntsAttr(p, "strides", per_axis(at.strides, 1));
+        IntsAttr(p, "pads", pads);
+        IntsAttr(p, "dilations", per_axis(at.dilation, 1));
+        IntAttr(p, "group", at.groups);
+      });
   return *c == d ? r : FromCompute(r, *c, d, out);
 }
 
@@ -637,6 +662,8 @@ absl::StatusOr<std::string> Exporter::EmitNode(NodeId id, const std::string& out
   auto simple = [&](const char* op_type, DTypeSet allowed) {
     return Compute(op_type, ins, d, allowed, out);
   };
+  if (n.op == Op::kMatMul && at.accumulate.has_value()) return EmitIntegerMatMul(n, out);
+  if (n.op == Op::kConv && at.accumulate.has_value()) return EmitConv(n, out);
   // The exporter's wrap-around and range rules are written for u8, i32 and i64 (the dtypes the
   // integer ops of ONNX Runtime's CPU provider cover); the other integer dtypes only travel
   // through ops that move or convert elements.

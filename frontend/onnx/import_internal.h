@@ -133,6 +133,25 @@ class Importer {
   /// The value of a node when it is known at import time (constant, fill or iota leaves).
   std::optional<ir::TensorData> KnownValue(ir::NodeId id);
 
+  /// What a DequantizeLinear of 8-bit integers computed an output from, (x - zero_point) *
+  /// scale, so that a MatMul or Conv reading it can run as an integer contraction (QDQ models).
+  struct Dequantized {
+    ir::NodeId x = ir::kInvalidNode;           // u8 or i8
+    ir::NodeId scale = ir::kInvalidNode;       // f32: scalar, or 1-D along `axis` of x
+    ir::NodeId zero_point = ir::kInvalidNode;  // x's dtype, shaped as scale; or none
+    int64_t axis = 0;
+  };
+  void SetDequantized(const ::onnx::NodeProto& node, int i, Dequantized value) {
+    if (HasOutput(node, i)) dequantized_[node.output(i)] = value;
+  }
+  /// The Dequantized record of input i, or null when it was not made by such a
+  /// DequantizeLinear.
+  const Dequantized* InputDequantized(const ::onnx::NodeProto& node, int i) const {
+    if (!HasInput(node, i)) return nullptr;
+    auto it = dequantized_.find(node.input(i));
+    return it == dequantized_.end() ? nullptr : &it->second;
+  }
+
  private:
   absl::Status DefineInputs(const ::onnx::GraphProto& graph);
   // An error when the node computes on narrow inputs that kiln only casts and moves.
@@ -146,6 +165,7 @@ class Importer {
   std::map<std::string, ir::NodeId> values_;
   // Values (by name) whose kiln dtype holds a narrow ONNX type's values.
   std::map<std::string, const NarrowType*> narrow_;
+  std::map<std::string, Dequantized> dequantized_;
   std::map<std::string, ir::TensorData> initializers_;
   std::map<std::string, ir::NodeId> weight_params_;
   std::vector<ir::NodeId> input_params_;

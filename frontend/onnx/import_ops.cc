@@ -1575,7 +1575,10 @@ Lowering SoftmaxOp(SoftmaxKind kind) {
 
 // ---- Contractions ------------------------------------------------------------------------------
 
-absl::StatusOr<NodeId> MatMulND(Importer& im, NodeId a, NodeId b) {
+// numpy's matmul: 1-D operands are promoted and their axis dropped, batch axes broadcast. With
+// `accumulate` the operands are integers multiplied exactly in that dtype (matmul {accumulate}).
+absl::StatusOr<NodeId> MatMulND(Importer& im, NodeId a, NodeId b,
+                                std::optional<ir::DType> accumulate = std::nullopt) {
   bool drop_m = false, drop_n = false;
   if (im.rank(a) == 0 || im.rank(b) == 0) return Bad("MatMul needs operands of rank >= 1");
   if (im.rank(a) == 1) {
@@ -1586,8 +1589,11 @@ absl::StatusOr<NodeId> MatMulND(Importer& im, NodeId a, NodeId b) {
     b = im.Reshape(b, {im.shape(b)[0], 1});
     drop_n = true;
   }
-  if (im.dtype(a) != im.dtype(b)) return Bad("operand types differ");
+  if (!accumulate && im.dtype(a) != im.dtype(b)) return Bad("operand types differ");
   Shape sa = im.shape(a), sb = im.shape(b);
+  const auto product = [&](NodeId x, NodeId y) {
+    return accumulate ? im.b().IntegerMatMul(x, y, *accumulate) : im.b().MatMul(x, y);
+  };
   const int64_t m = sa[sa.size() - 2], k = sa.back(), kb = sb[sb.size() - 2], nn = sb.back();
   if (k != kb) {
     return Bad(absl::StrCat("contracting dimensions differ: ", ir::ShapeToString(sa), " x ",
@@ -1599,7 +1605,7 @@ absl::StatusOr<NodeId> MatMulND(Importer& im, NodeId a, NodeId b) {
   if (batch_b.empty()) {
     // [batch..., M, K] x [K, N]: one 2-D product over the flattened rows (no copy of b).
     batch = batch_a;
-    y = im.b().MatMul(im.Reshape(a, {Product(sa, 0, sa.size() - 1), k}), b);
+    y = product(im.Reshape(a, {Product(sa, 0, sa.size() - 1), k}), b);
   } else {
     TRY(batch, Importer::BroadcastShape(batch_a, batch_b));
     Shape ta = batch, tb = batch;
@@ -1607,7 +1613,7 @@ absl::StatusOr<NodeId> MatMulND(Importer& im, NodeId a, NodeId b) {
     tb.insert(tb.end(), {k, nn});
     TRY(a, im.BroadcastTo(a, ta));
     TRY(b, im.BroadcastTo(b, tb));
-    y = im.b().MatMul(a, b);
+    y = product(a, b);
   }
   y = im.Fold(y);
   Shape out = batch;
@@ -1616,7 +1622,14 @@ absl::StatusOr<NodeId> MatMulND(Importer& im, NodeId a, NodeId b) {
   return im.Reshape(y, out);
 }
 
+absl::StatusOr<std::optional<NodeId>> QdqMatMul(Importer& im, const NodeProto& n);
+
 absl::Status MatMul(Importer& im, const NodeProto& n) {
+  TRY(std::optional<NodeId> int8, QdqMatMul(im, n));
+  if (int8.has_value()) {
+    im.SetOutput(n, 0, *int8);
+    return absl::OkStatus();
+  }
   TRY(NodeId a, im.Input(n, 0));
   TRY(NodeId b, im.Input(n, 1));
   TRY(NodeId y, MatMulND(im, a, b));
@@ -1719,9 +1732,8 @@ absl::StatusOr<Window> GetWindow(const NodeProto& n, const Shape& spatial,
   return w;
 }
 
-absl::Status Conv(Importer& im, const NodeProto& n) {
-  TRY(NodeId x, im.Input(n, 0));
-  TRY(NodeId wt, im.Input(n, 1));
+// The IR conv attributes of a Conv / ConvInteger / QLinearConv node on X and W.
+absl::StatusOr<ir::Attrs> ConvNodeAttrs(Importer& im, const NodeProto& n, NodeId x, NodeId wt) {
   if (im.rank(x) < 3 || im.rank(wt) != im.rank(x)) return Bad("X and W must have equal rank >= 3");
   const Shape xs = im.shape(x), ws = im.shape(wt);
   Shape spatial(xs.begin() + 2, xs.end());
@@ -1736,7 +1748,23 @@ absl::Status Conv(Importer& im, const NodeProto& n) {
   attrs.high = w.high;
   attrs.dilation = w.dilations;
   attrs.groups = AttrInt(n, "group", 1);
-  NodeId y = im.Fold(im.b().Conv(x, wt, attrs));
+  return attrs;
+}
+
+absl::StatusOr<std::optional<NodeId>> QdqConv(Importer& im, const NodeProto& n);
+
+absl::Status Conv(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(NodeId wt, im.Input(n, 1));
+  const Shape ws = im.shape(wt);
+  TRY(std::optional<NodeId> int8, QdqConv(im, n));
+  NodeId y;
+  if (int8.has_value()) {
+    y = *int8;
+  } else {
+    TRY(ir::Attrs attrs, ConvNodeAttrs(im, n, x, wt));
+    y = im.Fold(im.b().Conv(x, wt, attrs));
+  }
   if (Importer::HasInput(n, 2)) {
     TRY(NodeId bias, im.Input(n, 2));
     Shape bs(static_cast<size_t>(im.rank(x)), 1);
@@ -3207,7 +3235,230 @@ absl::Status DequantizeLinear(Importer& im, const NodeProto& n) {
   }
   TRY(NodeId s, QuantParam(im, n, im.Cast(scale, work), xw, "x_scale"));
   im.SetOutput(n, 0, im.Cast(im.Binary(Op::kMul, xw, s), t));
+  // 8-bit integers with an f32 scale (a scalar or per axis, no blocks) also run as an integer
+  // contraction when a MatMul or Conv reads them (QdqMatMul, QdqConv).
+  const ir::DType xd = im.dtype(x);
+  if ((xd == ir::DType::kU8 || xd == ir::DType::kI8) && narrow == nullptr && t == ir::DType::kF32 &&
+      im.dtype(scale) == ir::DType::kF32 && AttrInt(n, "block_size", 0) == 0 &&
+      im.rank(scale) <= 1) {
+    Importer::Dequantized record;
+    record.x = x;
+    record.scale = scale;
+    if (Importer::HasInput(n, 2)) {
+      TRY(record.zero_point, im.Input(n, 2));
+    }
+    const int64_t axis = AttrInt(n, "axis", 1);
+    record.axis = axis < 0 ? axis + im.rank(x) : axis;
+    im.SetDequantized(n, 0, record);
+  }
   return absl::OkStatus();
+}
+
+// ---- Integer contractions: MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv, and QDQ
+// MatMul / Conv. Each becomes matmul / conv {accumulate=i32} (docs/ir.md) of the 8-bit operands,
+// or of their differences from the zero points in i16 (which holds them exactly), so the CPU
+// backend runs them on its int8 GEMM.
+
+// `p` (a scalar, or a 1-D tensor of x.shape[axis] values) broadcast to x's shape.
+absl::StatusOr<NodeId> AlongAxis(Importer& im, NodeId p, NodeId x, int64_t axis, const char* what) {
+  const Shape xs = im.shape(x);
+  const int64_t count = im.type(p).num_elements();
+  if (im.rank(p) == 0 || (im.rank(p) == 1 && count == 1)) {
+    return im.Broadcast(im.Reshape(p, Shape(xs.size(), 1)), xs);
+  }
+  if (im.rank(p) != 1 || axis < 0 || axis >= static_cast<int64_t>(xs.size()) ||
+      count != xs[static_cast<size_t>(axis)]) {
+    return Bad(absl::StrCat(what, " ", ir::TypeToString(im.type(p)),
+                            " must be a scalar or have one value per index of axis ", axis, " of ",
+                            ir::TypeToString(im.type(x))));
+  }
+  Shape shape(xs.size(), 1);
+  shape[static_cast<size_t>(axis)] = count;
+  return im.Broadcast(im.Reshape(p, shape), xs);
+}
+
+// An 8-bit operand x minus its zero point (scalar or along `axis`; kInvalidNode: none), in i16,
+// which holds every difference; x itself when there is no zero point or it is all zeros.
+absl::StatusOr<NodeId> ShiftedOperand(Importer& im, NodeId x, NodeId zero_point, int64_t axis,
+                                      const char* what) {
+  const ir::DType d = im.dtype(x);
+  if (d != ir::DType::kU8 && d != ir::DType::kI8) {
+    return Bad(absl::StrCat(what, " must be uint8 or int8, not ", ir::TypeToString(im.type(x))));
+  }
+  if (zero_point == ir::kInvalidNode) return x;
+  if (im.dtype(zero_point) != d) {
+    return Bad(absl::StrCat(what, "'s zero point is ", ir::DTypeName(im.dtype(zero_point)),
+                            ", its operand ", ir::DTypeName(d)));
+  }
+  if (std::optional<ir::TensorData> known = im.KnownValue(zero_point)) {
+    bool zero = true;
+    for (int64_t i = 0; i < known->num_elements(); ++i) zero = zero && known->GetInt64(i) == 0;
+    if (zero) return x;
+  }
+  TRY(NodeId z, AlongAxis(im, im.Cast(zero_point, ir::DType::kI16), x, axis, what));
+  return im.Binary(Op::kSub, im.Cast(x, ir::DType::kI16), z);
+}
+
+absl::StatusOr<NodeId> OptionalInput(Importer& im, const NodeProto& n, int i) {
+  if (!Importer::HasInput(n, i)) return ir::kInvalidNode;
+  return im.Input(n, i);
+}
+
+// MatMulInteger: (A - a_zero_point) x (B - b_zero_point) in int32; a_zero_point a scalar or one
+// per row of a 2-D A, b_zero_point a scalar or one per column of B.
+absl::Status MatMulInteger(Importer& im, const NodeProto& n) {
+  TRY(NodeId a, im.Input(n, 0));
+  TRY(NodeId b, im.Input(n, 1));
+  TRY(NodeId za, OptionalInput(im, n, 2));
+  TRY(NodeId zb, OptionalInput(im, n, 3));
+  TRY(NodeId sa, ShiftedOperand(im, a, za, im.rank(a) - 2, "A"));
+  TRY(NodeId sb, ShiftedOperand(im, b, zb, im.rank(b) - 1, "B"));
+  TRY(NodeId y, MatMulND(im, sa, sb, ir::DType::kI32));
+  im.SetOutput(n, 0, y);
+  return absl::OkStatus();
+}
+
+// ConvInteger: conv(x - x_zero_point, w - w_zero_point) in int32 (padding reads 0 after the
+// shift); w_zero_point a scalar or one per output channel.
+absl::Status ConvInteger(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(NodeId w, im.Input(n, 1));
+  TRY(ir::Attrs attrs, ConvNodeAttrs(im, n, x, w));
+  TRY(NodeId zx, OptionalInput(im, n, 2));
+  TRY(NodeId zw, OptionalInput(im, n, 3));
+  TRY(NodeId sx, ShiftedOperand(im, x, zx, 1, "x"));
+  TRY(NodeId sw, ShiftedOperand(im, w, zw, 0, "w"));
+  attrs.accumulate = ir::DType::kI32;
+  im.SetOutput(n, 0, im.Fold(im.b().Conv(sx, sw, attrs)));
+  return absl::OkStatus();
+}
+
+// The requantisation of QLinearMatMul / QLinearConv as ONNX's reference computes it: the i32
+// result times a_scale * b_scale / y_scale (in the scales' type) in double, plus y_zero_point,
+// rounded half to even, saturated to y_zero_point's type.
+absl::StatusOr<NodeId> Requantize(Importer& im, NodeId acc, NodeId multiplier,
+                                  NodeId y_zero_point) {
+  const ir::DType out = im.dtype(y_zero_point);
+  if (out != ir::DType::kU8 && out != ir::DType::kI8) {
+    return Bad(absl::StrCat("y_zero_point must be uint8 or int8, not ", ir::DTypeName(out)));
+  }
+  NodeId d =
+      im.Binary(Op::kMul, im.Cast(acc, ir::DType::kF64), im.Cast(multiplier, ir::DType::kF64));
+  TRY(NodeId z, AlongAxis(im, im.Cast(y_zero_point, ir::DType::kF64), d, 0, "y_zero_point"));
+  d = im.Unary(Op::kRound, im.Binary(Op::kAdd, d, z));
+  const double lo = out == ir::DType::kU8 ? 0 : -128, hi = out == ir::DType::kU8 ? 255 : 127;
+  d = im.Binary(Op::kMin, im.Binary(Op::kMax, d, im.Like(lo, d)), im.Like(hi, d));
+  return im.Cast(d, out);
+}
+
+// The scales' product a_scale (along a_axis of the result) * b_scale (along b_axis) / y_scale,
+// broadcast to `like`'s shape, in the scales' float type.
+absl::StatusOr<NodeId> Multiplier(Importer& im, NodeId a_scale, int64_t a_axis, NodeId b_scale,
+                                  int64_t b_axis, NodeId y_scale, NodeId like) {
+  const ir::DType t = im.dtype(a_scale);
+  for (NodeId s : {a_scale, b_scale, y_scale}) {
+    if (!ir::IsFloat(im.dtype(s)) || im.dtype(s) != t) {
+      return Bad("the scales must be float tensors of one type");
+    }
+  }
+  const NodeId shape_of = im.Like(0, im.Cast(like, t));
+  TRY(NodeId a, AlongAxis(im, a_scale, shape_of, a_axis, "a_scale"));
+  TRY(NodeId b, AlongAxis(im, b_scale, shape_of, b_axis, "b_scale"));
+  TRY(NodeId y, AlongAxis(im, y_scale, shape_of, 0, "y_scale"));
+  return im.Binary(Op::kDiv, im.Binary(Op::kMul, a, b), y);
+}
+
+// QLinearMatMul: requantised (a - a_zero_point) x (b - b_zero_point); a's parameters a scalar or
+// one per row of a 2-D a, b's a scalar or one per column.
+absl::Status QLinearMatMul(Importer& im, const NodeProto& n) {
+  TRY(NodeId a, im.Input(n, 0));
+  TRY(NodeId a_scale, im.Input(n, 1));
+  TRY(NodeId a_zp, im.Input(n, 2));
+  TRY(NodeId b, im.Input(n, 3));
+  TRY(NodeId b_scale, im.Input(n, 4));
+  TRY(NodeId b_zp, im.Input(n, 5));
+  TRY(NodeId y_scale, im.Input(n, 6));
+  TRY(NodeId y_zp, im.Input(n, 7));
+  TRY(NodeId sa, ShiftedOperand(im, a, a_zp, im.rank(a) - 2, "a"));
+  TRY(NodeId sb, ShiftedOperand(im, b, b_zp, im.rank(b) - 1, "b"));
+  TRY(NodeId acc, MatMulND(im, sa, sb, ir::DType::kI32));
+  const int64_t r = im.rank(acc);
+  TRY(NodeId m, Multiplier(im, a_scale, std::max<int64_t>(0, r - 2), b_scale, r - 1, y_scale, acc));
+  TRY(NodeId y, Requantize(im, acc, m, y_zp));
+  im.SetOutput(n, 0, y);
+  return absl::OkStatus();
+}
+
+// QLinearConv: requantised conv(x - x_zero_point, w - w_zero_point) + B (int32, per channel);
+// w's parameters a scalar or one per output channel.
+absl::Status QLinearConv(Importer& im, const NodeProto& n) {
+  TRY(NodeId x, im.Input(n, 0));
+  TRY(NodeId x_scale, im.Input(n, 1));
+  TRY(NodeId x_zp, im.Input(n, 2));
+  TRY(NodeId w, im.Input(n, 3));
+  TRY(NodeId w_scale, im.Input(n, 4));
+  TRY(NodeId w_zp, im.Input(n, 5));
+  TRY(NodeId y_scale, im.Input(n, 6));
+  TRY(NodeId y_zp, im.Input(n, 7));
+  TRY(ir::Attrs attrs, ConvNodeAttrs(im, n, x, w));
+  TRY(NodeId sx, ShiftedOperand(im, x, x_zp, 1, "x"));
+  TRY(NodeId sw, ShiftedOperand(im, w, w_zp, 0, "w"));
+  attrs.accumulate = ir::DType::kI32;
+  NodeId acc = im.Fold(im.b().Conv(sx, sw, attrs));
+  if (Importer::HasInput(n, 8)) {
+    TRY(NodeId bias, im.Input(n, 8));
+    if (im.dtype(bias) != ir::DType::kI32) return Bad("B must be int32");
+    TRY(NodeId along, AlongAxis(im, bias, acc, 1, "B"));
+    acc = im.Binary(Op::kAdd, acc, along);
+  }
+  TRY(NodeId m, Multiplier(im, x_scale, 0, w_scale, 1, y_scale, acc));
+  TRY(NodeId y, Requantize(im, acc, m, y_zp));
+  im.SetOutput(n, 0, y);
+  return absl::OkStatus();
+}
+
+// A MatMul of two DequantizeLinear outputs of 8-bit integers, a's scale a scalar, b's a scalar
+// or one per column: sa * sb * ((a - za) x (b - zb)), the integer product exact and scaled once
+// (as onnxruntime runs QDQ models), rather than a float product of the dequantised values.
+absl::StatusOr<std::optional<NodeId>> QdqMatMul(Importer& im, const NodeProto& n) {
+  const Importer::Dequantized* a = im.InputDequantized(n, 0);
+  const Importer::Dequantized* b = im.InputDequantized(n, 1);
+  if (a == nullptr || b == nullptr || im.rank(a->x) < 2 || im.rank(b->x) < 2) {
+    return std::optional<NodeId>();
+  }
+  const int64_t rb = im.rank(b->x);
+  if (im.type(a->scale).num_elements() != 1 ||
+      (im.type(b->scale).num_elements() != 1 && b->axis != rb - 1)) {
+    return std::optional<NodeId>();
+  }
+  TRY(NodeId sa, ShiftedOperand(im, a->x, a->zero_point, 0, "a"));
+  TRY(NodeId sb, ShiftedOperand(im, b->x, b->zero_point, rb - 1, "b"));
+  TRY(NodeId acc, MatMulND(im, sa, sb, ir::DType::kI32));
+  const NodeId y = im.Cast(acc, ir::DType::kF32);
+  // One scale after the other, each a broadcast vector: the CPU backend's int8 GEMM applies
+  // both in its epilogue.
+  TRY(NodeId a_scale, AlongAxis(im, a->scale, y, 0, "x_scale"));
+  TRY(NodeId b_scale, AlongAxis(im, b->scale, y, im.rank(y) - 1, "x_scale"));
+  return std::optional<NodeId>(im.Binary(Op::kMul, im.Binary(Op::kMul, y, a_scale), b_scale));
+}
+
+// A Conv of DequantizeLinear outputs (x per tensor, w per tensor or per output channel), as
+// QdqMatMul.
+absl::StatusOr<std::optional<NodeId>> QdqConv(Importer& im, const NodeProto& n) {
+  const Importer::Dequantized* x = im.InputDequantized(n, 0);
+  const Importer::Dequantized* w = im.InputDequantized(n, 1);
+  if (x == nullptr || w == nullptr || im.type(x->scale).num_elements() != 1 ||
+      (im.type(w->scale).num_elements() != 1 && w->axis != 0)) {
+    return std::optional<NodeId>();
+  }
+  TRY(ir::Attrs attrs, ConvNodeAttrs(im, n, x->x, w->x));
+  TRY(NodeId sx, ShiftedOperand(im, x->x, x->zero_point, 1, "x"));
+  TRY(NodeId sw, ShiftedOperand(im, w->x, w->zero_point, 0, "w"));
+  attrs.accumulate = ir::DType::kI32;
+  const NodeId y = im.Cast(im.Fold(im.b().Conv(sx, sw, attrs)), ir::DType::kF32);
+  TRY(NodeId x_scale, AlongAxis(im, x->scale, y, 1, "x_scale"));
+  TRY(NodeId w_scale, AlongAxis(im, w->scale, y, 1, "x_scale"));
+  return std::optional<NodeId>(im.Binary(Op::kMul, im.Binary(Op::kMul, y, x_scale), w_scale));
 }
 
 // Compress with a condition known at import time (the selected positions are then constant);
@@ -3425,6 +3676,10 @@ const std::map<std::string, Lowering>& Lowerings() {
     m["ScatterND"] = ScatterND;
     m["QuantizeLinear"] = QuantizeLinear;
     m["DequantizeLinear"] = DequantizeLinear;
+    m["MatMulInteger"] = MatMulInteger;
+    m["ConvInteger"] = ConvInteger;
+    m["QLinearMatMul"] = QLinearMatMul;
+    m["QLinearConv"] = QLinearConv;
     m["Compress"] = Compress;
     return t;
   }();

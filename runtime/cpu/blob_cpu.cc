@@ -82,6 +82,68 @@ absl::StatusOr<GemmActivation> ParseActivation(const std::string& name) {
   return absl::InvalidArgumentError("unknown activation \"" + name + "\"");
 }
 
+// The "int8" object of an int8 contraction's descriptor: its operand dtypes and epilogue (the
+// vectors of row / column steps are arguments 4, 5, ... of the step: `vectors` counts them).
+struct ParsedInt8 {
+  base::DType lhs = base::DType::kU8, rhs = base::DType::kI8;
+  Int8Epilogue epilogue;
+  std::vector<Int8Operand> vectors;  // the kind of each vector argument, in order
+};
+
+absl::StatusOr<ParsedInt8> ParseInt8(const Reader& r, const json& j, const std::string& path) {
+  ParsedInt8 parsed;
+  for (auto [key, dtype] : {std::pair{"lhs", &parsed.lhs}, {"rhs", &parsed.rhs}}) {
+    KILN_ASSIGN(name, r.String(j, path, key));
+    std::optional<base::DType> d = base::ParseDType(name);
+    if (!d.has_value() || !gi::IsInt8Operand(*d)) {
+      return r.Error(absl::StrCat(path, ".", key), "must be u8, i8 or i16");
+    }
+    *dtype = *d;
+  }
+  KILN_ASSIGN(output_name, r.String(j, path, "output"));
+  std::optional<base::DType> output = base::ParseDType(output_name);
+  if (!output.has_value() || !gi::IsInt8Output(*output)) {
+    return r.Error(path + ".output", "must be i32, f32, u8 or i8");
+  }
+  parsed.epilogue.output = *output;
+  KILN_ASSIGN(steps, r.Array(j, path, "steps", kMaxInt8EpilogueSteps));
+  for (size_t i = 0; i < steps->size(); ++i) {
+    const std::string sp = absl::StrCat(path, ".steps[", i, "]");
+    const json& step_json = (*steps)[i];
+    KILN_ASSIGN(op_name, r.String(step_json, sp, "op"));
+    KILN_ASSIGN(operand_name, r.String(step_json, sp, "operand"));
+    KILN_ASSIGN(scalar, r.Number(step_json, sp, "scalar"));
+    Int8EpilogueStep step;
+    bool op_known = false, operand_known = false;
+    for (int o = 0; o <= static_cast<int>(Int8EpilogueOp::kRound); ++o) {
+      if (op_name == Int8EpilogueOpName(static_cast<Int8EpilogueOp>(o))) {
+        step.op = static_cast<Int8EpilogueOp>(o);
+        op_known = true;
+      }
+    }
+    for (int o = 0; o <= static_cast<int>(Int8Operand::kColumn); ++o) {
+      if (operand_name == Int8OperandName(static_cast<Int8Operand>(o))) {
+        step.operand = static_cast<Int8Operand>(o);
+        operand_known = true;
+      }
+    }
+    if (!op_known) return r.Error(sp + ".op", "unknown op \"" + op_name + "\"");
+    if (!operand_known) return r.Error(sp + ".operand", "unknown operand \"" + operand_name + "\"");
+    step.scalar = static_cast<float>(scalar);
+    if (step.operand == Int8Operand::kRow || step.operand == Int8Operand::kColumn) {
+      parsed.vectors.push_back(step.operand);
+      // A stand-in until the run binds the argument: CheckInt8Epilogue wants a vector.
+      static const float kBound = 0;
+      step.vector = &kBound;
+    }
+    parsed.epilogue.steps.push_back(step);
+  }
+  if (absl::Status st = gi::CheckInt8Epilogue("int8", parsed.epilogue); !st.ok()) {
+    return r.Error(path, std::string(st.message()));
+  }
+  return parsed;
+}
+
 // The largest element offset + 1 a strided matrix view touches (0 when it touches nothing).
 absl::StatusOr<int64_t> ViewExtent(const Reader& r, const json& j, const std::string& path,
                                    int64_t rows, int64_t cols, const std::vector<int64_t>& batch,
@@ -239,8 +301,9 @@ absl::StatusOr<CpuBlobPlan::Parsed> ParsePlan(const json& j, const Signature& si
       // The count itself is checked in Model::Load, where the weights are at hand.
     } else if (kind == "gemm" || kind == "conv") {
       step.kind = kind == "gemm" ? PlanStep::kGemm : PlanStep::kConv;
-      if (step.args.size() != 4 && step.args.size() != 5) {
-        return r.Error(path, "a contraction has 4 or 5 arguments");
+      if (step.args.size() < 4 || step.args.size() > 4 + kMaxInt8EpilogueSteps) {
+        return r.Error(
+            path, absl::StrCat("a contraction has 4 to ", 4 + kMaxInt8EpilogueSteps, " arguments"));
       }
       if (!slot_of(3).descriptor) return r.Error(path, "argument 3 must be a descriptor slot");
       if (++descriptor_users[step.args[3]] > 1) {
@@ -253,8 +316,20 @@ absl::StatusOr<CpuBlobPlan::Parsed> ParsePlan(const json& j, const Signature& si
       const std::string dp = path + ".descriptor";
       KILN_ASSIGN(dtype_name, r.String(*d, dp, "dtype"));
       std::optional<base::DType> dtype = base::ParseDType(dtype_name);
-      if (!dtype.has_value() ||
-          (*dtype != base::DType::kF32 && *dtype != base::DType::kF64 && !gi::IsHalf(*dtype))) {
+      // An int8 contraction (u8 / i8 / i16 operands, i32 sums) says so in "int8".
+      std::optional<ParsedInt8> int8;
+      if (d->contains("int8")) {
+        KILN_ASSIGN(int8_json, r.Field(*d, dp, "int8"));
+        KILN_ASSIGN(parsed_int8, ParseInt8(r, *int8_json, dp + ".int8"));
+        int8 = std::move(parsed_int8);
+        if (dtype != base::DType::kI32) {
+          return r.Error(dp + ".dtype", "must be i32 for an int8 contraction");
+        }
+        if (step.args.size() != 4 + int8->vectors.size()) {
+          return r.Error(path, "the int8 epilogue's vectors do not match the argument count");
+        }
+      } else if (!dtype.has_value() || (*dtype != base::DType::kF32 &&
+                                        *dtype != base::DType::kF64 && !gi::IsHalf(*dtype))) {
         return r.Error(dp + ".dtype", "must be f32, f64, bf16 or f16");
       }
       const int64_t esize = base::DTypeSize(*dtype);
@@ -263,13 +338,38 @@ absl::StatusOr<CpuBlobPlan::Parsed> ParsePlan(const json& j, const Signature& si
       if (!activation.ok())
         return r.Error(dp + ".activation", std::string(activation.status().message()));
       KILN_ASSIGN(has_bias, r.Bool(*d, dp, "has_bias"));
-      if (has_bias != (step.args.size() == 5)) {
-        return r.Error(path, "has_bias does not match the argument count");
+      if (int8.has_value() ? (has_bias || *activation != GemmActivation::kNone)
+                           : has_bias != (step.args.size() == 5)) {
+        return r.Error(path, int8.has_value()
+                                 ? "an int8 contraction has its bias and activation as steps"
+                                 : "has_bias does not match the argument count");
       }
       ContractionStep& c = step.contraction;
       c.has_bias = has_bias;
+      c.is_int8 = int8.has_value();
+      // Bytes per element of each argument: operands, output, then bias or vectors.
+      auto arg_size = [&](int arg) -> int64_t {
+        if (!int8.has_value()) return esize;
+        if (arg == 0) return base::DTypeSize(int8->lhs);
+        if (arg == 1) return base::DTypeSize(int8->rhs);
+        if (arg == 2) return base::DTypeSize(int8->epilogue.output);
+        return 4;
+      };
       auto need = [&](int arg, int64_t elements, const char* what) {
-        return need_bytes(arg, static_cast<__int128>(elements) * esize, what);
+        return need_bytes(arg, static_cast<__int128>(elements) * arg_size(arg), what);
+      };
+      // The int8 epilogue's vectors: row ones hold `rows` floats, column ones `cols`.
+      auto need_vectors = [&](int64_t rows, int64_t cols) -> absl::Status {
+        if (!int8.has_value()) return absl::OkStatus();
+        for (size_t v = 0; v < int8->vectors.size(); ++v) {
+          const bool row = int8->vectors[v] == Int8Operand::kRow;
+          if (absl::Status st = need(static_cast<int>(4 + v), row ? rows : cols,
+                                     row ? "a row vector" : "a column vector");
+              !st.ok()) {
+            return st;
+          }
+        }
+        return absl::OkStatus();
       };
       if (step.kind == PlanStep::kGemm) {
         GemmParams& p = c.gemm;
@@ -302,6 +402,20 @@ absl::StatusOr<CpuBlobPlan::Parsed> ParsePlan(const json& j, const Signature& si
         if (p.c.col_stride != 1) return r.Error(dp + ".c.col_stride", "must be 1");
         if (has_bias) {
           if (absl::Status st = need(4, n, "bias"); !st.ok()) return st;
+        }
+        if (absl::Status st = need_vectors(m, n); !st.ok()) return st;
+        if (int8.has_value()) {
+          Int8GemmParams& q = c.int8_gemm;
+          q.a_dtype = int8->lhs;
+          q.b_dtype = int8->rhs;
+          q.batch = p.batch;
+          q.m = m;
+          q.n = n;
+          q.k = k;
+          q.a = p.a;
+          q.b = p.b;
+          q.c = p.c;
+          q.epilogue = int8->epilogue;
         }
       } else {
         ConvParams& p = c.conv;
@@ -336,6 +450,19 @@ absl::StatusOr<CpuBlobPlan::Parsed> ParsePlan(const json& j, const Signature& si
         if (has_bias) {
           if (absl::Status st = need(4, p.weight_shape[0], "bias"); !st.ok()) return st;
         }
+        if (int8.has_value()) {
+          // Row vectors are per output channel; column vectors per output position.
+          const int64_t plane = p.weight_shape[0] == 0 || (*out)[0] == 0
+                                    ? 0
+                                    : *CheckedProduct(*out, 1) / ((*out)[0] * (*out)[1]);
+          if (absl::Status st = need_vectors(p.weight_shape[0], plane); !st.ok()) return st;
+          Int8ConvParams& q = c.int8_conv;
+          q.input_dtype = int8->lhs;
+          q.weight_dtype = int8->rhs;
+          q.conv = p;
+          q.conv.dtype = base::DType::kF32;
+          q.epilogue = int8->epilogue;
+        }
       }
     } else {
       return r.Error(path + ".kind", "unknown step kind \"" + kind + "\"");
@@ -369,6 +496,16 @@ class BlobMicroKernels final : public gi::MicroKernelProvider {
           absl::StrCat("blob: the code section has no GEMM micro-kernel ", name));
     }
     return it->second;
+  }
+  absl::StatusOr<gi::Int8MicroKernelFn> GetInt8(
+      const gi::KernelShape& shape, const gi::Int8EpilogueVariant& variant) const override {
+    const std::string name = gi::Int8MicroKernelName(shape, variant);
+    auto it = kernels_.find(name);
+    if (it == kernels_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("blob: the code section has no int8 GEMM micro-kernel ", name));
+    }
+    return reinterpret_cast<gi::Int8MicroKernelFn>(it->second);
   }
   gi::TargetVectors vectors_;
   std::map<std::string, gi::MicroKernelFn> kernels_;

@@ -12,7 +12,30 @@ void ContractionKernel(void* const* args, int64_t begin, int64_t end) {
   const ContractionStep* step = *static_cast<const ContractionStep* const*>(args[3]);
   if (step->kernels == nullptr) throw std::runtime_error("contraction step without micro-kernels");
   absl::Status status;
-  if (step->is_conv) {
+  // The int8 epilogue's vectors, args[4], args[5], ... in step order.
+  const auto bind_vectors = [&](Int8Epilogue& epilogue) {
+    int arg = 4;
+    for (Int8EpilogueStep& s : epilogue.steps) {
+      if (s.operand == Int8Operand::kRow || s.operand == Int8Operand::kColumn) {
+        s.vector = static_cast<const float*>(args[arg++]);
+      }
+    }
+  };
+  if (step->is_int8 && step->is_conv) {
+    Int8ConvParams params = step->int8_conv;
+    params.conv.input = args[0];
+    params.conv.weight = args[1];
+    params.conv.output = args[2];
+    bind_vectors(params.epilogue);
+    status = ExecuteInt8Conv(params, *step->kernels, step->pool);
+  } else if (step->is_int8) {
+    Int8GemmParams params = step->int8_gemm;
+    params.a.data = args[0];
+    params.b.data = args[1];
+    params.c.data = args[2];
+    bind_vectors(params.epilogue);
+    status = ExecuteInt8Gemm(params, *step->kernels, step->pool);
+  } else if (step->is_conv) {
     ConvParams params = step->conv;
     params.input = args[0];
     params.weight = args[1];

@@ -28,6 +28,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -308,30 +309,6 @@ void PackA(const T* a, int64_t row_stride, int64_t col_stride, int64_t rows, int
 
 // ---- Per-thread packing buffers -------------------------------------------------------------
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-
-class AlignedBuffer {
- public:
-  void* Get(size_t bytes) {
-    if (bytes > size_) {
-      const size_t rounded = (bytes + 63) / 64 * 64;
-      data_.reset(std::aligned_alloc(64, rounded));
-      if (data_ == nullptr) {
-        std::fprintf(stderr, "kiln: gemm cannot allocate %zu bytes of packing buffer\n", rounded);
-        std::abort();
-      }
-      size_ = rounded;
-    }
-    return data_.get();
-  }
-
- private:
-  std::unique_ptr<void, FreeDeleter> data_;
-  size_t size_ = 0;
-};
-
 struct PackBuffers {
   AlignedBuffer a, b;
   // What `a` holds: the block at (ic, pc) of the A of RunCore call `a_generation` (0: nothing).
@@ -426,14 +403,32 @@ void ComputeRect(const CoreProblem<T>& p, const Plan& plan, const BatchOffsets& 
   }
 }
 
+}  // namespace
+
+const CacheSizes& HostCaches() {
+  static const CacheSizes sizes = DetectCaches();
+  return sizes;
+}
+
+AlignedBuffer::~AlignedBuffer() { std::free(data_); }
+
+void* AlignedBuffer::Get(size_t bytes) {
+  if (bytes > size_) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    std::free(data_);
+    data_ = std::aligned_alloc(64, rounded);
+    if (data_ == nullptr) {
+      std::fprintf(stderr, "kiln: gemm cannot allocate %zu bytes of packing buffer\n", rounded);
+      std::abort();
+    }
+    size_ = rounded;
+  }
+  return data_;
+}
+
 // Splits one GEMM over `threads` rectangles: tm row bands x tn column bands, tm * tn == threads.
 // Each rectangle packs its own rows of A and columns of B, so the split minimises the largest
 // rectangle's work plus its packing (a packed element costs about as much as kPackCost flops).
-struct Grid {
-  int64_t tm = 1, tn = 1;
-  int64_t rows = 0, cols = 0;  // per band, multiples of MR / NR
-};
-
 Grid ChooseGrid(int64_t m, int64_t n, int mr, int nr, int threads) {
   constexpr int64_t kPackCost = 16;
   const int64_t m_panels = CeilDiv(m, mr), n_panels = CeilDiv(n, nr);
@@ -462,16 +457,6 @@ Grid ChooseGrid(int64_t m, int64_t n, int mr, int nr, int threads) {
   return best;
 }
 
-// Below this many flops the work runs on the calling thread: waking the pool costs more.
-constexpr double kMinParallelFlops = 2e6;
-
-}  // namespace
-
-const CacheSizes& HostCaches() {
-  static const CacheSizes sizes = DetectCaches();
-  return sizes;
-}
-
 Blocking ChooseBlocking(const KernelShape& shape, int64_t element_size, const GemmTuning& tuning) {
   const CacheSizes& caches = HostCaches();
   const int mr = shape.mr, nr = shape.nr();
@@ -488,6 +473,57 @@ Blocking ChooseBlocking(const KernelShape& shape, int64_t element_size, const Ge
   blocking.mc = tuning.mc > 0 ? RoundUp(tuning.mc, mr)
                               : RoundDown(l3_share / 2 / (blocking.kc * element_size), mr);
   return blocking;
+}
+
+int FitTileRows(int mr, int64_t m, const GemmTuning& tuning) {
+  if (tuning.mr != 0) return mr;
+  if (m < mr / 2) {
+    // Few rows (a depthwise convolution's one output channel per group, a batch-1 Linear): a
+    // short tile instead of computing mostly padding. Its own kernel, compiled on first use.
+    int rows = 1;
+    while (rows < m) rows *= 2;
+    return rows;
+  }
+  if (m <= 4 * mr) {
+    // A few row panels (a convolution's 16 or 32 output channels on a 14-row tile): the same
+    // number of panels of balanced height, ceil(m / panels), instead of full panels and a
+    // mostly-padding last one (16 rows: 2 x 8 instead of 14 + 14; 32 rows: 3 x 11 instead of
+    // 3 x 14). Only when that saves at least 1/8 of the padded rows, as each height is one more
+    // compiled kernel.
+    const int64_t panels = CeilDiv(m, mr);
+    const int balanced = static_cast<int>(CeilDiv(m, panels));
+    if ((mr - balanced) * 8 >= mr) return balanced;
+  }
+  return mr;
+}
+
+void ForEachRectangle(int64_t m, int64_t n, int64_t k, int64_t count, int mr, int nr,
+                      runtime::ThreadPool* pool,
+                      absl::FunctionRef<void(int64_t, int64_t, int64_t, int64_t, int64_t)> run) {
+  const int threads = pool == nullptr ? 1 : pool->num_threads();
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) *
+                       static_cast<double>(std::max<int64_t>(k, 1)) * static_cast<double>(count);
+  if (threads <= 1 || flops < kMinParallelFlops) {
+    for (int64_t i = 0; i < count; ++i) run(i, 0, m, 0, n);
+    return;
+  }
+  if (count >= threads && (count % threads == 0 || count >= 4 * threads)) {
+    // Whole GEMMs per thread: no packing is repeated.
+    pool->ParallelFor(count, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) run(i, 0, m, 0, n);
+    });
+    return;
+  }
+  const Grid grid = ChooseGrid(m, n, mr, nr, threads);
+  for (int64_t i = 0; i < count; ++i) {
+    pool->ParallelFor(grid.tm * grid.tn, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t m0 = (task / grid.tn) * grid.rows, n0 = (task % grid.tn) * grid.cols;
+        if (m0 >= m || n0 >= n) continue;
+        run(i, m0, std::min(m, m0 + grid.rows), n0, std::min(n, n0 + grid.cols));
+      }
+    });
+  }
 }
 
 template <class T>
@@ -542,6 +578,9 @@ void StridedBPacker<T>::Pack(const T* base, int64_t k0, int64_t kc, int64_t n0, 
 
 template class StridedBPacker<float>;
 template class StridedBPacker<double>;
+template class StridedBPacker<uint8_t>;
+template class StridedBPacker<int8_t>;
+template class StridedBPacker<int16_t>;
 
 template <class T>
 absl::Status RunCore(const CoreProblem<T>& problem, const EpilogueVariant& epilogue,
@@ -553,22 +592,7 @@ absl::Status RunCore(const CoreProblem<T>& problem, const EpilogueVariant& epilo
   if (problem.m == 0 || problem.n == 0 || problem.batches.empty()) return absl::OkStatus();
   Plan plan;
   plan.shape = *shape;
-  if (tuning.mr == 0 && problem.m < plan.shape.mr / 2) {
-    // Few rows (a depthwise convolution's one output channel per group, a batch-1 Linear): a
-    // short tile instead of computing mostly padding. Its own kernel, compiled on first use.
-    int mr = 1;
-    while (mr < problem.m) mr *= 2;
-    plan.shape.mr = mr;
-  } else if (tuning.mr == 0 && problem.m <= 4 * plan.shape.mr) {
-    // A few row panels (a convolution's 16 or 32 output channels on a 14-row tile): the same
-    // number of panels of balanced height, ceil(m / panels), instead of full panels and a
-    // mostly-padding last one (16 rows: 2 x 8 instead of 14 + 14; 32 rows: 3 x 11 instead of
-    // 3 x 14). Only when that saves at least 1/8 of the padded rows, as each height is one more
-    // compiled kernel.
-    const int64_t panels = CeilDiv(problem.m, plan.shape.mr);
-    const int balanced = static_cast<int>(CeilDiv(problem.m, panels));
-    if ((plan.shape.mr - balanced) * 8 >= plan.shape.mr) plan.shape.mr = balanced;
-  }
+  plan.shape.mr = FitTileRows(plan.shape.mr, problem.m, tuning);
   plan.blocking = ChooseBlocking(plan.shape, sizeof(T), tuning);
   plan.generation = next_generation.fetch_add(1, std::memory_order_relaxed);
   absl::StatusOr<MicroKernelFn> plain = kernels.Get(dtype, plan.shape, EpilogueVariant{});
@@ -578,38 +602,11 @@ absl::Status RunCore(const CoreProblem<T>& problem, const EpilogueVariant& epilo
   plan.plain = *plain;
   plan.last = *last;
 
-  const int64_t count = static_cast<int64_t>(problem.batches.size());
-  const int threads = pool == nullptr ? 1 : pool->num_threads();
-  const double flops = 2.0 * static_cast<double>(problem.m) * static_cast<double>(problem.n) *
-                       static_cast<double>(std::max<int64_t>(problem.k, 1)) *
-                       static_cast<double>(count);
-  if (threads <= 1 || flops < kMinParallelFlops) {
-    for (const BatchOffsets& batch : problem.batches) {
-      ComputeRect(problem, plan, batch, 0, problem.m, 0, problem.n);
-    }
-    return absl::OkStatus();
-  }
-  if (count >= threads && (count % threads == 0 || count >= 4 * threads)) {
-    // Whole GEMMs per thread: no packing is repeated.
-    pool->ParallelFor(count, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        ComputeRect(problem, plan, problem.batches[static_cast<size_t>(i)], 0, problem.m, 0,
-                    problem.n);
-      }
-    });
-    return absl::OkStatus();
-  }
-  const Grid grid = ChooseGrid(problem.m, problem.n, plan.shape.mr, plan.shape.nr(), threads);
-  for (const BatchOffsets& batch : problem.batches) {
-    pool->ParallelFor(grid.tm * grid.tn, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t task = begin; task < end; ++task) {
-        const int64_t m0 = (task / grid.tn) * grid.rows, n0 = (task % grid.tn) * grid.cols;
-        if (m0 >= problem.m || n0 >= problem.n) continue;
-        ComputeRect(problem, plan, batch, m0, std::min(problem.m, m0 + grid.rows), n0,
-                    std::min(problem.n, n0 + grid.cols));
-      }
-    });
-  }
+  ForEachRectangle(
+      problem.m, problem.n, problem.k, static_cast<int64_t>(problem.batches.size()), plan.shape.mr,
+      plan.shape.nr(), pool, [&](int64_t batch, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+        ComputeRect(problem, plan, problem.batches[static_cast<size_t>(batch)], m0, m1, n0, n1);
+      });
   return absl::OkStatus();
 }
 

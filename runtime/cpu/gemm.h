@@ -174,4 +174,96 @@ absl::Status ExecuteConv(const ConvParams& params,
                          const gemm_internal::MicroKernelProvider& kernels,
                          runtime::ThreadPool* pool = nullptr);
 
+// ---- int8 inference ---------------------------------------------------------------------------
+//
+// The integer contraction of the IR (matmul / conv {accumulate=i32}, docs/ir.md): operands of u8,
+// i8 or i16 (any mix), exact products summed in i32, wrapping at 32 bits. Operands are widened to
+// i16 while they are packed (a u8 or i8 panel element becomes one i16), and the micro-kernel
+// multiplies pairs of depth steps into i32 and adds them: LLVM selects pmaddwd for it on SSE2 /
+// AVX2 / AVX-512 (vpdpwssd where the target has AVX-512 VNNI or AVX-VNNI), each exact, so every
+// CPU level computes the same bits. (vpmaddubsw would take u8 x i8 in one step but saturates its
+// i16 pair sums: 255 * -128 * 2 does not fit, so it is not used.)
+//
+// The epilogue runs on each finished tile in registers: the i32 sum is stored as it is, or
+// converted to f32 and taken through a list of f32 steps (a dequantisation scale per output
+// channel, a bias, relu, the next layer's requantisation: divide, round, clamp) and stored as f32,
+// u8 or i8 (converted as the IR's cast: saturating, NaN -> 0). Each step is one IEEE f32 operation
+// in the order given, as the IR computes it, so the result equals the IR graph's bit for bit.
+
+/// An elementwise f32 operation of an int8 contraction's epilogue on v (the sum converted to f32,
+/// or the previous step's result) and x (the step's operand).
+enum class Int8EpilogueOp : uint8_t {
+  kAdd,      // v + x
+  kSub,      // v - x
+  kSubFrom,  // x - v
+  kMul,      // v * x
+  kDiv,      // v / x
+  kDivInto,  // x / v
+  kMax,      // max(v, x) as the IR's max: NaN propagates (from v first), a tie gives v
+  kMaxFrom,  // max(x, v)
+  kMin,      // min(v, x), as kMax
+  kMinFrom,  // min(x, v)
+  kRound,    // round half to even (no operand)
+};
+
+/// What a step's x is.
+enum class Int8Operand : uint8_t {
+  kNone,    // kRound
+  kScalar,  // Int8EpilogueStep::scalar
+  kRow,     // a vector with one f32 per output row (a convolution's output channel)
+  kColumn,  // a vector with one f32 per output column (a Linear layer's output feature)
+};
+
+/// "add", "sub_from", ...; "scalar", "row", ...
+const char* Int8EpilogueOpName(Int8EpilogueOp op);
+const char* Int8OperandName(Int8Operand operand);
+
+struct Int8EpilogueStep {
+  Int8EpilogueOp op = Int8EpilogueOp::kAdd;
+  Int8Operand operand = Int8Operand::kNone;
+  float scalar = 0;
+  /// kRow: [M] (per output channel of a convolution: [O]); kColumn: [N]. Shared by every batch
+  /// entry of a GEMM; a grouped convolution's groups read their own channels.
+  const float* vector = nullptr;
+};
+
+/// At most this many steps (the micro-kernel's argument block has one slot per step).
+inline constexpr int kMaxInt8EpilogueSteps = 12;
+
+struct Int8Epilogue {
+  std::vector<Int8EpilogueStep> steps;
+  /// kI32: the sums (no steps); kF32, kU8 or kI8: the steps' result, converted.
+  base::DType output = base::DType::kI32;
+};
+
+/// One int8 GEMM: C = epilogue(A * B) per batch entry, A [M, K] and B [K, N] of u8, i8 or i16
+/// (strided views, as GemmParams), C [M, N] of epilogue.output (col_stride 1).
+struct Int8GemmParams {
+  base::DType a_dtype = base::DType::kU8;
+  base::DType b_dtype = base::DType::kI8;
+  std::vector<int64_t> batch;
+  int64_t m = 0, n = 0, k = 0;
+  MatrixView a, b, c;
+  Int8Epilogue epilogue;
+  GemmTuning tuning;  // mc, nc and the tile shape (kc is not used: the depth is one block)
+};
+
+absl::Status ExecuteInt8Gemm(const Int8GemmParams& params,
+                             const gemm_internal::MicroKernelProvider& kernels,
+                             runtime::ThreadPool* pool = nullptr);
+
+/// One int8 convolution (the IR's conv {accumulate=i32}): `conv` gives the geometry and the
+/// input / weight / output pointers (its dtype, bias, residual and activation must keep their
+/// defaults); per-channel epilogue vectors are kRow operands ([O]).
+struct Int8ConvParams {
+  base::DType input_dtype = base::DType::kU8;
+  base::DType weight_dtype = base::DType::kI8;
+  ConvParams conv;
+  Int8Epilogue epilogue;
+};
+
+absl::Status ExecuteInt8Conv(const Int8ConvParams& params,
+                             const gemm_internal::MicroKernelProvider& kernels,
+                             runtime::ThreadPool* pool = nullptr);
+
 }  // namespace kiln::runtime::cpu

@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "base/dtype.h"
 #include "runtime/cpu/gemm.h"
@@ -81,6 +83,45 @@ struct EpilogueVariant {
 std::string MicroKernelName(base::DType dtype, const KernelShape& shape,
                             const EpilogueVariant& variant);
 
+// ---- int8 micro-kernels (gemm_int8.cc) ------------------------------------------------------
+
+/// Per-tile arguments of an int8 micro-kernel; the generated IR reads it by field index.
+struct Int8TileArgs {
+  int64_t m_valid = 0;  // rows of the tile inside C (1..MR)
+  int64_t n_valid = 0;  // columns of the tile inside C (1..NR)
+  /// Per epilogue step: its scalar (a float), or its row / column vector at the tile's first row
+  /// / column; null for kRound.
+  const void* operands[kMaxInt8EpilogueSteps] = {};
+};
+
+/// The int8 micro-kernel: C[0:m_valid, 0:n_valid] = epilogue(Ap * Bp) over `k_pairs` pairs of
+/// depth steps. `a` is an MR-row panel of i16 pairs, k_pairs * MR * 2 elements: element
+/// (p * MR + i) * 2 + h is A[i][2p + h]; `b` an NR-column panel of i16 pairs (64-byte aligned),
+/// element (p * NR + j) * 2 + h is B[2p + h][j]; both zero-padded. `c` is the tile's first
+/// element and ldc the row stride of C, in elements of the output dtype.
+using Int8MicroKernelFn = void (*)(int64_t k_pairs, const int16_t* a, const int16_t* b, void* c,
+                                   int64_t ldc, const Int8TileArgs* args);
+
+/// What the epilogue of an int8 kernel does, fixed when it is generated: the output dtype and the
+/// steps' operations and operand kinds (their values come in Int8TileArgs).
+struct Int8EpilogueVariant {
+  base::DType output = base::DType::kI32;
+  std::vector<std::pair<Int8EpilogueOp, Int8Operand>> steps;
+
+  static Int8EpilogueVariant Of(const Int8Epilogue& epilogue);
+  /// "i32", or e.g. "u8_mul_c_add_c_max_s_div_s_round_max_s_min_s".
+  std::string Name() const;
+  bool operator==(const Int8EpilogueVariant&) const = default;
+};
+
+/// The tile of an int8 kernel on `vectors` (or the one `tuning` asks for): lanes of i32
+/// accumulators, MR rows of nr_vectors accumulators.
+absl::StatusOr<KernelShape> ChooseInt8KernelShape(const GemmTuning& tuning,
+                                                  const TargetVectors& vectors);
+
+/// The symbol of the int8 micro-kernel, e.g. "kiln_qgemm_6x16_v256_f32_mul_c_add_c".
+std::string Int8MicroKernelName(const KernelShape& shape, const Int8EpilogueVariant& variant);
+
 /// Where the driver gets its micro-kernels: the JIT (codegen/cpu: generated on first use) or a
 /// loaded blob (symbols of its code section). Implementations are thread-safe.
 class MicroKernelProvider {
@@ -91,6 +132,9 @@ class MicroKernelProvider {
   /// The kernel for (dtype, shape, variant), or an error naming it.
   virtual absl::StatusOr<MicroKernelFn> Get(base::DType dtype, const KernelShape& shape,
                                             const EpilogueVariant& variant) const = 0;
+  /// The int8 kernel for (shape, variant), or an error naming it.
+  virtual absl::StatusOr<Int8MicroKernelFn> GetInt8(const KernelShape& shape,
+                                                    const Int8EpilogueVariant& variant) const = 0;
 };
 
 /// Cache sizes in bytes, from /sys (Linux) or sysconf, with defaults when neither answers.
@@ -162,6 +206,113 @@ template <class T>
 absl::Status RunCore(const CoreProblem<T>& problem, const EpilogueVariant& epilogue,
                      const GemmTuning& tuning, const MicroKernelProvider& kernels,
                      runtime::ThreadPool* pool);
+
+// ---- Shared by the f32 and the int8 drivers --------------------------------------------------
+
+/// A growing 64-byte aligned buffer (a thread's packing space); aborts when memory runs out.
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  ~AlignedBuffer();
+  void* Get(size_t bytes);
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+/// How one GEMM of m x n is cut over `threads`: tm row bands x tn column bands, each `rows` x
+/// `cols` (multiples of mr / nr), chosen to minimise a rectangle's work plus its packing.
+struct Grid {
+  int64_t tm = 1, tn = 1;
+  int64_t rows = 0, cols = 0;
+};
+Grid ChooseGrid(int64_t m, int64_t n, int mr, int nr, int threads);
+
+/// Below this many multiply-adds x 2 the work runs on the calling thread.
+inline constexpr double kMinParallelFlops = 2e6;
+
+/// The tile height for a GEMM of m rows on a kernel of mr rows (unless `tuning` fixes it): a
+/// short power-of-two tile when m < mr / 2, balanced panels when a few panels would otherwise end
+/// in a mostly padding one.
+int FitTileRows(int mr, int64_t m, const GemmTuning& tuning);
+
+/// Calls run(batch entry, m0, m1, n0, n1) for rectangles covering `count` GEMMs of m x n x k:
+/// on the calling thread when small, whole GEMMs per thread when there are enough of them,
+/// otherwise each GEMM cut by ChooseGrid over the pool.
+void ForEachRectangle(int64_t m, int64_t n, int64_t k, int64_t count, int mr, int nr,
+                      runtime::ThreadPool* pool,
+                      absl::FunctionRef<void(int64_t, int64_t, int64_t, int64_t, int64_t)> run);
+
+/// The int8 core: `batches` equally shaped GEMMs out = epilogue(A * B), A strided (its own dtype,
+/// widened while packed), B packed by `b_packer` (a strided matrix or a convolution's implicit
+/// im2col), out of `epilogue.output` with row stride ldc. Offsets in elements of each operand's
+/// dtype; BatchOffsets::row_bias offsets the kRow vectors.
+class Int8BPacker {
+ public:
+  virtual ~Int8BPacker() = default;
+  /// B[0:k, n0:n0+nc] of the matrix at `base` into ceil(nc / nr) panels of i16 pairs (the layout
+  /// of Int8MicroKernelFn's b), columns past nc and the odd depth step past k zero. `scratch` may
+  /// be used for narrow panels.
+  virtual void PackPairs(const void* base, int64_t k, int64_t n0, int64_t nc, int nr, int16_t* dst,
+                         AlignedBuffer& scratch) const = 0;
+};
+
+/// An Int8BPacker from a narrow BPacker<T> (T = uint8_t, int8_t, int16_t): its k x nr panels
+/// interleaved into pairs.
+template <class T>
+class NarrowPairPacker final : public Int8BPacker {
+ public:
+  explicit NarrowPairPacker(const BPacker<T>& narrow) : narrow_(narrow) {}
+  void PackPairs(const void* base, int64_t k, int64_t n0, int64_t nc, int nr, int16_t* dst,
+                 AlignedBuffer& scratch) const override;
+
+ private:
+  const BPacker<T>& narrow_;
+};
+
+struct Int8CoreProblem {
+  int64_t m = 0, n = 0, k = 0;
+  base::DType a_dtype = base::DType::kU8;
+  const void* a = nullptr;
+  int64_t a_row_stride = 0, a_col_stride = 1;
+  const void* b = nullptr;
+  const Int8BPacker* b_packer = nullptr;
+  int64_t b_element_size = 1;
+  void* c = nullptr;
+  int64_t ldc = 0;
+  Int8Epilogue epilogue;
+  std::vector<BatchOffsets> batches;
+};
+
+/// Runs `problem` with the int8 micro-kernels of `kernels`, on `pool` when given; the kernels
+/// are fetched first, so an error leaves C untouched.
+absl::Status RunInt8Core(const Int8CoreProblem& problem, const GemmTuning& tuning,
+                         const MicroKernelProvider& kernels, runtime::ThreadPool* pool);
+
+/// Calls run(T*) with a null pointer of the C++ type of an int8 operand dtype (u8, i8, i16), and
+/// returns its status.
+template <class Run>
+absl::Status WithInt8OperandType(base::DType dtype, Run run) {
+  switch (dtype) {
+    case base::DType::kU8:
+      return run(static_cast<uint8_t*>(nullptr));
+    case base::DType::kI8:
+      return run(static_cast<int8_t*>(nullptr));
+    default:
+      return run(static_cast<int16_t*>(nullptr));
+  }
+}
+
+/// Whether `dtype` is an int8 operand dtype (u8, i8, i16) / output dtype (i32, f32, u8, i8).
+bool IsInt8Operand(base::DType dtype);
+bool IsInt8Output(base::DType dtype);
+/// Checks an epilogue: the output dtype, at most kMaxInt8EpilogueSteps steps (none for i32),
+/// operands where the ops need them, vectors where the operands are vectors. `what` prefixes
+/// errors ("gemm int8", "conv int8").
+absl::Status CheckInt8Epilogue(const char* what, const Int8Epilogue& epilogue);
 
 /// bf16 and f16: ExecuteGemm and ExecuteConv run them through the two functions below
 /// (gemm_half.cc), which widen the operands to f32, run the f32 driver and round the result.

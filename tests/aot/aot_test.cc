@@ -160,6 +160,44 @@ TEST(AotTest, AutocastModuleCompilesToABlobWithTheJitsBits) {
   EXPECT_TRUE(out[0] == model.forward(x).into_data());
 }
 
+// A module quantized with kiln::quant::quantize traces and compiles into a blob like any other:
+// its int8 GEMM steps (with their epilogues) run in the blob with the JIT's bits, in the host
+// section and in the x86-64-v3 and -v2 sections the blob carries.
+TEST(AotTest, QuantizedModuleCompilesToABlobWithTheJitsBits) {
+  using B = Cpu;
+  B::Device device;
+  SmallMlp<B> model = MakeSmallMlp(6);
+  ir::TensorData calibration_inputs(ir::DType::kF32, {64, 20});
+  for (int64_t i = 0; i < calibration_inputs.num_elements(); ++i) {
+    calibration_inputs.SetDouble(i, static_cast<double>(i % 13) * 0.15 - 0.6);
+  }
+  data::DataLoader calibration =
+      data::DataLoaderConfig(16).init(std::make_shared<data::InMemoryDataset>(
+          calibration_inputs, ir::TensorData(ir::DType::kI64, {64})));
+  const SmallMlp<B> q =
+      quant::quantize(model, calibration, [&](const SmallMlp<B>& m, const data::Batch& batch) {
+        return m.forward(batch.inputs_as<B, 2, Float>(device));
+      });
+  std::vector<float> xs(8 * 20);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 11) * 0.2f - 1.0f;
+  auto x = Tensor<B, 2>::from_vector(xs, {8, 20}, device);
+  TracedGraph traced = trace(q, x);
+  int integer_matmuls = 0;
+  for (const ir::Node& node : traced.graph.nodes()) {
+    integer_matmuls += node.op == ir::Op::kMatMul && node.attrs.accumulate == ir::DType::kI32;
+  }
+  EXPECT_EQ(integer_matmuls, 2);
+  aot::CompileOptions options;
+  options.weights = traced.weights;
+  absl::StatusOr<std::string> blob = aot::Compile(traced.graph, options);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  absl::StatusOr<std::unique_ptr<Model>> loaded = Model::LoadMemory(Bytes(*blob));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const std::vector<ir::TensorData> out = RunBlob(**loaded, {x.into_data()});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0] == q.forward(x).into_data());
+}
+
 TEST(AotTest, TracedFunctionWithCapturedTensorAndTwoOutputs) {
   using B = Cpu;
   B::Device device;

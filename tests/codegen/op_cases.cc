@@ -609,6 +609,27 @@ std::vector<Case> Cases() {
                        nullptr, tolerance});
     }
   }
+  // Integer contractions accumulating in i32 (the int8 inference kernels' op): u8 x i8 at full
+  // range, i16 x u8, batched; every backend's generic lowering converts the operands exactly.
+  // RandomTensor's u8 values stay small: every third one becomes 255 here.
+  const auto full_range_u8 = [](std::vector<ir::TensorData>& args) {
+    for (ir::TensorData& arg : args) {
+      if (arg.dtype() != DType::kU8) continue;
+      for (int64_t i = 0; i < arg.num_elements(); i += 3) arg.SetInt64(i, 255);
+    }
+  };
+  for (auto [ad, bd] :
+       {std::pair{DType::kU8, DType::kI8}, {DType::kI8, DType::kI8}, {DType::kI16, DType::kU8}}) {
+    for (auto [a, bs] :
+         std::vector<std::pair<Shape, Shape>>{{{3, 9}, {9, 5}}, {{2, 3, 4}, {2, 4, 2}}}) {
+      cases.push_back({Name("matmul_accumulate_i32", ad, a) + Name("", bd, bs),
+                       [ad, bd, a, bs](ir::Builder& b) {
+                         b.Output(b.IntegerMatMul(b.Parameter("a", {ad, a}),
+                                                  b.Parameter("b", {bd, bs}), DType::kI32));
+                       },
+                       full_range_u8});
+    }
+  }
   struct ConvCase {
     std::string name;
     Shape x, w;
@@ -641,6 +662,14 @@ std::vector<Case> Cases() {
                        },
                        nullptr, AccumulateTolerance(dtype)});
     }
+    ir::Attrs integer = c.attrs;
+    integer.accumulate = DType::kI32;
+    cases.push_back({absl::StrCat(c.name, "_u8_i8_accumulate_i32"),
+                     [c, integer](ir::Builder& b) {
+                       b.Output(b.Conv(b.Parameter("x", {DType::kU8, c.x}),
+                                       b.Parameter("w", {DType::kI8, c.w}), integer));
+                     },
+                     full_range_u8});
   }
   for (Op op : {Op::kWindowSum, Op::kWindowMax}) {
     for (DType dtype : {DType::kF32, DType::kI32, DType::kU8}) {

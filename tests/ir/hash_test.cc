@@ -157,6 +157,24 @@ TEST(HashTest, EveryChangeChangesTheHash) {
   EXPECT_TRUE(seen.insert(StructuralHash(Parse(doubled))).second);
 }
 
+// The accumulator is hashed when set and, like every attribute at its default, left out when not
+// (so graphs without integer contractions hash as before): the text round trip keeps the hash,
+// and accumulate=i64 is another graph than accumulate=i32.
+TEST(HashTest, AccumulatorIsHashedWhenSet) {
+  const std::string i32 = R"(graph {
+  %0 = parameter() {name="a"} : i16[2,3]
+  %1 = parameter() {name="b"} : i16[3,4]
+  %2 = matmul(%0, %1) {accumulate=i32} : i32[2,4]
+  %3 = matmul(%0, %1) : i16[2,4]
+  return %2, %3
+})";
+  std::string i64 = i32;
+  i64.replace(i64.find("{accumulate=i32} : i32"), 22, "{accumulate=i64} : i64");
+  const Graph graph = Parse(i32);
+  EXPECT_NE(StructuralHash(graph), StructuralHash(Parse(i64)));
+  EXPECT_EQ(StructuralHash(graph), StructuralHash(Parse(PrintGraph(graph))));
+}
+
 TEST(HashTest, NodeHashesFindCommonSubexpressions) {
   Builder b;
   const NodeId x = b.Parameter("x", T(DType::kF32, {4}));

@@ -1236,6 +1236,12 @@ void HandMatMul() {
   // An empty contraction is a sum of nothing.
   ExpectValues(RunMatMul(Data(kF32, {2, 0}, {}), Data(kF32, {0, 2}, {})), kF32, {2, 2},
                {0, 0, 0, 0});
+  // u8 x i8 accumulated in i32 at the extremes: 255 * -128 * 2 = -65280, 255 * 127 * 2 = 64770,
+  // 0 contributes nothing; nothing saturates or wraps.
+  ExpectValues(RunGraph({Data(DType::kU8, {2, 2}, {255, 255, 0, 255}),
+                         Data(DType::kI8, {2, 2}, {-128, 127, -128, 127})},
+                        [](Builder& b, auto p) { return b.IntegerMatMul(p[0], p[1], kI32); }),
+               kI32, {2, 2}, {-65280, 64770, -32640, 32385});
 }
 
 void RandomMatMul() {
@@ -1418,6 +1424,12 @@ void HandConv() {
   const Attrs grouped = AttrsFor([](Attrs& a) { a.groups = 2; });
   ExpectValues(RunGraph({x2, w2}, [&](Builder& b, auto p) { return b.Conv(p[0], p[1], grouped); }),
                kI32, {1, 2, 2}, {3, 6, 50, 100});
+  // u8 input, i8 weight, i32 result: [255, 0, 255] with [-128, 127] -> [-32640, 32385].
+  const Attrs integer = AttrsFor([](Attrs& a) { a.accumulate = kI32; });
+  ExpectValues(RunGraph({Data(DType::kU8, {1, 1, 3}, {255, 0, 255}),
+                         Data(DType::kI8, {1, 1, 2}, {-128, 127})},
+                        [&](Builder& b, auto p) { return b.Conv(p[0], p[1], integer); }),
+               kI32, {1, 1, 2}, {-32640, 32385});
 }
 
 void RandomConv() {

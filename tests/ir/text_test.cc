@@ -164,6 +164,12 @@ std::vector<Sample> Samples() {
     conv.groups = 2;
     b.Output(b.Conv(image, kernel, conv));
     b.Output(b.Conv(image, b.Parameter("k1", T(DType::kF32, {3, 4, 1, 1})), Attrs{}));
+    b.Output(b.IntegerMatMul(b.Parameter("q", T(DType::kU8, {2, 3})),
+                             b.Parameter("qw", T(DType::kI8, {3, 4})), DType::kI32));
+    Attrs integer_conv;
+    integer_conv.accumulate = DType::kI32;
+    b.Output(b.Conv(b.Parameter("qi", T(DType::kU8, {1, 2, 3, 3})),
+                    b.Parameter("qk", T(DType::kI8, {2, 2, 2, 2})), integer_conv));
     Attrs window;
     window.window = {2, 3};
     window.strides = {2, 1};
@@ -315,6 +321,8 @@ TEST(TextTest, PrintsEachAttributeAndNumberSpelling) {
                              "input_dilation=[2,1], groups=2} : f32[1,6,4,2]"));
   EXPECT_THAT(all, HasSubstr("window_sum(%0) {window=[2,3], strides=[2,1], low=[0,1], high=[1,0], "
                              "dilation=[1,2]} : f32[2,1]"));
+  EXPECT_THAT(all, HasSubstr("= matmul(%16, %15) {accumulate=i32} : i32[2,4]"));
+  EXPECT_THAT(all, HasSubstr("= conv(%19, %18) {accumulate=i32} : i32[1,2,2,2]"));
   EXPECT_THAT(all, HasSubstr("pad(%0) {low=[0,1,2], high=[1,0,0], value=-0}"));
   EXPECT_THAT(all, HasSubstr("pad(%0) {low=[1,1,1], high=[0,0,0], value=nan}"));
   EXPECT_THAT(all, HasSubstr("value=-inf}"));
@@ -516,6 +524,11 @@ TEST(TextTest, ErrorsGivePositionAndExpectation) {
        "3:3: %1 = add: expects 2 operands, got 1; operands f32[2]"},
       {param + "  %1 = matmul(%0, %0) : f32[2]",
        "3:3: %1 = matmul: needs operands of equal rank >= 2"},
+      {param + "  %1 = matmul(%0, %0) {accumulate=i32} : i32[2]",
+       "3:3: %1 = matmul: accumulate=i32 needs integer operands that it holds exactly "
+       "(narrower)"},
+      {param + "  %1 = add(%0, %0) {accumulate=i32} : f32[2]",
+       "3:21: %1 = add: 'add' does not use attribute 'accumulate'"},
       {param + "  %1 = parameter() {name=\"x\"} : f32[2]",
        "3:3: %1 = parameter: name \"x\" already used by %0"},
       {param + "  %1 = parameter() {name=\"x} : f32[2]\n", "3:38: newline in a string (write \\n)"},

@@ -1,6 +1,7 @@
 #include "tests/onnx/export_models.h"
 
 #include <random>
+#include <string>
 #include <utility>
 
 #include "ir/builder.h"
@@ -43,10 +44,38 @@ ExportModel Finish(std::string name, ir::Builder&& b) {
   return m;
 }
 
+// cast(clamp(round(x / scale), 0, 255), u8): an int8 layer's input quantization.
+NodeId QuantizeU8(ir::Builder& b, NodeId x, double scale) {
+  const ir::TensorType t = b.type(x);
+  NodeId q = b.Unary(Op::kRound, b.Binary(Op::kDiv, x, b.Fill(scale, t)));
+  q = b.Binary(Op::kMin, b.Binary(Op::kMax, q, b.Fill(0, t)), b.Fill(255, t));
+  return b.Cast(q, DType::kU8);
+}
+
+// An int8 Linear (frontend/quant/int8_layer.h): u8 input x i8 weight [out, in] -> i32, scaled
+// per output column to f32, plus the bias.
+NodeId Int8Linear(ir::Builder& b, NodeId xq, const std::string& name, int64_t in, int64_t out) {
+  const NodeId w = b.Parameter(name + ".int8.weight", {DType::kI8, {out, in}});
+  const NodeId acc = b.IntegerMatMul(xq, b.Permute(w, {1, 0}), DType::kI32);
+  const NodeId scale = b.Parameter(name + ".int8.dequant_scale", {DType::kF32, {out}});
+  const ir::Shape shape = b.type(acc).shape;
+  NodeId y =
+      b.Binary(Op::kMul, b.Cast(acc, DType::kF32), b.Broadcast(b.Reshape(scale, {1, out}), shape));
+  return AddBias(b, y, b.Parameter(name + ".bias", {DType::kF32, {out}}), 1);
+}
+
 }  // namespace
 
 std::vector<ExportModel> ExportModels() {
   std::vector<ExportModel> models;
+  {
+    // What kiln::quant::quantize makes of a two-layer MLP: MatMulInteger in ONNX.
+    ir::Builder b;
+    const NodeId x = b.Parameter("x", {DType::kF32, {4, 8}});
+    NodeId h = Relu(b, Int8Linear(b, QuantizeU8(b, x, 0.02), "fc1", 8, 16));
+    b.Output(Int8Linear(b, QuantizeU8(b, h, 0.5), "fc2", 16, 3), "logits");
+    models.push_back(Finish("quantized_mlp", std::move(b)));
+  }
   {
     ir::Builder b;
     const NodeId x = b.Parameter("x", {DType::kF32, {4, 8}});

@@ -1,4 +1,5 @@
-// Small whole models for the export tests (ONNX and MLIR): an MLP with softmax, a conv net
+// Small whole models for the export tests (ONNX and MLIR): a quantized (int8) MLP, an MLP with
+// softmax, a conv net
 // (conv + bias + relu + max pool + linear) and a layer norm. Each comes with its parameters'
 // random values; the weights (every parameter but the input "x") are also returned by name so the
 // ONNX export can make them initializers.
@@ -22,7 +23,7 @@ struct ExportModel {
   std::map<std::string, ir::TensorData> weights;
 };
 
-/// mlp, conv_net, layer_norm. Deterministic.
+/// quantized_mlp (int8 layers), mlp, conv_net, layer_norm. Deterministic.
 std::vector<ExportModel> ExportModels();
 
 }  // namespace kiln::test

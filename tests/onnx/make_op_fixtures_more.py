@@ -243,6 +243,95 @@ case("layer_norm_mean_invstddev", "LayerNormalization", [("x", lnx), ("s", None)
      {"epsilon": 1e-3}, consts={"s": lns, "b": lnb}, opset=17)
 
 
+# ---- Integer contractions (issue #17): the int32 products of the zero-point-shifted operands,
+# requantised in double as the specification's reference does (rint, then saturate) ------------
+def conv2d_int(x, w, pads=(0, 0, 0, 0), strides=(1, 1), group=1):
+    """NCHW cross-correlation of int64 arrays with zero padding (pads: top, left, bottom, right)."""
+    x = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    oh, ow = (h - kh) // strides[0] + 1, (wd - kw) // strides[1] + 1
+    y = np.zeros((n, o, oh, ow), np.int64)
+    og = o // group
+    for oc in range(o):
+        g = oc // og
+        for i in range(oh):
+            for j in range(ow):
+                patch = x[:, g * cg:(g + 1) * cg, i * strides[0]:i * strides[0] + kh,
+                          j * strides[1]:j * strides[1] + kw]
+                y[:, oc, i, j] = (patch * w[oc]).sum(axis=(1, 2, 3))
+    return y
+
+
+def requantize(acc, multiplier, y_zp):
+    d = acc.astype(np.float64) * multiplier.astype(np.float64) + y_zp.astype(np.float64)
+    info = np.iinfo(y_zp.dtype)
+    return np.clip(np.rint(d), info.min, info.max).astype(y_zp.dtype)
+
+
+qa = rng.integers(0, 256, (3, 2, 7)).astype(np.uint8)
+qa[0, 0, :] = 255
+qb = rng.integers(-128, 128, (7, 5)).astype(np.int8)
+qb[:, 0] = -128
+case("matmul_integer_u8_i8", "MatMulInteger", [("a", qa), ("b", None)],
+     (qa.astype(np.int64) @ qb.astype(np.int64)).astype(np.int32), consts={"b": qb}, opset=10)
+qa2 = rng.integers(0, 256, (4, 6)).astype(np.uint8)
+qb2 = rng.integers(0, 256, (6, 3)).astype(np.uint8)
+za2 = np.array([3, 200, 0, 255], np.uint8)  # per row of a
+zb2 = np.array([128, 7, 255], np.uint8)  # per column of b
+case("matmul_integer_zero_points", "MatMulInteger",
+     [("a", qa2), ("b", qb2), ("za", None), ("zb", None)],
+     ((qa2.astype(np.int64) - za2[:, None]) @ (qb2.astype(np.int64) - zb2)).astype(np.int32),
+     consts={"za": za2, "zb": zb2}, opset=10)
+cx8 = rng.integers(0, 256, (2, 4, 6, 5)).astype(np.uint8)
+cw8 = rng.integers(-128, 128, (6, 2, 3, 3)).astype(np.int8)
+czx = np.uint8(100)
+case("conv_integer_groups_pads", "ConvInteger",
+     [("x", cx8), ("w", None), ("zx", None)],
+     conv2d_int(cx8.astype(np.int64) - 100, cw8.astype(np.int64), (1, 1, 1, 0), group=2)
+     .astype(np.int32),
+     {"group": 2, "pads": [1, 1, 1, 0]}, consts={"w": cw8, "zx": czx}, opset=10)
+ql_a = rng.integers(0, 256, (5, 8)).astype(np.uint8)
+ql_b = rng.integers(-128, 128, (8, 4)).astype(np.int8)
+ql_as, ql_az = np.float32(0.02), np.uint8(120)
+ql_bs, ql_bz = np.array([0.005, 0.01, 0.002, 0.04], np.float32), np.zeros(4, np.int8)
+ql_ys, ql_yz = np.float32(0.3), np.uint8(128)
+ql_acc = (ql_a.astype(np.int64) - 120) @ ql_b.astype(np.int64)
+case("qlinear_matmul_per_column", "QLinearMatMul",
+     [("a", ql_a), ("as", None), ("az", None), ("b", None), ("bs", None), ("bz", None),
+      ("ys", None), ("yz", None)],
+     requantize(ql_acc, ql_as * ql_bs / ql_ys, ql_yz),
+     consts={"as": ql_as, "az": ql_az, "b": ql_b, "bs": ql_bs, "bz": ql_bz, "ys": ql_ys,
+             "yz": ql_yz}, opset=13)
+qs_a = rng.integers(-128, 128, (2, 3, 6)).astype(np.int8)
+qs_b = rng.integers(-128, 128, (6, 7)).astype(np.int8)
+qs_scale, qs_z = np.float32(0.05), np.int8(-3)
+qs_y, qs_yz = np.float32(0.9), np.int8(5)
+qs_acc = (qs_a.astype(np.int64) + 3) @ (qs_b.astype(np.int64) + 3)
+case("qlinear_matmul_int8_3d", "QLinearMatMul",
+     [("a", qs_a), ("as", None), ("az", None), ("b", qs_b), ("bs", None), ("bz", None),
+      ("ys", None), ("yz", None)],
+     requantize(qs_acc, qs_scale * qs_scale / qs_y, qs_yz),
+     consts={"as": qs_scale, "az": qs_z, "bs": qs_scale, "bz": qs_z, "ys": qs_y, "yz": qs_yz},
+     opset=10)
+qc_x = rng.integers(0, 256, (1, 3, 7, 7)).astype(np.uint8)
+qc_w = rng.integers(-127, 128, (4, 3, 3, 3)).astype(np.int8)
+qc_xs, qc_xz = np.float32(0.01), np.uint8(50)
+qc_ws = np.array([0.02, 0.01, 0.03, 0.005], np.float32)
+qc_wz = np.zeros(4, np.int8)
+qc_ys, qc_yz = np.float32(0.05), np.uint8(10)
+qc_bias = np.array([100, -2000, 0, 30000], np.int32)
+qc_acc = conv2d_int(qc_x.astype(np.int64) - 50, qc_w.astype(np.int64), (1, 1, 1, 1), (2, 2)) + \
+    qc_bias[None, :, None, None]
+case("qlinear_conv_per_channel_bias", "QLinearConv",
+     [("x", qc_x), ("xs", None), ("xz", None), ("w", None), ("ws", None), ("wz", None),
+      ("ys", None), ("yz", None), ("b", None)],
+     requantize(qc_acc, qc_xs * qc_ws[None, :, None, None] / qc_ys, qc_yz),
+     {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+     consts={"xs": qc_xs, "xz": qc_xz, "w": qc_w, "ws": qc_ws, "wz": qc_wz, "ys": qc_ys,
+             "yz": qc_yz, "b": qc_bias}, opset=10)
+
+
 def main():
     shutil.rmtree(ROOT, ignore_errors=True)
     os.makedirs(ROOT)

@@ -16,6 +16,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -302,6 +303,103 @@ void AddOutput(::onnx::ModelProto& m, const std::string& name) {
 
 absl::Status Import(const ::onnx::ModelProto& m) {
   return ImportBytes(m.SerializeAsString()).status();
+}
+
+// A QDQ model (what onnxruntime's quantizer writes): x quantized to u8 and dequantized, a MatMul
+// with a weight stored as i8 and dequantized per column (axis 1), the result quantized to u8 and
+// dequantized. The MatMul imports as an integer contraction (matmul {accumulate=i32}) times the
+// two scales, the QuantizeLinear after it becomes the int8 GEMM's epilogue on the CPU, and the
+// output is within one output step of the float computation of the QDQ graph.
+TEST(OnnxImport, QdqMatMulRunsAsAnIntegerContraction) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  auto* o = m.add_opset_import();
+  o->set_domain("");
+  o->set_version(13);
+  auto* g = m.mutable_graph();
+  g->set_name("qdq");
+  auto* in = g->add_input();
+  in->set_name("x");
+  auto* tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(::onnx::TensorProto::FLOAT);
+  tt->mutable_shape()->add_dim()->set_dim_value(5);
+  tt->mutable_shape()->add_dim()->set_dim_value(12);
+  const auto scalar = [&](const std::string& name, int type, double value) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(type);
+    if (type == ::onnx::TensorProto::FLOAT) {
+      t->add_float_data(static_cast<float>(value));
+    } else {
+      t->add_int32_data(static_cast<int32_t>(value));
+    }
+  };
+  scalar("xs", ::onnx::TensorProto::FLOAT, 0.02);
+  scalar("xz", ::onnx::TensorProto::UINT8, 10);
+  scalar("ys", ::onnx::TensorProto::FLOAT, 0.05);
+  scalar("yz", ::onnx::TensorProto::UINT8, 128);
+  std::mt19937 rng(3);
+  std::vector<int8_t> w(12 * 4);
+  for (int8_t& v : w) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+  auto* wt = g->add_initializer();
+  wt->set_name("w");
+  wt->set_data_type(::onnx::TensorProto::INT8);
+  wt->add_dims(12);
+  wt->add_dims(4);
+  wt->set_raw_data(w.data(), w.size());
+  const std::vector<float> w_scale = {0.01f, 0.02f, 0.005f, 0.03f};
+  auto* ws = g->add_initializer();
+  ws->set_name("ws");
+  ws->set_data_type(::onnx::TensorProto::FLOAT);
+  ws->add_dims(4);
+  for (float v : w_scale) ws->add_float_data(v);
+  AddNode(m, "QuantizeLinear", "qx", {"x", "xs", "xz"}, {"xq"});
+  AddNode(m, "DequantizeLinear", "dqx", {"xq", "xs", "xz"}, {"xd"});
+  AddNode(m, "DequantizeLinear", "dqw", {"w", "ws"}, {"wd"});  // axis 1 by default
+  AddNode(m, "MatMul", "mm", {"xd", "wd"}, {"y"});
+  AddNode(m, "QuantizeLinear", "qy", {"y", "ys", "yz"}, {"yq"});
+  AddNode(m, "DequantizeLinear", "dqy", {"yq", "ys", "yz"}, {"out"});
+  AddOutput(m, "out");
+  absl::StatusOr<ImportedModel> model = ImportBytes(m.SerializeAsString());
+  ASSERT_TRUE(model.ok()) << model.status();
+  int integer = 0, float_matmuls = 0;
+  for (const ir::Node& n : model->graph.nodes()) {
+    integer += n.op == ir::Op::kMatMul && n.attrs.accumulate.has_value();
+    float_matmuls += n.op == ir::Op::kMatMul && !n.attrs.accumulate.has_value();
+  }
+  EXPECT_EQ(integer, 1);
+  EXPECT_EQ(float_matmuls, 0);
+
+  ir::TensorData x(ir::DType::kF32, {5, 12});
+  for (int64_t i = 0; i < x.num_elements(); ++i) x.SetDouble(i, (i * 37 % 101) / 20.0 - 0.2);
+  absl::StatusOr<std::vector<ir::TensorData>> args = model->Arguments({x});
+  ASSERT_TRUE(args.ok()) << args.status();
+  absl::StatusOr<std::vector<ir::TensorData>> ref = ir::Interpret(model->graph, *args);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  absl::StatusOr<std::shared_ptr<const codegen::cpu::CompiledGraph>> compiled =
+      codegen::cpu::CompileGraph(model->graph);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  EXPECT_EQ((*compiled)->num_gemm_steps, 1);
+  std::vector<std::shared_ptr<const ir::TensorData>> shared;
+  for (const ir::TensorData& a : *args) shared.push_back(std::make_shared<const ir::TensorData>(a));
+  absl::StatusOr<std::vector<ir::TensorData>> cpu =
+      codegen::cpu::RunCompiledGraph(**compiled, shared);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_TRUE((*cpu)[0] == (*ref)[0]);  // the int8 GEMM's epilogue is the graph's f32 ops
+  // The QDQ graph in double: dequantized operands multiplied, quantized, dequantized.
+  for (int64_t r = 0; r < 5; ++r) {
+    for (int64_t c = 0; c < 4; ++c) {
+      double y = 0;
+      for (int64_t k = 0; k < 12; ++k) {
+        const double xq =
+            std::clamp(std::nearbyint(x.GetDouble(r * 12 + k) / 0.02f) + 10, 0.0, 255.0);
+        y +=
+            (xq - 10) * 0.02f * w[static_cast<size_t>(k * 4 + c)] * w_scale[static_cast<size_t>(c)];
+      }
+      const double want = (std::clamp(std::nearbyint(y / 0.05f) + 128, 0.0, 255.0) - 128) * 0.05f;
+      EXPECT_NEAR((*ref)[0].GetDouble(r * 4 + c), want, 0.05 * 1.01) << r << ", " << c;
+    }
+  }
 }
 
 // TopK on the interpreter and the CPU backend: largest and smallest, ties in index order (as

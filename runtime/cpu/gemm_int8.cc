@@ -1,0 +1,473 @@
+// The int8 GEMM driver (runtime/cpu/gemm.h, "int8 inference"): operands of u8, i8 or i16 widened
+// to i16 pairs while they are packed, the micro-kernels of codegen/cpu/gemm_kernel.cc (pmaddwd),
+// i32 sums, the epilogue on each finished tile.
+//
+// Loop nest of one rectangle of the output (the work of one task):
+//   for ic in rows, step MC:                 the A band, MC x K, packed once (L3)
+//     for jc in columns, step NC:            the B block, K x NC, packed (L2)
+//       for each MR panel of the band:       its micro-panel is reused across the NR panels (L1)
+//         for each NR panel: micro-kernel over the whole depth, then the epilogue
+// The depth is not cut into blocks: partial sums would need an i32 buffer beside an output of
+// another dtype, and a whole-depth micro-panel of i16 pairs (MR x K x 2 bytes, 24 KiB at K = 2048
+// on AVX2) still fits L1. Widened operands take twice the bytes of f32's per two depth steps, so
+// the blocks are sized from K the way the f32 driver sizes them from KC.
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/gemm.h"
+#include "runtime/cpu/gemm_internal.h"
+#include "runtime/thread_pool.h"
+
+namespace kiln::runtime::cpu {
+
+const char* Int8EpilogueOpName(Int8EpilogueOp op) {
+  switch (op) {
+    case Int8EpilogueOp::kAdd:
+      return "add";
+    case Int8EpilogueOp::kSub:
+      return "sub";
+    case Int8EpilogueOp::kSubFrom:
+      return "sub_from";
+    case Int8EpilogueOp::kMul:
+      return "mul";
+    case Int8EpilogueOp::kDiv:
+      return "div";
+    case Int8EpilogueOp::kDivInto:
+      return "div_into";
+    case Int8EpilogueOp::kMax:
+      return "max";
+    case Int8EpilogueOp::kMaxFrom:
+      return "max_from";
+    case Int8EpilogueOp::kMin:
+      return "min";
+    case Int8EpilogueOp::kMinFrom:
+      return "min_from";
+    case Int8EpilogueOp::kRound:
+      return "round";
+  }
+  return "unknown";
+}
+
+const char* Int8OperandName(Int8Operand operand) {
+  switch (operand) {
+    case Int8Operand::kNone:
+      return "none";
+    case Int8Operand::kScalar:
+      return "scalar";
+    case Int8Operand::kRow:
+      return "row";
+    case Int8Operand::kColumn:
+      return "column";
+  }
+  return "unknown";
+}
+
+namespace gemm_internal {
+namespace {
+
+using base::DType;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t RoundUp(int64_t value, int64_t multiple) { return CeilDiv(value, multiple) * multiple; }
+
+// A[0:rows, 0:k] (strided, any of the operand dtypes) into ceil(rows / mr) panels of i16 pairs:
+// element (p * mr + i) * 2 + h of a panel is A[i][2p + h], rows past `rows` and the depth step
+// past an odd k zero.
+template <class T>
+void PackAPairs(const T* a, int64_t row_stride, int64_t col_stride, int64_t rows, int64_t k, int mr,
+                int16_t* dst) {
+  const int64_t pairs = CeilDiv(k, 2);
+  for (int64_t r0 = 0; r0 < rows; r0 += mr) {
+    const int valid = static_cast<int>(std::min<int64_t>(mr, rows - r0));
+    int16_t* panel = dst + r0 * pairs * 2;
+    for (int i = 0; i < valid; ++i) {
+      // Along the row: sequential reads, stores one pair (a dword) apart by the panel's rows.
+      const T* src = a + (r0 + i) * row_stride;
+      int16_t* out = panel + 2 * i;
+      int64_t p = 0;
+      for (; 2 * p + 1 < k; ++p) {
+        out[p * mr * 2] = static_cast<int16_t>(src[2 * p * col_stride]);
+        out[p * mr * 2 + 1] = static_cast<int16_t>(src[(2 * p + 1) * col_stride]);
+      }
+      if (p < pairs) {
+        out[p * mr * 2] = static_cast<int16_t>(src[2 * p * col_stride]);
+        out[p * mr * 2 + 1] = 0;
+      }
+    }
+    for (int i = valid; i < mr; ++i) {
+      for (int64_t p = 0; p < pairs; ++p) {
+        panel[(p * mr + i) * 2] = 0;
+        panel[(p * mr + i) * 2 + 1] = 0;
+      }
+    }
+  }
+}
+
+void PackAPairsOf(DType dtype, const void* a, int64_t row_stride, int64_t col_stride, int64_t rows,
+                  int64_t k, int mr, int16_t* dst) {
+  switch (dtype) {
+    case DType::kU8:
+      return PackAPairs(static_cast<const uint8_t*>(a), row_stride, col_stride, rows, k, mr, dst);
+    case DType::kI8:
+      return PackAPairs(static_cast<const int8_t*>(a), row_stride, col_stride, rows, k, mr, dst);
+    default:
+      return PackAPairs(static_cast<const int16_t*>(a), row_stride, col_stride, rows, k, mr, dst);
+  }
+}
+
+// Per-thread packing space. The A band depends on (call, A, ic) only, so batch entries that share
+// A (a convolution's images) pack it once per thread and call.
+struct Int8Buffers {
+  AlignedBuffer a, b, scratch;
+  uint64_t a_generation = 0;
+  const void* a_source = nullptr;
+  const void* a_packed = nullptr;
+  int64_t a_ic = 0;
+};
+
+Int8Buffers& ThreadBuffers() {
+  thread_local Int8Buffers buffers;
+  return buffers;
+}
+
+std::atomic<uint64_t> next_generation{1};
+
+struct Int8Plan {
+  KernelShape shape;
+  int64_t mc = 0, nc = 0;
+  Int8MicroKernelFn kernel = nullptr;
+  uint64_t generation = 0;
+};
+
+// Blocks from the host's caches: the B block (K x NC i16) in half of L2, the A band (MC x K i16)
+// in half of this core's share of L3.
+void ChooseInt8Blocking(Int8Plan& plan, int64_t k, const GemmTuning& tuning) {
+  const CacheSizes& caches = HostCaches();
+  const int mr = plan.shape.mr, nr = plan.shape.nr();
+  const int64_t row_bytes = std::max<int64_t>(2, RoundUp(k, 2) * 2);
+  plan.nc = tuning.nc > 0 ? RoundUp(tuning.nc, nr)
+                          : std::max<int64_t>(nr, caches.l2 / 2 / row_bytes / nr * nr);
+  const int64_t l3_share = caches.l3 / std::max(1, caches.l3_sharing);
+  plan.mc = tuning.mc > 0 ? RoundUp(tuning.mc, mr)
+                          : std::max<int64_t>(mr, l3_share / 2 / row_bytes / mr * mr);
+}
+
+void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffsets& batch,
+                 int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  const int mr = plan.shape.mr, nr = plan.shape.nr();
+  const int64_t pairs = CeilDiv(p.k, 2);
+  const int64_t a_size = base::DTypeSize(p.a_dtype);
+  const int64_t c_size = base::DTypeSize(p.epilogue.output);
+  Int8Buffers& buffers = ThreadBuffers();
+  const char* a = static_cast<const char*>(p.a) + batch.a * a_size;
+  const char* b = static_cast<const char*>(p.b) + batch.b * p.b_element_size;
+  char* c = static_cast<char*>(p.c) + batch.c * c_size;
+  const std::vector<Int8EpilogueStep>& steps = p.epilogue.steps;
+
+  Int8TileArgs args;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    if (steps[s].operand == Int8Operand::kScalar) args.operands[s] = &steps[s].scalar;
+  }
+  for (int64_t ic = m0; ic < m1; ic += plan.mc) {
+    const int64_t mcb = std::min(plan.mc, m1 - ic);
+    auto* a_packed = static_cast<int16_t*>(
+        buffers.a.Get(static_cast<size_t>(std::max<int64_t>(1, RoundUp(mcb, mr) * pairs)) * 4));
+    if (buffers.a_generation != plan.generation || buffers.a_source != a || buffers.a_ic != ic ||
+        buffers.a_packed != a_packed) {
+      PackAPairsOf(p.a_dtype, a + ic * p.a_row_stride * a_size, p.a_row_stride, p.a_col_stride, mcb,
+                   p.k, mr, a_packed);
+      buffers.a_generation = plan.generation;
+      buffers.a_source = a;
+      buffers.a_ic = ic;
+      buffers.a_packed = a_packed;
+    }
+    for (int64_t jc = n0; jc < n1; jc += plan.nc) {
+      const int64_t ncb = std::min(plan.nc, n1 - jc);
+      auto* b_packed = static_cast<int16_t*>(
+          buffers.b.Get(static_cast<size_t>(std::max<int64_t>(1, RoundUp(ncb, nr) * pairs)) * 4));
+      p.b_packer->PackPairs(b, p.k, jc, ncb, nr, b_packed, buffers.scratch);
+      for (int64_t ir = 0; ir < mcb; ir += mr) {
+        const int64_t row = ic + ir;
+        args.m_valid = std::min<int64_t>(mr, mcb - ir);
+        for (size_t s = 0; s < steps.size(); ++s) {
+          if (steps[s].operand == Int8Operand::kRow) {
+            args.operands[s] = steps[s].vector + batch.row_bias + row;
+          }
+        }
+        const int16_t* a_panel = a_packed + ir * pairs * 2;
+        for (int64_t jr = 0; jr < ncb; jr += nr) {
+          const int64_t column = jc + jr;
+          args.n_valid = std::min<int64_t>(nr, ncb - jr);
+          for (size_t s = 0; s < steps.size(); ++s) {
+            if (steps[s].operand == Int8Operand::kColumn) {
+              args.operands[s] = steps[s].vector + column;
+            }
+          }
+          plan.kernel(pairs, a_panel, b_packed + jr * pairs * 2,
+                      c + (row * p.ldc + column) * c_size, p.ldc, &args);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool IsInt8Operand(DType dtype) {
+  return dtype == DType::kU8 || dtype == DType::kI8 || dtype == DType::kI16;
+}
+
+bool IsInt8Output(DType dtype) {
+  return dtype == DType::kI32 || dtype == DType::kF32 || dtype == DType::kU8 || dtype == DType::kI8;
+}
+
+absl::Status CheckInt8Epilogue(const char* what, const Int8Epilogue& epilogue) {
+  if (!IsInt8Output(epilogue.output)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": output dtype ",
+                                                   base::DTypeName(epilogue.output),
+                                                   " is not supported (i32, f32, u8, i8)"));
+  }
+  if (epilogue.output == DType::kI32 && !epilogue.steps.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": an i32 output stores the sums; its epilogue has no steps"));
+  }
+  if (epilogue.steps.size() > static_cast<size_t>(kMaxInt8EpilogueSteps)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", epilogue.steps.size(), " epilogue steps, at most ", kMaxInt8EpilogueSteps));
+  }
+  for (size_t s = 0; s < epilogue.steps.size(); ++s) {
+    const Int8EpilogueStep& step = epilogue.steps[s];
+    const bool takes_operand = step.op != Int8EpilogueOp::kRound;
+    const bool has_operand = step.operand != Int8Operand::kNone;
+    if (takes_operand != has_operand) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": epilogue step ", s, " (", Int8EpilogueOpName(step.op), ") ",
+                       takes_operand ? "needs an operand" : "takes no operand", ", got ",
+                       Int8OperandName(step.operand)));
+    }
+    const bool vector = step.operand == Int8Operand::kRow || step.operand == Int8Operand::kColumn;
+    if (vector && step.vector == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": epilogue step ", s, " (", Int8EpilogueOpName(step.op), ") has a null vector"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Int8EpilogueVariant Int8EpilogueVariant::Of(const Int8Epilogue& epilogue) {
+  Int8EpilogueVariant variant;
+  variant.output = epilogue.output;
+  for (const Int8EpilogueStep& step : epilogue.steps)
+    variant.steps.emplace_back(step.op, step.operand);
+  return variant;
+}
+
+std::string Int8EpilogueVariant::Name() const {
+  std::string name = base::DTypeName(output);
+  for (const auto& [op, operand] : steps) {
+    absl::StrAppend(&name, "_", Int8EpilogueOpName(op));
+    switch (operand) {
+      case Int8Operand::kScalar:
+        absl::StrAppend(&name, "_s");
+        break;
+      case Int8Operand::kRow:
+        absl::StrAppend(&name, "_r");
+        break;
+      case Int8Operand::kColumn:
+        absl::StrAppend(&name, "_c");
+        break;
+      case Int8Operand::kNone:
+        break;
+    }
+  }
+  return name;
+}
+
+absl::StatusOr<KernelShape> ChooseInt8KernelShape(const GemmTuning& tuning,
+                                                  const TargetVectors& vectors) {
+  // i32 accumulators have f32's lanes. The register budget has one more than f32's: pmaddwd
+  // cannot accumulate (an fma can), so each product needs a register before its add. MR
+  // accumulator rows of nr_vectors, the row of B vectors, the broadcast A pair and the product:
+  // 5 x 16 on 16 registers (6 x 16 spills), 13 x 32 on 32.
+  absl::StatusOr<KernelShape> shape = ChooseKernelShape(DType::kF32, tuning, vectors);
+  if (!shape.ok()) return shape.status();
+  if (tuning.mr == 0) shape->mr = (vectors.registers - shape->nr_vectors - 3) / shape->nr_vectors;
+  shape->fma = false;
+  return shape;
+}
+
+std::string Int8MicroKernelName(const KernelShape& shape, const Int8EpilogueVariant& variant) {
+  return absl::StrCat("kiln_qgemm_", shape.mr, "x", shape.nr(), "_v", shape.vector_bits, "_",
+                      variant.Name());
+}
+
+template <class T>
+void NarrowPairPacker<T>::PackPairs(const void* base, int64_t k, int64_t n0, int64_t nc, int nr,
+                                    int16_t* dst, AlignedBuffer& scratch) const {
+  const int64_t panels = CeilDiv(nc, nr), pairs = CeilDiv(k, 2);
+  auto* narrow = static_cast<T*>(
+      scratch.Get(static_cast<size_t>(std::max<int64_t>(1, panels * nr * k)) * sizeof(T)));
+  narrow_.Pack(static_cast<const T*>(base), 0, k, n0, nc, nr, narrow);
+  for (int64_t q = 0; q < panels; ++q) {
+    const T* src = narrow + q * k * nr;
+    int16_t* out = dst + q * pairs * nr * 2;
+    for (int64_t p = 0; p < pairs; ++p) {
+      const T* even = src + 2 * p * nr;
+      int16_t* row = out + p * nr * 2;
+      if (2 * p + 1 < k) {
+        const T* odd = even + nr;
+        for (int j = 0; j < nr; ++j) {
+          row[2 * j] = static_cast<int16_t>(even[j]);
+          row[2 * j + 1] = static_cast<int16_t>(odd[j]);
+        }
+      } else {
+        for (int j = 0; j < nr; ++j) {
+          row[2 * j] = static_cast<int16_t>(even[j]);
+          row[2 * j + 1] = 0;
+        }
+      }
+    }
+  }
+}
+
+template class NarrowPairPacker<uint8_t>;
+template class NarrowPairPacker<int8_t>;
+template class NarrowPairPacker<int16_t>;
+
+absl::Status RunInt8Core(const Int8CoreProblem& problem, const GemmTuning& tuning,
+                         const MicroKernelProvider& kernels, runtime::ThreadPool* pool) {
+  absl::StatusOr<KernelShape> shape = ChooseInt8KernelShape(tuning, kernels.vectors());
+  if (!shape.ok()) return shape.status();
+  if (problem.m == 0 || problem.n == 0 || problem.batches.empty()) return absl::OkStatus();
+  Int8Plan plan;
+  plan.shape = *shape;
+  plan.shape.mr = FitTileRows(plan.shape.mr, problem.m, tuning);
+  ChooseInt8Blocking(plan, problem.k, tuning);
+  plan.generation = next_generation.fetch_add(1, std::memory_order_relaxed);
+  absl::StatusOr<Int8MicroKernelFn> kernel =
+      kernels.GetInt8(plan.shape, Int8EpilogueVariant::Of(problem.epilogue));
+  if (!kernel.ok()) return kernel.status();
+  plan.kernel = *kernel;
+  ForEachRectangle(
+      problem.m, problem.n, problem.k, static_cast<int64_t>(problem.batches.size()), plan.shape.mr,
+      plan.shape.nr(), pool, [&](int64_t batch, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+        ComputeRect(problem, plan, problem.batches[static_cast<size_t>(batch)], m0, m1, n0, n1);
+      });
+  return absl::OkStatus();
+}
+
+}  // namespace gemm_internal
+
+namespace {
+
+using base::DType;
+using gemm_internal::BatchOffsets;
+using gemm_internal::Int8CoreProblem;
+using gemm_internal::NarrowPairPacker;
+using gemm_internal::StridedBPacker;
+
+absl::Status CheckBatchStrides(const MatrixView& view, const char* name, size_t rank,
+                               bool may_be_empty) {
+  if (view.batch_strides.size() == rank || (may_be_empty && view.batch_strides.empty())) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("gemm int8: ", name, ".batch_strides has ",
+                                                 view.batch_strides.size(), " entries for ", rank,
+                                                 " batch dimensions"));
+}
+
+}  // namespace
+
+absl::Status ExecuteInt8Gemm(const Int8GemmParams& params,
+                             const gemm_internal::MicroKernelProvider& kernels,
+                             runtime::ThreadPool* pool) {
+  if (const absl::StatusOr<CpuLevel>& level = ProcessCpuLevel(); !level.ok()) {
+    return level.status();
+  }
+  for (auto [name, dtype] : {std::pair{"a", params.a_dtype}, {"b", params.b_dtype}}) {
+    if (!gemm_internal::IsInt8Operand(dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat("gemm int8: ", name, " dtype ",
+                                                     base::DTypeName(dtype),
+                                                     " is not supported (u8, i8, i16)"));
+    }
+  }
+  if (absl::Status s = gemm_internal::CheckInt8Epilogue("gemm int8", params.epilogue); !s.ok()) {
+    return s;
+  }
+  if (params.m < 0 || params.n < 0 || params.k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm int8: negative size m=", params.m, " n=", params.n, " k=", params.k));
+  }
+  int64_t count = 1;
+  for (int64_t d : params.batch) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("gemm int8: negative batch dimension in [",
+                                                     absl::StrJoin(params.batch, ","), "]"));
+    }
+    count *= d;
+  }
+  const size_t rank = params.batch.size();
+  for (auto [name, view, may_be_empty] :
+       {std::tuple{"a", &params.a, true}, {"b", &params.b, true}, {"c", &params.c, false}}) {
+    if (absl::Status s = CheckBatchStrides(*view, name, rank, may_be_empty); !s.ok()) return s;
+  }
+  if (params.c.col_stride != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm int8: c.col_stride must be 1, got ", params.c.col_stride));
+  }
+  if (count == 0 || params.m == 0 || params.n == 0) return absl::OkStatus();
+  if (params.c.data == nullptr ||
+      (params.k > 0 && (params.a.data == nullptr || params.b.data == nullptr))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm int8: null operand for m=", params.m, " n=", params.n, " k=", params.k));
+  }
+  Int8CoreProblem problem;
+  problem.m = params.m;
+  problem.n = params.n;
+  problem.k = params.k;
+  problem.a_dtype = params.a_dtype;
+  problem.a = params.a.data;
+  problem.a_row_stride = params.a.row_stride;
+  problem.a_col_stride = params.a.col_stride;
+  problem.b = params.b.data;
+  problem.b_element_size = base::DTypeSize(params.b_dtype);
+  problem.c = const_cast<void*>(params.c.data);
+  problem.ldc = params.c.row_stride;
+  problem.epilogue = params.epilogue;
+  problem.batches.reserve(static_cast<size_t>(count));
+  std::vector<int64_t> index(rank, 0);
+  auto stride = [](const MatrixView& view, size_t d) {
+    return view.batch_strides.empty() ? int64_t{0} : view.batch_strides[d];
+  };
+  for (int64_t i = 0; i < count; ++i) {
+    BatchOffsets offsets;
+    for (size_t d = 0; d < rank; ++d) {
+      offsets.a += index[d] * stride(params.a, d);
+      offsets.b += index[d] * stride(params.b, d);
+      offsets.c += index[d] * stride(params.c, d);
+    }
+    problem.batches.push_back(offsets);
+    for (size_t d = rank; d-- > 0;) {
+      if (++index[d] < params.batch[d]) break;
+      index[d] = 0;
+    }
+  }
+  return gemm_internal::WithInt8OperandType(params.b_dtype, [&]<class T>(T*) {
+    const StridedBPacker<T> narrow(params.b.row_stride, params.b.col_stride);
+    const NarrowPairPacker<T> pairs(narrow);
+    problem.b_packer = &pairs;
+    return gemm_internal::RunInt8Core(problem, params.tuning, kernels, pool);
+  });
+}
+
+}  // namespace kiln::runtime::cpu

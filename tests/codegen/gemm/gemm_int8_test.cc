@@ -1,0 +1,535 @@
+// The int8 GEMM and convolution (runtime/cpu/gemm_int8.cc with the JIT's pmaddwd micro-kernels)
+// against scalar references: the i32 sums of a plain loop in int64 wrapped to 32 bits, and the
+// epilogue computed with the same f32 operations one by one (this file is compiled for baseline
+// x86-64, so nothing here is contracted into an fma). Equality is bit for bit, at every CPU level
+// the test runs at (KILN_CPU=x86-64-v2 / -v3 in CMake), through the extremes 0 / 255 x -128 / 127
+// (where vpmaddubsw would saturate) and i16 products whose pair sums wrap, odd depths, edge tiles,
+// strided, transposed and broadcast operands, and every epilogue op; the convolution against the
+// reference interpreter's conv {accumulate=i32}. The gaps of C keep their contents.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/dtype.h"
+#include "codegen/cpu/gemm.h"
+#include "codegen/cpu/gemm_kernel.h"
+#include "ir/builder.h"
+#include "ir/interpreter.h"
+#include "runtime/cpu/gemm_internal.h"
+#include "runtime/thread_pool.h"
+
+namespace kiln::codegen::cpu {
+namespace {
+
+using base::DType;
+namespace gi = runtime::cpu::gemm_internal;
+
+runtime::ThreadPool& TwoThreads() {
+  static runtime::ThreadPool* pool = new runtime::ThreadPool(2);
+  return *pool;
+}
+
+// Raw storage for a u8, i8 or i16 operand; values are kept as int64 beside it.
+struct Operand {
+  DType dtype;
+  std::vector<uint8_t> bytes;
+  int64_t Size() const { return base::DTypeSize(dtype); }
+  void Set(int64_t i, int64_t v) {
+    if (dtype == DType::kI16) {
+      const int16_t x = static_cast<int16_t>(v);
+      std::memcpy(bytes.data() + i * 2, &x, 2);
+    } else {
+      bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(v);
+    }
+  }
+};
+
+int64_t Lowest(DType dtype) {
+  return dtype == DType::kU8 ? 0 : dtype == DType::kI8 ? -128 : -32768;
+}
+int64_t Highest(DType dtype) {
+  return dtype == DType::kU8 ? 255 : dtype == DType::kI8 ? 127 : 32767;
+}
+
+// Mostly the dtype's extremes (the saturating and wrapping cases), some values in between.
+int64_t Draw(DType dtype, std::mt19937& rng) {
+  const uint32_t r = rng() % 8;
+  if (r < 3) return Lowest(dtype);
+  if (r < 6) return Highest(dtype);
+  return std::uniform_int_distribution<int64_t>(Lowest(dtype), Highest(dtype))(rng);
+}
+
+// A strided operand [entries][rows][cols] with gaps, and its values dense.
+struct Matrix {
+  Operand data;
+  int64_t row_stride = 0, col_stride = 0, entry = 0;
+  std::vector<int64_t> values;  // dense [entries, rows, cols]
+};
+
+Matrix MakeMatrix(DType dtype, int64_t rows, int64_t cols, int64_t entries, bool transposed,
+                  std::mt19937& rng) {
+  Matrix m{{dtype, {}}, 0, 0, 0, {}};
+  const int64_t pad = 3;
+  if (transposed) {
+    m.row_stride = 1;
+    m.col_stride = rows + pad;
+    m.entry = cols * (rows + pad) + 5;
+  } else {
+    m.row_stride = cols + pad;
+    m.col_stride = 1;
+    m.entry = rows * (cols + pad) + 5;
+  }
+  m.data.bytes.assign(static_cast<size_t>(std::max<int64_t>(1, entries * m.entry) * m.data.Size()),
+                      0x5a);
+  m.values.resize(static_cast<size_t>(entries * rows * cols));
+  for (int64_t e = 0; e < entries; ++e) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t v = Draw(dtype, rng);
+        m.data.Set(e * m.entry + r * m.row_stride + c * m.col_stride, v);
+        m.values[static_cast<size_t>((e * rows + r) * cols + c)] = v;
+      }
+    }
+  }
+  return m;
+}
+
+int32_t Wrap32(int64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
+
+// The IR's max / min on f32 (ir/interpreter.cc: MaxNaN, MinNaN).
+float MaxNaN(float a, float b) { return std::isnan(a) || b <= a ? a : b; }
+float MinNaN(float a, float b) { return std::isnan(a) || b >= a ? a : b; }
+
+float ApplyStep(const Int8EpilogueStep& step, float v, float x) {
+  switch (step.op) {
+    case Int8EpilogueOp::kAdd:
+      return v + x;
+    case Int8EpilogueOp::kSub:
+      return v - x;
+    case Int8EpilogueOp::kSubFrom:
+      return x - v;
+    case Int8EpilogueOp::kMul:
+      return v * x;
+    case Int8EpilogueOp::kDiv:
+      return v / x;
+    case Int8EpilogueOp::kDivInto:
+      return x / v;
+    case Int8EpilogueOp::kMax:
+      return MaxNaN(v, x);
+    case Int8EpilogueOp::kMaxFrom:
+      return MaxNaN(x, v);
+    case Int8EpilogueOp::kMin:
+      return MinNaN(v, x);
+    case Int8EpilogueOp::kMinFrom:
+      return MinNaN(x, v);
+    case Int8EpilogueOp::kRound:
+      return std::nearbyint(v);  // the default rounding mode: half to even
+  }
+  return v;
+}
+
+// The output element for sum `sum` at (row, col): its bytes in the output dtype.
+std::vector<uint8_t> ReferenceOutput(const Int8Epilogue& e, int32_t sum, int64_t row, int64_t col) {
+  std::vector<uint8_t> out(static_cast<size_t>(base::DTypeSize(e.output)));
+  if (e.output == DType::kI32) {
+    std::memcpy(out.data(), &sum, 4);
+    return out;
+  }
+  float v = static_cast<float>(sum);
+  for (const Int8EpilogueStep& step : e.steps) {
+    const float x = step.operand == Int8Operand::kScalar   ? step.scalar
+                    : step.operand == Int8Operand::kRow    ? step.vector[row]
+                    : step.operand == Int8Operand::kColumn ? step.vector[col]
+                                                           : 0.0f;
+    v = ApplyStep(step, v, x);
+  }
+  if (e.output == DType::kF32) {
+    std::memcpy(out.data(), &v, 4);
+    return out;
+  }
+  // The IR's cast: NaN -> 0, truncate toward zero, saturate.
+  const double lo = e.output == DType::kU8 ? 0 : -128, hi = e.output == DType::kU8 ? 255 : 127;
+  const int64_t q = std::isnan(v) ? 0 : static_cast<int64_t>(std::clamp<double>(v, lo, hi));
+  out[0] = static_cast<uint8_t>(q);
+  return out;
+}
+
+std::string OutputBytes(const uint8_t* p, int64_t size) {
+  std::string s;
+  for (int64_t i = 0; i < size; ++i) absl::StrAppend(&s, absl::Hex(p[i], absl::kZeroPad2));
+  return s;
+}
+
+// An epilogue of every op (vectors indexed up to `rows` / `cols`), for `output`.
+struct Epilogues {
+  std::vector<float> column, row, scale;
+  Int8Epilogue Make(DType output, int variant) const {
+    Int8Epilogue e;
+    e.output = output;
+    if (output == DType::kI32) return e;
+    using Op = Int8EpilogueOp;
+    using X = Int8Operand;
+    auto step = [](Op op, X operand, float scalar, const std::vector<float>* vector) {
+      return Int8EpilogueStep{op, operand, scalar, vector == nullptr ? nullptr : vector->data()};
+    };
+    if (variant == 0) {
+      // Dequantise per column, bias, relu, requantise: what a quantized Linear layer computes.
+      e.steps = {step(Op::kMul, X::kColumn, 0, &scale),
+                 step(Op::kAdd, X::kColumn, 0, &column),
+                 step(Op::kMax, X::kScalar, 0.0f, nullptr),
+                 step(Op::kDiv, X::kScalar, 0.37f, nullptr),
+                 step(Op::kRound, X::kNone, 0, nullptr),
+                 step(Op::kAdd, X::kScalar, 3.0f, nullptr),
+                 step(Op::kMax, X::kScalar, -128.0f, nullptr),
+                 step(Op::kMin, X::kScalar, 127.0f, nullptr)};
+    } else {
+      // Every other op, per row (a convolution's channels) and reversed operands.
+      e.steps = {step(Op::kMul, X::kScalar, 1.5e-3f, nullptr),
+                 step(Op::kSub, X::kRow, 0, &row),
+                 step(Op::kSubFrom, X::kColumn, 0, &column),
+                 step(Op::kDivInto, X::kScalar, 7.0f, nullptr),
+                 step(Op::kMaxFrom, X::kRow, 0, &row),
+                 step(Op::kMinFrom, X::kScalar, 50.0f, nullptr),
+                 step(Op::kMin, X::kColumn, 0, &column),
+                 step(Op::kRound, X::kNone, 0, nullptr)};
+    }
+    return e;
+  }
+};
+
+Epilogues MakeEpilogues(int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+  Epilogues e;
+  for (int64_t c = 0; c < cols; ++c) {
+    e.column.push_back(uniform(rng));
+    e.scale.push_back(std::abs(uniform(rng)) * 1e-3f);
+  }
+  for (int64_t r = 0; r < rows; ++r) e.row.push_back(uniform(rng));
+  // NaN reaches the output now and then: converted to 0 in u8 / i8.
+  if (!e.column.empty()) e.column[e.column.size() / 2] = std::numeric_limits<float>::quiet_NaN();
+  return e;
+}
+
+struct Case {
+  DType a_dtype, b_dtype;
+  int64_t batch, m, n, k;
+  bool transpose_a, transpose_b, broadcast_b;
+  int threads;
+
+  std::string Name() const {
+    return absl::StrCat(base::DTypeName(a_dtype), " x ", base::DTypeName(b_dtype), " batch=", batch,
+                        " m=", m, " n=", n, " k=", k, transpose_a ? " aT" : "",
+                        transpose_b ? " bT" : "", broadcast_b ? " b-broadcast" : "",
+                        " threads=", threads);
+  }
+};
+
+void RunCase(const Case& tc, const Int8Epilogue& epilogue, const GemmTuning& tuning = {}) {
+  SCOPED_TRACE(absl::StrCat(tc.Name(), " output ", base::DTypeName(epilogue.output), " steps ",
+                            epilogue.steps.size()));
+  std::mt19937 rng(static_cast<uint32_t>(tc.m * 131 + tc.n * 7 + tc.k));
+  const Matrix a = MakeMatrix(tc.a_dtype, tc.m, tc.k, tc.batch, tc.transpose_a, rng);
+  const Matrix b =
+      MakeMatrix(tc.b_dtype, tc.k, tc.n, tc.broadcast_b ? 1 : tc.batch, tc.transpose_b, rng);
+  const int64_t out_size = base::DTypeSize(epilogue.output);
+  const int64_t ldc = tc.n + 2, c_entry = tc.m * ldc + 1;
+  constexpr uint8_t kSentinel = 0xa5;
+  std::vector<uint8_t> c(static_cast<size_t>(std::max<int64_t>(1, tc.batch * c_entry) * out_size),
+                         kSentinel);
+
+  Int8GemmParams p;
+  p.a_dtype = tc.a_dtype;
+  p.b_dtype = tc.b_dtype;
+  p.batch = {tc.batch};
+  p.m = tc.m;
+  p.n = tc.n;
+  p.k = tc.k;
+  p.a = MatrixView{a.data.bytes.data(), a.row_stride, a.col_stride, {a.entry}};
+  p.b = MatrixView{b.data.bytes.data(), b.row_stride, b.col_stride, {tc.broadcast_b ? 0 : b.entry}};
+  p.c = MatrixView{c.data(), ldc, 1, {c_entry}};
+  p.epilogue = epilogue;
+  p.tuning = tuning;
+  const absl::Status status = Int8Gemm(p, tc.threads > 1 ? &TwoThreads() : nullptr);
+  ASSERT_TRUE(status.ok()) << status;
+
+  int failures = 0;
+  std::vector<bool> inside(c.size() / static_cast<size_t>(out_size), false);
+  for (int64_t e = 0; e < tc.batch; ++e) {
+    const int64_t eb = tc.broadcast_b ? 0 : e;
+    for (int64_t r = 0; r < tc.m; ++r) {
+      for (int64_t col = 0; col < tc.n && failures < 5; ++col) {
+        int64_t sum = 0;
+        for (int64_t kk = 0; kk < tc.k; ++kk) {
+          sum += a.values[static_cast<size_t>((e * tc.m + r) * tc.k + kk)] *
+                 b.values[static_cast<size_t>((eb * tc.k + kk) * tc.n + col)];
+        }
+        const std::vector<uint8_t> want = ReferenceOutput(epilogue, Wrap32(sum), r, col);
+        const int64_t at = e * c_entry + r * ldc + col;
+        inside[static_cast<size_t>(at)] = true;
+        const uint8_t* got = c.data() + at * out_size;
+        if (std::memcmp(got, want.data(), want.size()) != 0) {
+          ADD_FAILURE() << "C[" << e << "][" << r << "][" << col
+                        << "] = " << OutputBytes(got, out_size) << ", expected "
+                        << OutputBytes(want.data(), out_size) << " (sum " << Wrap32(sum) << ")";
+          ++failures;
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < inside.size() && failures < 5; ++i) {
+    if (inside[i]) continue;
+    for (int64_t byte = 0; byte < out_size; ++byte) {
+      if (c[i * static_cast<size_t>(out_size) + static_cast<size_t>(byte)] != kSentinel) {
+        ADD_FAILURE() << "gap element " << i << " of C was overwritten";
+        ++failures;
+        break;
+      }
+    }
+  }
+}
+
+constexpr DType kOperandTypes[] = {DType::kU8, DType::kI8, DType::kI16};
+
+TEST(GemmInt8Test, ExtremesAreExactWherePmaddubswWouldSaturate) {
+  // 255 x -128 + 255 x -128 = -65280 does not fit the i16 that vpmaddubsw sums a pair into; the
+  // widened pairs of pmaddwd hold it. All-extreme operands, long depth.
+  for (DType b_dtype : {DType::kI8, DType::kU8}) {
+    for (int64_t k : {1, 2, 3, 64, 1027}) {
+      RunCase({DType::kU8, b_dtype, 1, 7, 19, k, false, false, false, 1}, Int8Epilogue{});
+    }
+  }
+}
+
+TEST(GemmInt8Test, SumsEqualTheScalarLoopForEveryOperandPairing) {
+  for (DType a : kOperandTypes) {
+    for (DType b : kOperandTypes) {
+      RunCase({a, b, 1, 13, 37, 29, false, false, false, 1}, Int8Epilogue{});
+      RunCase({a, b, 2, 6, 16, 40, true, true, false, 2}, Int8Epilogue{});
+    }
+  }
+}
+
+TEST(GemmInt8Test, ShapesStridesAndThreads) {
+  const Int8Epilogue sums;
+  RunCase({DType::kU8, DType::kI8, 1, 1, 53, 33, false, false, false, 1}, sums);  // one row
+  RunCase({DType::kU8, DType::kI8, 1, 3, 5, 7, false, true, false, 1}, sums);     // short tile
+  RunCase({DType::kU8, DType::kI8, 3, 17, 9, 40, true, true, false, 1}, sums);
+  RunCase({DType::kI8, DType::kI8, 4, 8, 24, 12, false, true, true, 2}, sums);  // broadcast B
+  RunCase({DType::kU8, DType::kI8, 1, 0, 5, 3, false, false, false, 1}, sums);  // empty
+  RunCase({DType::kU8, DType::kI8, 1, 5, 7, 0, false, false, false, 1}, sums);  // no depth
+  RunCase({DType::kU8, DType::kI8, 1, 130, 150, 300, false, true, false, 2}, sums);
+  RunCase({DType::kI16, DType::kU8, 2, 64, 96, 257, true, false, false, 2}, sums);
+}
+
+TEST(GemmInt8Test, SmallBlocksCoverEveryBlockEdge) {
+  GemmTuning tuning;
+  tuning.mc = 7;
+  tuning.nc = 20;
+  RunCase({DType::kU8, DType::kI8, 2, 45, 77, 31, false, true, false, 1}, Int8Epilogue{}, tuning);
+  RunCase({DType::kU8, DType::kI8, 1, 45, 77, 31, true, false, false, 2}, Int8Epilogue{}, tuning);
+}
+
+TEST(GemmInt8Test, EpiloguesMatchTheStepsInF32) {
+  for (DType output : {DType::kF32, DType::kU8, DType::kI8}) {
+    for (int variant : {0, 1}) {
+      for (const Case& tc : {Case{DType::kU8, DType::kI8, 1, 9, 21, 35, false, true, false, 1},
+                             Case{DType::kI8, DType::kI8, 2, 30, 40, 64, false, false, false, 2},
+                             Case{DType::kU8, DType::kI8, 1, 1, 19, 10, false, true, false, 1}}) {
+        std::mt19937 rng(static_cast<uint32_t>(variant * 10 + static_cast<int>(output)));
+        const Epilogues vectors = MakeEpilogues(tc.m, tc.n, rng);
+        RunCase(tc, vectors.Make(output, variant));
+      }
+    }
+  }
+}
+
+TEST(GemmInt8Test, KernelsUsePmaddwd) {
+  // The generic IR of the pair products becomes the target's multiply-add of i16 pairs: SSE2 /
+  // AVX2 / AVX-512 pmaddwd, or vpdpwssd where the JIT's target has VNNI.
+  absl::StatusOr<gi::TargetVectors> vectors = gemm_internal::HostVectors();
+  ASSERT_TRUE(vectors.ok()) << vectors.status();
+  absl::StatusOr<gi::KernelShape> shape = gi::ChooseInt8KernelShape({}, *vectors);
+  ASSERT_TRUE(shape.ok());
+  gi::Int8EpilogueVariant variant;
+  variant.output = DType::kU8;
+  variant.steps = {{Int8EpilogueOp::kMul, Int8Operand::kColumn},
+                   {Int8EpilogueOp::kRound, Int8Operand::kNone}};
+  absl::StatusOr<gemm_internal::KernelText> text =
+      gemm_internal::GenerateInt8KernelText(*shape, variant);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->name, absl::StrCat("kiln_qgemm_", shape->mr, "x", shape->nr(), "_v",
+                                     shape->vector_bits, "_u8_mul_c_round"));
+  EXPECT_TRUE(absl::StrContains(text->assembly, "pmaddwd") ||
+              absl::StrContains(text->assembly, "vpdpwssd"))
+      << text->assembly;
+  EXPECT_FALSE(absl::StrContains(text->assembly, "pmaddubsw"));
+}
+
+TEST(GemmInt8Test, RejectsBadArguments) {
+  std::vector<uint8_t> buffer(64);
+  Int8GemmParams p;
+  p.m = p.n = p.k = 2;
+  p.a = p.b = DenseMatrix(buffer.data(), 2, 2);
+  p.c = DenseMatrix(buffer.data(), 2, 2);
+  Int8GemmParams bad = p;
+  bad.a_dtype = DType::kF32;
+  EXPECT_EQ(Int8Gemm(bad).message(), "gemm int8: a dtype f32 is not supported (u8, i8, i16)");
+  bad = p;
+  bad.epilogue.output = DType::kF64;
+  EXPECT_EQ(Int8Gemm(bad).message(),
+            "gemm int8: output dtype f64 is not supported (i32, f32, u8, i8)");
+  bad = p;
+  bad.epilogue.output = DType::kF32;
+  bad.epilogue.steps = {{Int8EpilogueOp::kAdd, Int8Operand::kColumn, 0, nullptr}};
+  EXPECT_EQ(Int8Gemm(bad).message(), "gemm int8: epilogue step 0 (add) has a null vector");
+  bad.epilogue.steps = {{Int8EpilogueOp::kRound, Int8Operand::kScalar, 1, nullptr}};
+  EXPECT_EQ(Int8Gemm(bad).message(),
+            "gemm int8: epilogue step 0 (round) takes no operand, got scalar");
+  bad = p;
+  bad.epilogue.steps = {{Int8EpilogueOp::kRound, Int8Operand::kNone, 0, nullptr}};
+  EXPECT_EQ(Int8Gemm(bad).message(),
+            "gemm int8: an i32 output stores the sums; its epilogue has no steps");
+  bad = p;
+  bad.c.col_stride = 2;
+  EXPECT_EQ(Int8Gemm(bad).message(), "gemm int8: c.col_stride must be 1, got 2");
+}
+
+// ---- Convolution ------------------------------------------------------------------------------
+
+struct ConvCase {
+  std::string name;
+  DType input_dtype, weight_dtype;
+  runtime::cpu::Dims input, weight;
+  std::vector<int64_t> strides, low, high, dilation, input_dilation;
+  int64_t groups = 1;
+};
+
+ir::TensorData RandomTensor(DType dtype, const runtime::cpu::Dims& shape, std::mt19937& rng) {
+  ir::TensorData t(dtype, shape);
+  for (int64_t i = 0; i < t.num_elements(); ++i) t.SetInt64(i, Draw(dtype, rng));
+  return t;
+}
+
+void RunConvCase(const ConvCase& tc, DType output, int threads) {
+  SCOPED_TRACE(absl::StrCat(tc.name, " output ", base::DTypeName(output), " threads ", threads));
+  std::mt19937 rng(static_cast<uint32_t>(tc.name.size() * 977 + tc.input.size()));
+  const ir::TensorData x = RandomTensor(tc.input_dtype, tc.input, rng);
+  const ir::TensorData w = RandomTensor(tc.weight_dtype, tc.weight, rng);
+  // The oracle: the interpreter's conv {accumulate=i32}.
+  ir::Attrs attrs;
+  attrs.strides = tc.strides;
+  attrs.low = tc.low;
+  attrs.high = tc.high;
+  attrs.dilation = tc.dilation;
+  attrs.input_dilation = tc.input_dilation;
+  attrs.groups = tc.groups;
+  attrs.accumulate = DType::kI32;
+  ir::Builder b;
+  const ir::NodeId input = b.Parameter("x", {tc.input_dtype, tc.input});
+  const ir::NodeId weight = b.Parameter("w", {tc.weight_dtype, tc.weight});
+  b.Output(b.Conv(input, weight, attrs));
+  absl::StatusOr<ir::Graph> graph = std::move(b).Build();
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const std::vector<ir::TensorData> arguments = {x, w};
+  absl::StatusOr<std::vector<ir::TensorData>> sums = ir::Interpret(*graph, arguments);
+  ASSERT_TRUE(sums.ok()) << sums.status();
+  const ir::TensorData& expected = (*sums)[0];
+
+  Int8ConvParams p;
+  p.input_dtype = tc.input_dtype;
+  p.weight_dtype = tc.weight_dtype;
+  p.conv.input_shape = tc.input;
+  p.conv.weight_shape = tc.weight;
+  p.conv.strides = tc.strides;
+  p.conv.low = tc.low;
+  p.conv.high = tc.high;
+  p.conv.dilation = tc.dilation;
+  p.conv.input_dilation = tc.input_dilation;
+  p.conv.groups = tc.groups;
+  p.conv.input = x.data();
+  p.conv.weight = w.data();
+  const Epilogues vectors = MakeEpilogues(tc.weight[0], 1, rng);
+  // Per output channel: row operands.
+  if (output != DType::kI32) {
+    p.epilogue.output = output;
+    p.epilogue.steps = {
+        {Int8EpilogueOp::kMul, Int8Operand::kScalar, 2.5e-3f, nullptr},
+        {Int8EpilogueOp::kAdd, Int8Operand::kRow, 0, vectors.row.data()},
+        {Int8EpilogueOp::kMax, Int8Operand::kScalar, 0.0f, nullptr},
+        {Int8EpilogueOp::kDiv, Int8Operand::kScalar, 0.05f, nullptr},
+        {Int8EpilogueOp::kRound, Int8Operand::kNone, 0, nullptr},
+    };
+  }
+  const int64_t out_size = base::DTypeSize(output);
+  std::vector<uint8_t> out(static_cast<size_t>(expected.num_elements() * out_size), 0xa5);
+  p.conv.output = out.data();
+  const absl::Status status = Int8Conv(p, threads > 1 ? &TwoThreads() : nullptr);
+  ASSERT_TRUE(status.ok()) << status;
+  const int64_t plane = expected.num_elements() / (tc.input[0] * tc.weight[0]);
+  int failures = 0;
+  for (int64_t i = 0; i < expected.num_elements() && failures < 5; ++i) {
+    const int64_t channel = (i / plane) % tc.weight[0];
+    const std::vector<uint8_t> want =
+        ReferenceOutput(p.epilogue, static_cast<int32_t>(expected.GetInt64(i)), channel, 0);
+    if (std::memcmp(out.data() + i * out_size, want.data(), want.size()) != 0) {
+      ADD_FAILURE() << "output " << i << " = " << OutputBytes(out.data() + i * out_size, out_size)
+                    << ", expected " << OutputBytes(want.data(), out_size) << " (sum "
+                    << expected.GetInt64(i) << ")";
+      ++failures;
+    }
+  }
+}
+
+TEST(GemmInt8Test, ConvEqualsTheInterpreter) {
+  const std::vector<ConvCase> cases = {
+      {"conv2d_3x3_pad", DType::kU8, DType::kI8, {2, 3, 9, 9}, {8, 3, 3, 3}, {}, {1, 1}, {1, 1}},
+      {"conv2d_stride2",
+       DType::kU8,
+       DType::kI8,
+       {1, 4, 11, 10},
+       {6, 4, 3, 3},
+       {2, 2},
+       {1, 0},
+       {0, 1}},
+      {"conv2d_dilated_groups",
+       DType::kI8,
+       DType::kI8,
+       {2, 4, 8, 8},
+       {6, 2, 2, 2},
+       {},
+       {},
+       {},
+       {2, 1},
+       {},
+       2},
+      {"conv1d_input_dilation",
+       DType::kU8,
+       DType::kI16,
+       {1, 2, 7},
+       {3, 2, 3},
+       {},
+       {1},
+       {1},
+       {},
+       {2}},
+      {"conv2d_pointwise", DType::kU8, DType::kI8, {3, 16, 5, 5}, {12, 16, 1, 1}},
+      {"conv3d", DType::kI16, DType::kU8, {1, 2, 4, 4, 4}, {3, 2, 2, 2, 2}, {1, 2, 1}, {1, 0, 0}},
+      {"conv2d_cnn", DType::kU8, DType::kI8, {4, 16, 13, 13}, {32, 16, 3, 3}},
+  };
+  for (const ConvCase& tc : cases) {
+    for (DType output : {DType::kI32, DType::kF32, DType::kU8}) {
+      RunConvCase(tc, output, tc.name == "conv2d_cnn" ? 2 : 1);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::codegen::cpu
