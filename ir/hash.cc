@@ -121,7 +121,7 @@ void EncodeAttrs(Encoder& e, const Attrs& a) {
   // every other attribute at its default.
   if (a.accumulate.has_value()) {
     e.U64(kAttrAccumulate);
-    e.Str(DTypeName(*a.accumulate));
+    e.Str(DTypeText(*a.accumulate));
   }
   if (a.literal) {
     e.U64(kAttrLiteral);
