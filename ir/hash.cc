@@ -73,13 +73,13 @@ std::string_view OpText(Op op) {
 }
 
 std::string_view DTypeText(DType dtype) {
-  static const auto* const names = [] {
-    auto* table = new std::array<std::string_view, std::size(kAllDTypes)>;
-    for (DType d : kAllDTypes) (*table)[static_cast<size_t>(d)] = DTypeName(d);
+  static const std::array<std::string_view, std::size(kAllDTypes)> names = [] {
+    std::array<std::string_view, std::size(kAllDTypes)> table;
+    for (DType d : kAllDTypes) table[static_cast<size_t>(d)] = DTypeName(d);
     return table;
   }();
   const auto index = static_cast<size_t>(dtype);
-  return index < names->size() ? (*names)[index] : std::string_view(DTypeName(dtype));
+  return index < names.size() ? names[index] : std::string_view(DTypeName(dtype));
 }
 
 void EncodeType(Encoder& e, const TensorType& type) {

@@ -13,7 +13,9 @@ namespace kiln::nn::detail {
 
 namespace {
 
+using kiln::detail::OperandTypes;
 using kiln::detail::ThrowOpError;
+using kiln::detail::ThrowOpErrorByRef;
 using kiln::detail::TypeOf;
 
 std::string List(const std::vector<int64_t>& v) { return kiln::detail::DimsToString(v); }
@@ -42,18 +44,18 @@ std::vector<int64_t> PerAxis(const std::vector<int64_t>& values, size_t spatial,
   return out;
 }
 
-void CheckInput(const ir::TensorType& tx, int64_t rank, const char* name,
-                std::initializer_list<ir::TensorType> operands, const Loc& loc) {
+void CheckInput(const ir::TensorType& tx, int64_t rank, const char* name, OperandTypes operands,
+                const Loc& loc) {
   if (tx.rank() != rank) {
-    ThrowOpError(name,
-                 absl::StrCat("the input must have rank ", rank, " ([N, C, ", rank - 2,
-                              " spatial dims]), got ", tx.rank()),
-                 operands, loc);
+    ThrowOpErrorByRef(name,
+                      absl::StrCat("the input must have rank ", rank, " ([N, C, ", rank - 2,
+                                   " spatial dims]), got ", tx.rank()),
+                      operands, loc);
   }
-  if (!ir::IsFloat(tx.dtype)) ThrowOpError(name, "needs a float input", operands, loc);
+  if (!ir::IsFloat(tx.dtype)) ThrowOpErrorByRef(name, "needs a float input", operands, loc);
   for (int64_t i = 2; i < rank; ++i) {
     if (tx.shape[static_cast<size_t>(i)] == 0) {
-      ThrowOpError(name, "spatial dims must not be empty", operands, loc);
+      ThrowOpErrorByRef(name, "spatial dims must not be empty", operands, loc);
     }
   }
 }
