@@ -36,6 +36,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/gemm_checks.h"
 #include "runtime/cpu/gemm_internal.h"
 #include "runtime/thread_pool.h"
 
@@ -693,15 +694,6 @@ using gemm_internal::CoreProblem;
 using gemm_internal::EpilogueVariant;
 using gemm_internal::StridedBPacker;
 
-absl::Status CheckBatchStrides(const char* name, const MatrixView& view, size_t batch_rank,
-                               bool may_be_empty) {
-  if (view.batch_strides.size() == batch_rank) return absl::OkStatus();
-  if (may_be_empty && view.batch_strides.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("gemm: ", name, ".batch_strides has ",
-                                                 view.batch_strides.size(), " entries for ",
-                                                 batch_rank, " batch dimensions"));
-}
-
 // ---- Matrix-vector products (M == 1) ----------------------------------------------------------
 //
 // With one row, a GEMM is memory-bound on B: packing B into panels would read and write it once
@@ -984,43 +976,28 @@ absl::Status ExecuteGemm(const GemmParams& params,
     return absl::InvalidArgumentError(absl::StrCat("gemm: dtype ", base::DTypeName(params.dtype),
                                                    " is not supported (f32, f64, bf16, f16)"));
   }
-  if (params.m < 0 || params.n < 0 || params.k < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gemm: negative size m=", params.m, " n=", params.n, " k=", params.k));
-  }
-  int64_t count = 1;
-  for (int64_t d : params.batch) {
-    if (d < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("gemm: negative batch dimension in [",
-                                                     absl::StrJoin(params.batch, ","), "]"));
-    }
-    count *= d;
-  }
+  const absl::StatusOr<int64_t> checked = gemm_internal::CheckGemmGeometry(
+      "gemm", params.m, params.n, params.k, params.batch, params.a, params.b, params.c);
+  if (!checked.ok()) return checked.status();
+  const int64_t count = *checked;
   const size_t rank = params.batch.size();
-  for (auto [name, view, may_be_empty] :
-       {std::tuple{"a", &params.a, true}, {"b", &params.b, true}, {"c", &params.c, false}}) {
-    if (absl::Status s = CheckBatchStrides(name, *view, rank, may_be_empty); !s.ok()) return s;
-  }
-  if (params.c.col_stride != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gemm: c.col_stride must be 1, got ", params.c.col_stride));
-  }
   const GemmEpilogue& epilogue = params.epilogue;
   if (epilogue.residual.data != nullptr) {
     if (epilogue.residual.col_stride != 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           "gemm: epilogue.residual.col_stride must be 1, got ", epilogue.residual.col_stride));
     }
-    if (absl::Status s = CheckBatchStrides("epilogue.residual", epilogue.residual, rank, true);
+    if (absl::Status s = gemm_internal::CheckBatchStrides("gemm", "epilogue.residual",
+                                                          epilogue.residual, rank, true);
         !s.ok()) {
       return s;
     }
   }
   if (count == 0 || params.m == 0 || params.n == 0) return absl::OkStatus();
-  if (params.c.data == nullptr ||
-      (params.k > 0 && (params.a.data == nullptr || params.b.data == nullptr))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gemm: null operand for m=", params.m, " n=", params.n, " k=", params.k));
+  if (absl::Status s = gemm_internal::CheckGemmOperands("gemm", params.m, params.n, params.k,
+                                                        params.a, params.b, params.c);
+      !s.ok()) {
+    return s;
   }
   if (params.k == 0) {
     // Nothing is read from A or B; keep the pointers valid for the address arithmetic.
@@ -1034,5 +1011,56 @@ absl::Status ExecuteGemm(const GemmParams& params,
   return params.dtype == base::DType::kF32 ? RunGemm<float>(params, kernels, pool)
                                            : RunGemm<double>(params, kernels, pool);
 }
+
+namespace gemm_internal {
+
+absl::Status CheckBatchStrides(const char* what, const char* name, const MatrixView& view,
+                               size_t batch_rank, bool may_be_empty) {
+  if (view.batch_strides.size() == batch_rank) return absl::OkStatus();
+  if (may_be_empty && view.batch_strides.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, ": ", name, ".batch_strides has ",
+                                                 view.batch_strides.size(), " entries for ",
+                                                 batch_rank, " batch dimensions"));
+}
+
+absl::StatusOr<int64_t> CheckGemmGeometry(const char* what, int64_t m, int64_t n, int64_t k,
+                                          const std::vector<int64_t>& batch, const MatrixView& a,
+                                          const MatrixView& b, const MatrixView& c) {
+  if (m < 0 || n < 0 || k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": negative size m=", m, " n=", n, " k=", k));
+  }
+  int64_t count = 1;
+  for (int64_t d : batch) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": negative batch dimension in [", absl::StrJoin(batch, ","), "]"));
+    }
+    count *= d;
+  }
+  for (auto [name, view, may_be_empty] :
+       {std::tuple{"a", &a, true}, {"b", &b, true}, {"c", &c, false}}) {
+    if (absl::Status s = CheckBatchStrides(what, name, *view, batch.size(), may_be_empty);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (c.col_stride != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": c.col_stride must be 1, got ", c.col_stride));
+  }
+  return count;
+}
+
+absl::Status CheckGemmOperands(const char* what, int64_t m, int64_t n, int64_t k,
+                               const MatrixView& a, const MatrixView& b, const MatrixView& c) {
+  if (c.data == nullptr || (k > 0 && (a.data == nullptr || b.data == nullptr))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": null operand for m=", m, " n=", n, " k=", k));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gemm_internal
 
 }  // namespace kiln::runtime::cpu

@@ -22,9 +22,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/gemm.h"
+#include "runtime/cpu/gemm_checks.h"
 #include "runtime/cpu/gemm_internal.h"
 #include "runtime/thread_pool.h"
 
@@ -376,16 +376,6 @@ using gemm_internal::Int8CoreProblem;
 using gemm_internal::NarrowPairPacker;
 using gemm_internal::StridedBPacker;
 
-absl::Status CheckBatchStrides(const MatrixView& view, const char* name, size_t rank,
-                               bool may_be_empty) {
-  if (view.batch_strides.size() == rank || (may_be_empty && view.batch_strides.empty())) {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat("gemm int8: ", name, ".batch_strides has ",
-                                                 view.batch_strides.size(), " entries for ", rank,
-                                                 " batch dimensions"));
-}
-
 }  // namespace
 
 absl::Status ExecuteInt8Gemm(const Int8GemmParams& params,
@@ -404,32 +394,16 @@ absl::Status ExecuteInt8Gemm(const Int8GemmParams& params,
   if (absl::Status s = gemm_internal::CheckInt8Epilogue("gemm int8", params.epilogue); !s.ok()) {
     return s;
   }
-  if (params.m < 0 || params.n < 0 || params.k < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gemm int8: negative size m=", params.m, " n=", params.n, " k=", params.k));
-  }
-  int64_t count = 1;
-  for (int64_t d : params.batch) {
-    if (d < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("gemm int8: negative batch dimension in [",
-                                                     absl::StrJoin(params.batch, ","), "]"));
-    }
-    count *= d;
-  }
+  const absl::StatusOr<int64_t> checked = gemm_internal::CheckGemmGeometry(
+      "gemm int8", params.m, params.n, params.k, params.batch, params.a, params.b, params.c);
+  if (!checked.ok()) return checked.status();
+  const int64_t count = *checked;
   const size_t rank = params.batch.size();
-  for (auto [name, view, may_be_empty] :
-       {std::tuple{"a", &params.a, true}, {"b", &params.b, true}, {"c", &params.c, false}}) {
-    if (absl::Status s = CheckBatchStrides(*view, name, rank, may_be_empty); !s.ok()) return s;
-  }
-  if (params.c.col_stride != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gemm int8: c.col_stride must be 1, got ", params.c.col_stride));
-  }
   if (count == 0 || params.m == 0 || params.n == 0) return absl::OkStatus();
-  if (params.c.data == nullptr ||
-      (params.k > 0 && (params.a.data == nullptr || params.b.data == nullptr))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gemm int8: null operand for m=", params.m, " n=", params.n, " k=", params.k));
+  if (absl::Status s = gemm_internal::CheckGemmOperands("gemm int8", params.m, params.n, params.k,
+                                                        params.a, params.b, params.c);
+      !s.ok()) {
+    return s;
   }
   Int8CoreProblem problem;
   problem.m = params.m;
