@@ -126,23 +126,38 @@ class Expander : public KernelRewriter {
 
   // ---- The expansions (coefficients and their sources: see math_expand.h) ---------------------
 
-  ValueId Exp(ValueId x) {
+  // exp(x); `nonpositive` promises x <= 0 or NaN (sigmoid's exp(-|x|)), which needs no upper clamp.
+  ValueId Exp(ValueId x, bool nonpositive = false) {
     // Beyond [-104, 89] the result is 0 or inf anyway; clamping keeps n in the exponent range.
     // max/min propagate NaN, so NaN flows through to the polynomial.
-    const ValueId xc = Bin(ExprOp::kMin, Bin(ExprOp::kMax, x, F(-104.0)), F(89.0));
+    ValueId xc = Bin(ExprOp::kMax, x, F(-104.0));
+    if (!nonpositive) xc = Bin(ExprOp::kMin, xc, F(89.0));
     const ValueId n = Un(ExprOp::kRound, Bin(ExprOp::kMul, xc, F(1.44269504088896341)));
+    // k = int(n) read from the low mantissa bits of n + 1.5 2^23 (exact: |n| <= 150), not by a
+    // float-to-int conversion, which is a saturating one with NaN handling (several instructions
+    // on x86). Adding the shifter to x log2 e directly would also round, but a GPU compiler may
+    // fold (a + c) - c back to a. NaN gives a meaningless k, but y is NaN then.
+    constexpr double kShifter = 12582912.0;  // 1.5 * 2^23, bits 0x4B400000
+    const ValueId k = Bin(ExprOp::kSub, Bits(Bin(ExprOp::kAdd, n, F(kShifter))), I(0x4B400000));
     // Cody-Waite: ln2 = 0.693359375 - 2.12194440e-4 (the first part has 9 bits: n * it is exact).
     ValueId r = Fma(n, F(-0.693359375), xc);
     r = Fma(n, F(2.12194440e-4), r);
-    const ValueId p = Horner(r, {1.9875691500E-4, 1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2,
-                                 1.6666665459E-1, 5.0000001201E-1});
-    const ValueId y = Bin(ExprOp::kAdd, Fma(p, Bin(ExprOp::kMul, r, r), r), F(1.0));
+    // The polynomial by Estrin's scheme: as many fmas as Horner's rule, but three levels deep
+    // instead of five, so an elementwise loop keeps more vectors in flight.
+    const ValueId r2 = Bin(ExprOp::kMul, r, r);
+    const ValueId p01 = Fma(F(1.9875691500E-4), r, F(1.3981999507E-3));
+    const ValueId p23 = Fma(F(8.3334519073E-3), r, F(4.1665795894E-2));
+    const ValueId p45 = Fma(F(1.6666665459E-1), r, F(5.0000001201E-1));
+    const ValueId p = Fma(Fma(p01, r2, p23), r2, p45);
+    const ValueId q = Fma(p, r2, r);  // exp(r) = 1 + q
     // n in [-150, 128]: scale in two steps, 2^(n/2) * 2^(n - n/2), each a normal float, so
     // subnormal results are rounded once (by the last multiply) and 2^128 * y can overflow.
-    const ValueId k = Op(ExprOp::kCast, kI32, {n});  // NaN -> 0
+    // (1 + q) 2^(n/2) is one fma: scaling by a power of two that keeps the result normal is
+    // exact, so it rounds as adding 1 did, a step shorter.
     const ValueId k1 = Bin(ExprOp::kShr, k, I(1));
     const ValueId k2 = Bin(ExprOp::kSub, k, k1);
-    return Bin(ExprOp::kMul, Bin(ExprOp::kMul, y, Pow2(k1)), Pow2(k2));
+    const ValueId scale1 = Pow2(k1);
+    return Bin(ExprOp::kMul, Fma(q, scale1, scale1), Pow2(k2));
   }
 
   ValueId Log(ValueId x) {
@@ -210,7 +225,7 @@ class Expander : public KernelRewriter {
   // scale * sigmoid(x) with scale a power of two (exact scaling): e = exp(-|x|), then
   // (x >= 0 ? scale : scale e) / (1 + e).
   ValueId ScaledSigmoid(ValueId x, double scale) {
-    const ValueId e = Exp(Un(ExprOp::kNeg, Un(ExprOp::kAbs, x)));
+    const ValueId e = Exp(Un(ExprOp::kNeg, Un(ExprOp::kAbs, x)), /*nonpositive=*/true);
     const ValueId scaled = scale == 1.0 ? e : Bin(ExprOp::kMul, e, F(scale));
     const ValueId numerator = Sel(Cmp(ExprOp::kGe, x, F(0.0)), F(scale), scaled);
     return Bin(ExprOp::kDiv, numerator, Bin(ExprOp::kAdd, F(1.0), e));

@@ -12,9 +12,12 @@
 //   -------  ----------------------------------------------------------  ---------  -----
 //   exp      Cody-Waite reduction x = n ln2 + r (ln2 split as              1.01 ulp    1.5
 //            0.693359375 - 2.12194440e-4), degree-6 polynomial of Cephes
-//            expf (S. L. Moshier, Cephes Math Library 2.2, expf.c),
+//            expf (S. L. Moshier, Cephes Math Library 2.2, expf.c) by
+//            Estrin's scheme (a shorter dependency chain than Horner's),
 //            scaling by 2^n through two exponent bit fields so that
-//            subnormal results round once
+//            subnormal results round once; n's integer is read from the
+//            bits of n + 1.5 2^23 rather than converted (x86's saturating
+//            conversion is eight instructions)
 //   log      frexp by bit manipulation (subnormals rescaled by 2^23),      0.83 ulp    1.5
 //            mantissa in [sqrt(1/2), sqrt(2)), degree-8 polynomial of
 //            Cephes logf (logf.c)
