@@ -22,6 +22,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -694,13 +695,20 @@ using gemm_internal::CoreProblem;
 using gemm_internal::EpilogueVariant;
 using gemm_internal::StridedBPacker;
 
-// ---- Matrix-vector products (M == 1) ----------------------------------------------------------
+// ---- Rows of dot products (M == 1, or a few columns of a transposed B) -------------------------
 //
 // With one row, a GEMM is memory-bound on B: packing B into panels would read and write it once
 // more and a 14-row register tile would be 1/14 used. Batch-1 inference of a Linear layer
 // (x @ W^T with W [out, in] row-major) is this case, so it reads B where it lies instead: as dot
 // products along contiguous rows of W (B transposed) or as row updates (B dense), split over the
 // pool by columns of the output.
+//
+// A classifier's last Linear layer (N = 10 classes, B = W^T) is the other case: N is less than one
+// 16-wide panel, so the packed path gathers B element by element into a zero-filled panel and its
+// tiles are 10/16 used, and packing A costs what the product does. Dot products of A's rows with
+// W's rows need no packing: two rows by four columns per pass, bound by the multiply-adds. Every
+// f32 GEMM with N <= 15 takes this path whatever B's layout (a B that is not W^T is copied into
+// W's layout first), so that its bits do not depend on the layout.
 
 #if defined(__x86_64__)
 __attribute__((target("avx2,fma"))) float DotAvx2(const float* x, const float* y, int64_t n) {
@@ -760,6 +768,69 @@ __attribute__((target("avx2,fma"))) void Dot4Avx2(const float* x, const float* c
   _mm_storeu_ps(out, sums);
   for (; i < n; ++i) {
     for (int r = 0; r < 4; ++r) out[r] += x[i] * y[r][i];
+  }
+}
+
+// out0[c] = x0 . y[c][0, n) and out1[c] = x1 . y[c][0, n) for four columns c: each load of a
+// column serves two rows, so eight multiply-adds take six loads and the loop is bound by the
+// multiply-adds rather than by loads.
+__attribute__((target("avx2,fma"))) void Dot2x4Avx2(const float* x0, const float* x1,
+                                                    const float* const y[4], int64_t n,
+                                                    float out0[4], float out1[4]) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
+         a3 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps(),
+         b2 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 u = _mm256_loadu_ps(x0 + i), v = _mm256_loadu_ps(x1 + i);
+    const __m256 y0 = _mm256_loadu_ps(y[0] + i), y1 = _mm256_loadu_ps(y[1] + i);
+    a0 = _mm256_fmadd_ps(u, y0, a0);
+    b0 = _mm256_fmadd_ps(v, y0, b0);
+    a1 = _mm256_fmadd_ps(u, y1, a1);
+    b1 = _mm256_fmadd_ps(v, y1, b1);
+    const __m256 y2 = _mm256_loadu_ps(y[2] + i), y3 = _mm256_loadu_ps(y[3] + i);
+    a2 = _mm256_fmadd_ps(u, y2, a2);
+    b2 = _mm256_fmadd_ps(v, y2, b2);
+    a3 = _mm256_fmadd_ps(u, y3, a3);
+    b3 = _mm256_fmadd_ps(v, y3, b3);
+  }
+  const __m256 ha = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  const __m256 hb = _mm256_hadd_ps(_mm256_hadd_ps(b0, b1), _mm256_hadd_ps(b2, b3));
+  _mm_storeu_ps(out0, _mm_add_ps(_mm256_castps256_ps128(ha), _mm256_extractf128_ps(ha, 1)));
+  _mm_storeu_ps(out1, _mm_add_ps(_mm256_castps256_ps128(hb), _mm256_extractf128_ps(hb, 1)));
+  for (; i < n; ++i) {
+    for (int c = 0; c < 4; ++c) {
+      out0[c] += x0[i] * y[c][i];
+      out1[c] += x1[i] * y[c][i];
+    }
+  }
+}
+
+// Dot2x4Avx2 for x86-64 CPUs without AVX2 and FMA (SSE2 is baseline): four lanes, multiply then
+// add.
+void Dot2x4Sse2(const float* x0, const float* x1, const float* const y[4], int64_t n, float out0[4],
+                float out1[4]) {
+  __m128 a[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+  __m128 b[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m128 u = _mm_loadu_ps(x0 + i), v = _mm_loadu_ps(x1 + i);
+    for (int c = 0; c < 4; ++c) {
+      const __m128 yc = _mm_loadu_ps(y[c] + i);
+      a[c] = _mm_add_ps(a[c], _mm_mul_ps(u, yc));
+      b[c] = _mm_add_ps(b[c], _mm_mul_ps(v, yc));
+    }
+  }
+  // Transpose-and-add: lane c of the result is the sum of a[c]'s four lanes.
+  _MM_TRANSPOSE4_PS(a[0], a[1], a[2], a[3]);
+  _MM_TRANSPOSE4_PS(b[0], b[1], b[2], b[3]);
+  _mm_storeu_ps(out0, _mm_add_ps(_mm_add_ps(a[0], a[1]), _mm_add_ps(a[2], a[3])));
+  _mm_storeu_ps(out1, _mm_add_ps(_mm_add_ps(b[0], b[1]), _mm_add_ps(b[2], b[3])));
+  for (; i < n; ++i) {
+    for (int c = 0; c < 4; ++c) {
+      out0[c] += x0[i] * y[c][i];
+      out1[c] += x1[i] * y[c][i];
+    }
   }
 }
 
@@ -823,90 +894,228 @@ T Activate(GemmActivation activation, T v) {
   return v;
 }
 
-// Columns [n0, n1) of one batch entry's single output row.
+// One output row of RunRowDots: A's row (contiguous) and the row's offsets of A, C, the residual
+// and the row bias.
 template <class T>
-void GemvColumns(const CoreProblem<T>& p, const GemmParams& params, const BatchOffsets& batch,
-                 const T* x, int64_t n0, int64_t n1) {
-  const int64_t rs = params.b.row_stride, cs = params.b.col_stride;
-  const T* b = p.b + batch.b;
-  T* c = p.c + batch.c;
-  constexpr int64_t kBlock = 256;
-  T sums[kBlock];
-  for (int64_t j0 = n0; j0 < n1; j0 += kBlock) {
-    const int64_t count = std::min(kBlock, n1 - j0);
-    if (rs == 1) {
-      int64_t j = 0;
+struct DotRow {
+  const T* x = nullptr;
+  BatchOffsets at;
+};
+
+// Where one output row's dot products go for columns [j0, j0 + count): straight into C unless the
+// epilogue reads C's old values (beta != 0) or a residual (which may be C itself, updated in
+// place), then into `scratch`.
+template <class T>
+T* DotRowSums(const CoreProblem<T>& p, const BatchOffsets& at, int64_t j0, T* scratch) {
+  const bool reads_c = p.beta != T{0} || p.residual != nullptr;
+  return reads_c ? scratch : p.c + at.c + j0;
+}
+
+// Applies the epilogue to columns [j0, j0 + count) of one output row whose sums DotRowSums placed,
+// one step at a time over the block (each step a loop the compiler vectorises, none with a branch
+// per element), and leaves the result in C.
+template <class T>
+void FinishDotRow(const CoreProblem<T>& p, const GemmParams& params, const BatchOffsets& at,
+                  T* sums, int64_t j0, int64_t count) {
+  const GemmEpilogue& e = params.epilogue;
+  T* c = p.c + at.c + j0;
+  const T* residual = p.residual != nullptr ? p.residual + at.residual + j0 : nullptr;
+  if (p.alpha != T{1}) {
+    for (int64_t j = 0; j < count; ++j) sums[j] *= p.alpha;
+  }
+  if (p.beta != T{0}) {
+    for (int64_t j = 0; j < count; ++j) sums[j] += p.beta * c[j];
+  }
+  if (p.column_bias != nullptr) {
+    const T* bias = p.column_bias + j0;
+    for (int64_t j = 0; j < count; ++j) sums[j] += bias[j];
+  }
+  if (p.row_bias != nullptr) {
+    const T bias = p.row_bias[at.row_bias];
+    for (int64_t j = 0; j < count; ++j) sums[j] += bias;
+  }
+  if (residual != nullptr && !e.residual_after_activation) {
+    for (int64_t j = 0; j < count; ++j) sums[j] += residual[j];
+  }
+  if (e.activation != GemmActivation::kNone) {
+    for (int64_t j = 0; j < count; ++j) sums[j] = Activate(e.activation, sums[j]);
+  }
+  if (residual != nullptr && e.residual_after_activation) {
+    for (int64_t j = 0; j < count; ++j) sums[j] += residual[j];
+  }
+  if (sums != c) std::memcpy(c, sums, static_cast<size_t>(count) * sizeof(T));
+}
+
+// out_r[j] = rows[r].x . b[j * cs][0, k) for j < count and the one or two rows: B transposed, each
+// of its columns contiguous. Four columns at a time; the last 1-3 columns repeat the last one, so
+// that they too take the four-column kernels.
+template <class T>
+void DotColumnsOfTransposedB(const CoreProblem<T>& p, const T* b, int64_t cs, const DotRow<T>* rows,
+                             int row_count, int64_t count, T* out0, T* out1) {
+  int64_t j = 0;
 #if defined(__x86_64__)
-      if constexpr (std::is_same_v<T, float>) {
-        if (HostHasAvx2Fma()) {
-          for (; j + 4 <= count; j += 4) {
-            const T* const rows[4] = {b + (j0 + j) * cs, b + (j0 + j + 1) * cs,
-                                      b + (j0 + j + 2) * cs, b + (j0 + j + 3) * cs};
-            Dot4Avx2(x, rows, p.k, sums + j);
-          }
-        }
+  if constexpr (std::is_same_v<T, float>) {
+    const bool avx2 = HostHasAvx2Fma();
+    for (; j < count; j += 4) {
+      const T* columns[4];
+      for (int c = 0; c < 4; ++c) columns[c] = b + std::min(j + c, count - 1) * cs;
+      const bool full = j + 4 <= count;
+      T tail0[4], tail1[4];
+      T* sums0 = full ? out0 + j : tail0;
+      T* sums1 = full && row_count == 2 ? out1 + j : tail1;
+      const T* x1 = row_count == 2 ? rows[1].x : rows[0].x;
+      if (avx2 && row_count == 1) {
+        Dot4Avx2(rows[0].x, columns, p.k, sums0);
+      } else if (avx2) {
+        Dot2x4Avx2(rows[0].x, x1, columns, p.k, sums0, sums1);
+      } else {
+        Dot2x4Sse2(rows[0].x, x1, columns, p.k, sums0, sums1);
       }
+      for (int64_t c = 0; !full && j + c < count; ++c) {
+        out0[j + c] = tail0[c];
+        if (row_count == 2) out1[j + c] = tail1[c];
+      }
+    }
+    return;
+  }
 #endif
-      for (; j < count; ++j) sums[j] = Dot(x, b + (j0 + j) * cs, p.k);
-    } else if (cs == 1) {
-      std::fill(sums, sums + count, T{0});
-      for (int64_t k = 0; k < p.k; ++k) Axpy(x[k], b + k * rs + j0, sums, count);
-    } else {
-      for (int64_t j = 0; j < count; ++j) {
-        T sum = 0;
-        for (int64_t k = 0; k < p.k; ++k) sum += x[k] * b[k * rs + (j0 + j) * cs];
-        sums[j] = sum;
-      }
-    }
-    const GemmEpilogue& e = params.epilogue;
-    const T* residual = p.residual != nullptr ? p.residual + batch.residual : nullptr;
-    for (int64_t j = 0; j < count; ++j) {
-      const int64_t col = j0 + j;
-      T v = p.alpha * sums[j];
-      if (p.beta != T{0}) v += p.beta * c[col];
-      if (p.column_bias != nullptr) v += p.column_bias[col];
-      if (p.row_bias != nullptr) v += p.row_bias[0];
-      if (residual != nullptr && !e.residual_after_activation) v += residual[col];
-      v = Activate(e.activation, v);
-      if (residual != nullptr && e.residual_after_activation) v += residual[col];
-      c[col] = v;
-    }
+  for (; j < count; ++j) {
+    out0[j] = Dot(rows[0].x, b + j * cs, p.k);
+    if (row_count == 2) out1[j] = Dot(rows[1].x, b + j * cs, p.k);
   }
 }
 
+// Columns [n0, n1) of one or two output rows of one batch entry (`row_count` rows of `rows`).
 template <class T>
-absl::Status RunGemv(const CoreProblem<T>& p, const GemmParams& params, runtime::ThreadPool* pool) {
-  if (p.n == 0) return absl::OkStatus();
-  std::vector<T> row(static_cast<size_t>(p.k));
+void RowDotColumns(const CoreProblem<T>& p, const GemmParams& params, int64_t rs, int64_t cs,
+                   const DotRow<T>* rows, int row_count, int64_t n0, int64_t n1) {
+  const T* b = p.b + rows[0].at.b;
+  constexpr int64_t kBlock = 256;
+  T scratch[2][kBlock];
+  for (int64_t j0 = n0; j0 < n1; j0 += kBlock) {
+    const int64_t count = std::min(kBlock, n1 - j0);
+    T* sums[2] = {DotRowSums(p, rows[0].at, j0, scratch[0]),
+                  row_count == 2 ? DotRowSums(p, rows[1].at, j0, scratch[1]) : nullptr};
+    if (rs == 1) {
+      DotColumnsOfTransposedB(p, b + j0 * cs, cs, rows, row_count, count, sums[0], sums[1]);
+    }
+    for (int r = 0; r < row_count && rs != 1; ++r) {
+      T* out = sums[r];
+      const T* x = rows[r].x;
+      if (cs == 1) {
+        std::fill(out, out + count, T{0});
+        for (int64_t k = 0; k < p.k; ++k) Axpy(x[k], b + k * rs + j0, out, count);
+      } else {
+        for (int64_t j = 0; j < count; ++j) {
+          T sum = 0;
+          for (int64_t k = 0; k < p.k; ++k) sum += x[k] * b[k * rs + (j0 + j) * cs];
+          out[j] = sum;
+        }
+      }
+    }
+    for (int r = 0; r < row_count; ++r) FinishDotRow(p, params, rows[r].at, sums[r], j0, count);
+  }
+}
+
+// Every output row (of every batch entry) as dot products, two rows at a time, split over the
+// pool by pairs of rows and by 32 columns. B's element (k, j) is at b_rs k + b_cs j.
+template <class T>
+absl::Status RunRowDots(const CoreProblem<T>& p, const GemmParams& params, int64_t b_rs,
+                        int64_t b_cs, runtime::ThreadPool* pool) {
+  if (p.n == 0 || p.m == 0) return absl::OkStatus();
   constexpr int64_t kColumnsPerTask = 32;
-  const int64_t tasks = (p.n + kColumnsPerTask - 1) / kColumnsPerTask;
+  const int64_t column_tasks = (p.n + kColumnsPerTask - 1) / kColumnsPerTask;
+  const int64_t pairs = (p.m + 1) / 2;  // of rows, per batch entry
+  const int64_t tasks = static_cast<int64_t>(p.batches.size()) * pairs * column_tasks;
   // Another thread pays off from ~64K multiply-adds (256 KiB of f32 B): B streams from L3 at
   // about 66 GB/s on one core of this project's AVX2 machine and 119 GB/s on two, and the pool's
   // workers spin between the kernels of a graph, so the batch-1 MLP's 784x512 and 512x256 layers
   // take half the time on two threads (docs/performance.md, "Replay"). Below that, waking a
   // worker costs what the work does.
   constexpr int64_t kMinParallelMacs = int64_t{1} << 16;
+  const int64_t macs = static_cast<int64_t>(p.batches.size()) * p.m * p.n * p.k;
   const bool parallel =
-      pool != nullptr && pool->num_threads() > 1 && p.n * p.k >= kMinParallelMacs && tasks > 1;
-  const int64_t grain =
-      std::max<int64_t>(1, (kMinParallelMacs / 4) / (kColumnsPerTask * std::max<int64_t>(p.k, 1)));
-  for (const BatchOffsets& batch : p.batches) {
-    const T* x = p.a + batch.a;
-    if (p.a_col_stride != 1) {
-      for (int64_t k = 0; k < p.k; ++k) row[static_cast<size_t>(k)] = x[k * p.a_col_stride];
-      x = row.data();
+      pool != nullptr && pool->num_threads() > 1 && macs >= kMinParallelMacs && tasks > 1;
+  const int64_t task_macs =
+      std::min<int64_t>(p.m, 2) * std::min(p.n, kColumnsPerTask) * std::max<int64_t>(p.k, 1);
+  const int64_t grain = std::max<int64_t>(1, (kMinParallelMacs / 4) / task_macs);
+  auto body = [&](int64_t begin, int64_t end) {
+    std::vector<T> gathered[2];  // A's rows when their elements are strided
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t pair = task / column_tasks, columns = task % column_tasks;
+      const BatchOffsets& batch = p.batches[static_cast<size_t>(pair / pairs)];
+      const int64_t i0 = (pair % pairs) * 2;
+      const int row_count = static_cast<int>(std::min<int64_t>(2, p.m - i0));
+      DotRow<T> rows[2];
+      for (int r = 0; r < row_count; ++r) {
+        const int64_t i = i0 + r;
+        BatchOffsets& at = rows[r].at;
+        at = batch;
+        at.a += i * p.a_row_stride;
+        at.c += i * p.ldc;
+        at.residual += i * p.residual_ld;
+        at.row_bias += i;
+        rows[r].x = p.a + at.a;
+        if (p.a_col_stride != 1) {
+          std::vector<T>& row = gathered[r];
+          row.resize(static_cast<size_t>(p.k));
+          for (int64_t k = 0; k < p.k; ++k) {
+            row[static_cast<size_t>(k)] = rows[r].x[k * p.a_col_stride];
+          }
+          rows[r].x = row.data();
+        }
+      }
+      RowDotColumns(p, params, b_rs, b_cs, rows, row_count, columns * kColumnsPerTask,
+                    std::min(p.n, (columns + 1) * kColumnsPerTask));
     }
-    auto body = [&](int64_t begin, int64_t end) {
-      GemvColumns(p, params, batch, x, begin * kColumnsPerTask,
-                  std::min(p.n, end * kColumnsPerTask));
-    };
-    if (parallel) {
-      pool->ParallelFor(tasks, grain, body);
-    } else {
-      body(0, tasks);
-    }
+  };
+  if (parallel) {
+    pool->ParallelFor(tasks, grain, body);
+  } else {
+    body(0, tasks);
   }
   return absl::OkStatus();
+}
+
+// Whether C = A B with fewer columns than a panel goes to RunFewColumns rather than the packed
+// micro-kernels (see "Rows of dot products"): f32 with B small enough to stay in L2 while every
+// row of A passes. The choice depends on the shape alone, never on B's layout or on the host: a
+// GEMM's bits must not change when a compile folds W^T into a row-major constant (an AOT blob
+// gives the JIT's bits), and an AOT compile records which micro-kernels the driver asks for on
+// the compiling machine, so a blob's runtime must take the same path on every CPU.
+template <class T>
+bool FewColumns(const GemmParams& params) {
+  constexpr int64_t kMaxColumns = 15;  // the AVX2 micro-kernels' panels are 16 wide
+  constexpr int64_t kMaxBBytes = 256 << 10;
+  return std::is_same_v<T, float> && params.n <= kMaxColumns &&
+         params.n * params.k * int64_t{sizeof(T)} <= kMaxBBytes;
+}
+
+// RunRowDots on B's columns made contiguous: B transposed (W^T) is read where it lies; any other
+// layout is first copied into [n, k] (at most 15 x 16K floats, once per distinct B of the batch),
+// so that every layout sums in the same order.
+template <class T>
+absl::Status RunFewColumns(const CoreProblem<T>& p, const GemmParams& params,
+                           runtime::ThreadPool* pool) {
+  const int64_t rs = params.b.row_stride, cs = params.b.col_stride;
+  if (rs == 1) return RunRowDots(p, params, rs, cs, pool);
+  CoreProblem<T> contiguous = p;
+  std::map<int64_t, int64_t> copies;  // B's offset -> its copy's offset
+  for (const BatchOffsets& batch : p.batches) copies.emplace(batch.b, 0);
+  std::vector<T> columns(copies.size() * static_cast<size_t>(p.n * p.k));
+  int64_t next = 0;
+  for (auto& [offset, copy] : copies) {
+    copy = next;
+    next += p.n * p.k;
+    const T* b = p.b + offset;
+    for (int64_t j = 0; j < p.n; ++j) {
+      T* column = columns.data() + copy + j * p.k;
+      for (int64_t k = 0; k < p.k; ++k) column[k] = b[k * rs + j * cs];
+    }
+  }
+  for (BatchOffsets& batch : contiguous.batches) batch.b = copies[batch.b];
+  contiguous.b = columns.data();
+  return RunRowDots(contiguous, params, /*b_rs=*/1, /*b_cs=*/p.k, pool);
 }
 
 template <class T>
@@ -953,8 +1162,11 @@ absl::Status RunGemm(const GemmParams& params, const gemm_internal::MicroKernelP
       index[d] = 0;
     }
   }
-  // A single output row, unless a test asked for a particular kernel shape.
-  if (params.m == 1 && params.tuning.mr == 0) return RunGemv(problem, params, pool);
+  // Fewer columns than a panel, or a single output row, unless a test asked for a kernel shape.
+  if (params.tuning.mr == 0 && FewColumns<T>(params)) return RunFewColumns(problem, params, pool);
+  if (params.tuning.mr == 0 && params.m == 1) {
+    return RunRowDots(problem, params, params.b.row_stride, params.b.col_stride, pool);
+  }
   return gemm_internal::RunCore(problem, EpilogueVariant::Of(epilogue), params.tuning, kernels,
                                 pool);
 }

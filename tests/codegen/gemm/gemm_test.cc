@@ -59,6 +59,9 @@ const char* LayoutName(Layout layout) {
   return "?";
 }
 
+const Layout kAllLayouts[] = {Layout::kRowMajor, Layout::kPadded, Layout::kTransposed,
+                              Layout::kTransposedPadded, Layout::kStrided};
+
 // A batch of rows x cols matrices in a buffer of T, with its logical values in double.
 template <class T>
 struct Operand {
@@ -382,10 +385,8 @@ TEST(GemmTest, OtherKernelShapes) {
 }
 
 TEST(GemmTest, TransposesAndLeadingDimensions) {
-  const Layout all[] = {Layout::kRowMajor, Layout::kPadded, Layout::kTransposed,
-                        Layout::kTransposedPadded, Layout::kStrided};
-  for (Layout a : all) {
-    for (Layout b : all) {
+  for (Layout a : kAllLayouts) {
+    for (Layout b : kAllLayouts) {
       for (Layout c : {Layout::kRowMajor, Layout::kPadded}) {
         Case tc;
         tc.m = 23;
@@ -507,13 +508,38 @@ TEST(GemmTest, PermutedViewNeedsNoCopy) {
   }
 }
 
+// The dot-product paths' epilogue, for an m x n x k product with B transposed: every activation
+// with both biases and alpha, with a residual before or after it or beta != 0, on one and two
+// threads.
+void RunEveryDotEpilogue(int64_t m, int64_t n, int64_t k) {
+  const GemmActivation activations[] = {GemmActivation::kNone, GemmActivation::kRelu,
+                                        GemmActivation::kGeluTanh, GemmActivation::kSilu,
+                                        GemmActivation::kSigmoid};
+  for (GemmActivation activation : activations) {
+    for (int residual = 0; residual < 3; ++residual) {
+      Case tc;
+      tc.m = m;
+      tc.n = n;
+      tc.k = k;
+      tc.b_layout = Layout::kTransposed;
+      tc.activation = activation;
+      tc.column_bias = true;
+      tc.row_bias = true;
+      tc.residual = residual > 0;
+      tc.residual_after_activation = residual == 1;
+      tc.alpha = 0.75;
+      tc.beta = residual == 2 ? -0.5 : 0.0;
+      tc.threads = residual % 2 + 1;
+      RunBoth(tc);
+    }
+  }
+}
+
 // One output row takes the matrix-vector path (no packing): every layout of A and B, every
 // epilogue, batches, and a size large enough to be split over two threads.
 TEST(GemmTest, SingleRowMatrixVector) {
-  const Layout all[] = {Layout::kRowMajor, Layout::kPadded, Layout::kTransposed,
-                        Layout::kTransposedPadded, Layout::kStrided};
-  for (Layout a : all) {
-    for (Layout b : all) {
+  for (Layout a : kAllLayouts) {
+    for (Layout b : kAllLayouts) {
       for (int threads : {1, 2}) {
         Case tc;
         tc.m = 1;
@@ -526,26 +552,7 @@ TEST(GemmTest, SingleRowMatrixVector) {
       }
     }
   }
-  const GemmActivation activations[] = {GemmActivation::kNone, GemmActivation::kRelu,
-                                        GemmActivation::kGeluTanh, GemmActivation::kSilu,
-                                        GemmActivation::kSigmoid};
-  for (GemmActivation activation : activations) {
-    for (int residual = 0; residual < 3; ++residual) {
-      Case tc;
-      tc.m = 1;
-      tc.n = 37;
-      tc.k = 45;
-      tc.b_layout = Layout::kTransposed;
-      tc.activation = activation;
-      tc.column_bias = true;
-      tc.row_bias = true;
-      tc.residual = residual > 0;
-      tc.residual_after_activation = residual == 1;
-      tc.alpha = 0.75;
-      tc.beta = residual == 2 ? -0.5 : 0.0;
-      RunBoth(tc);
-    }
-  }
+  RunEveryDotEpilogue(/*m=*/1, /*n=*/37, /*k=*/45);
   for (int threads : {1, 2}) {
     Case tc;
     tc.batch = {3, 2};
@@ -553,6 +560,40 @@ TEST(GemmTest, SingleRowMatrixVector) {
     tc.n = 513;
     tc.k = 129;
     tc.b_layout = Layout::kTransposed;
+    tc.threads = threads;
+    RunBoth(tc);
+  }
+}
+
+// A few columns of a transposed B (a classifier's x W^T with 10 classes) are dot products of A's
+// rows with W's rows, no packing (AVX2 kernels, SSE2 ones under KILN_CPU=x86-64-v2): N up to one
+// under the 16-wide panel, every layout of A, every epilogue (the row bias and residual follow the
+// row), batches, and sizes split over two threads.
+TEST(GemmTest, FewColumnsOfTransposedB) {
+  for (Layout a : kAllLayouts) {
+    for (Layout b : {Layout::kTransposed, Layout::kTransposedPadded}) {
+      for (int64_t n : {1, 3, 10, 15}) {
+        Case tc;
+        tc.m = 67;
+        tc.n = n;
+        tc.k = 300;
+        tc.a_layout = a;
+        tc.b_layout = b;
+        tc.threads = n % 2 + 1;
+        RunBoth(tc);
+      }
+    }
+  }
+  RunEveryDotEpilogue(/*m=*/9, /*n=*/10, /*k=*/45);
+  for (int threads : {1, 2}) {
+    Case tc;
+    tc.batch = {3, 2};
+    tc.m = 64;
+    tc.n = 10;
+    tc.k = 129;
+    tc.b_layout = Layout::kTransposed;
+    tc.row_bias = true;
+    tc.residual = true;
     tc.threads = threads;
     RunBoth(tc);
   }
@@ -683,12 +724,13 @@ TEST(GemmTest, NaNPropagatesThroughActivations) {
 
 TEST(GemmTest, ThreadsGiveBitIdenticalResults) {
   // Every output element sums its depth blocks in the same order whatever the split.
-  for (const std::vector<int64_t>& shape :
-       std::vector<std::vector<int64_t>>{{200, 90, 300}, {30, 400, 200}, {1, 1000, 64}}) {
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
+           {200, 90, 300}, {30, 400, 200}, {1, 1000, 64}, {640, 10, 128}}) {
     Case tc;
     tc.m = shape[0];
     tc.n = shape[1];
     tc.k = shape[2];
+    if (tc.n < 16) tc.b_layout = Layout::kTransposed;  // the rows of dot products
     tc.activation = GemmActivation::kGeluTanh;
     tc.column_bias = true;
     const std::vector<float> serial = RunAndCheck<float>(tc, 5);
@@ -696,6 +738,30 @@ TEST(GemmTest, ThreadsGiveBitIdenticalResults) {
     const std::vector<float> parallel = RunAndCheck<float>(tc, 5);
     ASSERT_FALSE(serial.empty());
     EXPECT_TRUE(serial == parallel) << tc.Name();
+  }
+}
+
+// Fewer columns than a panel sum in one order whatever B's layout, so a compile that folds W^T
+// into a row-major constant (an AOT blob) gives the bits of the JIT, which reads W^T where it lies.
+TEST(GemmTest, FewColumnsGiveTheSameBitsForEveryLayoutOfB) {
+  for (int64_t n : {1, 5, 10, 15}) {
+    std::vector<float> first;
+    for (Layout b : kAllLayouts) {
+      Case tc;
+      tc.m = 37;
+      tc.n = n;
+      tc.k = 200;
+      tc.b_layout = b;
+      tc.column_bias = true;
+      tc.threads = 2;
+      const std::vector<float> c = RunAndCheck<float>(tc, 7);
+      ASSERT_FALSE(c.empty()) << tc.Name();
+      if (first.empty()) {
+        first = c;
+      } else {
+        EXPECT_TRUE(c == first) << tc.Name();
+      }
+    }
   }
 }
 
