@@ -10,7 +10,7 @@
 //
 //   op       method                                                      max error  bound
 //   -------  ----------------------------------------------------------  ---------  -----
-//   exp      Cody-Waite reduction x = n ln2 + r (ln2 split as              1.01 ulp    1.5
+//   exp      Cody-Waite reduction x = n ln2 + r (ln2 split as              1.03 ulp    1.5
 //            0.693359375 - 2.12194440e-4), degree-6 polynomial of Cephes
 //            expf (S. L. Moshier, Cephes Math Library 2.2, expf.c) by
 //            Estrin's scheme (a shorter dependency chain than Horner's),
