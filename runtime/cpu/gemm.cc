@@ -695,7 +695,7 @@ using gemm_internal::CoreProblem;
 using gemm_internal::EpilogueVariant;
 using gemm_internal::StridedBPacker;
 
-// ---- Rows of dot products (M == 1, or a few columns of a transposed B) -------------------------
+// ---- Rows of dot products (M == 1, or N <= 15) -------------------------------------------------
 //
 // With one row, a GEMM is memory-bound on B: packing B into panels would read and write it once
 // more and a 14-row register tile would be 1/14 used. Batch-1 inference of a Linear layer
@@ -711,28 +711,6 @@ using gemm_internal::StridedBPacker;
 // W's layout first), so that its bits do not depend on the layout.
 
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) float DotAvx2(const float* x, const float* y, int64_t n) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(),
-         acc3 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
-    acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), acc2);
-    acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), acc3);
-  }
-  for (; i + 8 <= n; i += 8) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
-  }
-  const __m256 acc = _mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3));
-  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-  float sum = _mm_cvtss_f32(lo);
-  for (; i < n; ++i) sum += x[i] * y[i];
-  return sum;
-}
-
 // out[r] = x . y[r][0, n) for four rows at once: x is loaded once per four rows, so the loop is
 // bound by the loads of B (the rows), not by two loads per multiply-add.
 __attribute__((target("avx2,fma"))) void Dot4Avx2(const float* x, const float* const y[4],
@@ -845,13 +823,9 @@ __attribute__((target("avx2,fma"))) void AxpyAvx2(float a, const float* x, float
 }
 #endif
 
+// x . y[0, n) where the kernels above do not apply: f64, and f32 off x86-64.
 template <class T>
 T Dot(const T* x, const T* y, int64_t n) {
-#if defined(__x86_64__)
-  if constexpr (std::is_same_v<T, float>) {
-    if (HostHasAvx2Fma()) return DotAvx2(x, y, n);
-  }
-#endif
   T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) {
@@ -950,7 +924,7 @@ void FinishDotRow(const CoreProblem<T>& p, const GemmParams& params, const Batch
 // of its columns contiguous. Four columns at a time; the last 1-3 columns repeat the last one, so
 // that they too take the four-column kernels.
 template <class T>
-void DotColumnsOfTransposedB(const CoreProblem<T>& p, const T* b, int64_t cs, const DotRow<T>* rows,
+void DotColumnsOfTransposedB(int64_t k, const T* b, int64_t cs, const DotRow<T>* rows,
                              int row_count, int64_t count, T* out0, T* out1) {
   int64_t j = 0;
 #if defined(__x86_64__)
@@ -965,11 +939,11 @@ void DotColumnsOfTransposedB(const CoreProblem<T>& p, const T* b, int64_t cs, co
       T* sums1 = full && row_count == 2 ? out1 + j : tail1;
       const T* x1 = row_count == 2 ? rows[1].x : rows[0].x;
       if (avx2 && row_count == 1) {
-        Dot4Avx2(rows[0].x, columns, p.k, sums0);
+        Dot4Avx2(rows[0].x, columns, k, sums0);
       } else if (avx2) {
-        Dot2x4Avx2(rows[0].x, x1, columns, p.k, sums0, sums1);
+        Dot2x4Avx2(rows[0].x, x1, columns, k, sums0, sums1);
       } else {
-        Dot2x4Sse2(rows[0].x, x1, columns, p.k, sums0, sums1);
+        Dot2x4Sse2(rows[0].x, x1, columns, k, sums0, sums1);
       }
       for (int64_t c = 0; !full && j + c < count; ++c) {
         out0[j + c] = tail0[c];
@@ -980,8 +954,8 @@ void DotColumnsOfTransposedB(const CoreProblem<T>& p, const T* b, int64_t cs, co
   }
 #endif
   for (; j < count; ++j) {
-    out0[j] = Dot(rows[0].x, b + j * cs, p.k);
-    if (row_count == 2) out1[j] = Dot(rows[1].x, b + j * cs, p.k);
+    out0[j] = Dot(rows[0].x, b + j * cs, k);
+    if (row_count == 2) out1[j] = Dot(rows[1].x, b + j * cs, k);
   }
 }
 
@@ -997,19 +971,20 @@ void RowDotColumns(const CoreProblem<T>& p, const GemmParams& params, int64_t rs
     T* sums[2] = {DotRowSums(p, rows[0].at, j0, scratch[0]),
                   row_count == 2 ? DotRowSums(p, rows[1].at, j0, scratch[1]) : nullptr};
     if (rs == 1) {
-      DotColumnsOfTransposedB(p, b + j0 * cs, cs, rows, row_count, count, sums[0], sums[1]);
-    }
-    for (int r = 0; r < row_count && rs != 1; ++r) {
-      T* out = sums[r];
-      const T* x = rows[r].x;
-      if (cs == 1) {
-        std::fill(out, out + count, T{0});
-        for (int64_t k = 0; k < p.k; ++k) Axpy(x[k], b + k * rs + j0, out, count);
-      } else {
-        for (int64_t j = 0; j < count; ++j) {
-          T sum = 0;
-          for (int64_t k = 0; k < p.k; ++k) sum += x[k] * b[k * rs + (j0 + j) * cs];
-          out[j] = sum;
+      DotColumnsOfTransposedB(p.k, b + j0 * cs, cs, rows, row_count, count, sums[0], sums[1]);
+    } else {
+      for (int r = 0; r < row_count; ++r) {
+        T* out = sums[r];
+        const T* x = rows[r].x;
+        if (cs == 1) {
+          std::fill(out, out + count, T{0});
+          for (int64_t k = 0; k < p.k; ++k) Axpy(x[k], b + k * rs + j0, out, count);
+        } else {
+          for (int64_t j = 0; j < count; ++j) {
+            T sum = 0;
+            for (int64_t k = 0; k < p.k; ++k) sum += x[k] * b[k * rs + (j0 + j) * cs];
+            out[j] = sum;
+          }
         }
       }
     }
