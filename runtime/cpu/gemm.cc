@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -243,6 +244,18 @@ void PackRowMajorPanel(const T* src, int64_t row_stride, int64_t kc, T* panel) {
         _mm_storeu_ps(out + kMr + i, r1);
         _mm_storeu_ps(out + 2 * kMr + i, r2);
         _mm_storeu_ps(out + 3 * kMr + i, r3);
+      }
+      if (i + 2 <= kMr) {
+        // The two rows left over by 4-row blocks (AVX2's 6-row and AVX-512's 14-row tiles): as
+        // element copies they were the slowest part of the panel.
+        const float* row = src + i * row_stride + k;
+        const __m128 r0 = _mm_loadu_ps(row), r1 = _mm_loadu_ps(row + row_stride);
+        const __m128 low = _mm_unpacklo_ps(r0, r1), high = _mm_unpackhi_ps(r0, r1);
+        _mm_storel_pi(reinterpret_cast<__m64*>(out + i), low);
+        _mm_storeh_pi(reinterpret_cast<__m64*>(out + kMr + i), low);
+        _mm_storel_pi(reinterpret_cast<__m64*>(out + 2 * kMr + i), high);
+        _mm_storeh_pi(reinterpret_cast<__m64*>(out + 3 * kMr + i), high);
+        i += 2;
       }
       for (; i < kMr; ++i) {
         for (int j = 0; j < 4; ++j) out[j * kMr + i] = src[i * row_stride + k + j];
@@ -528,11 +541,61 @@ void ForEachRectangle(int64_t m, int64_t n, int64_t k, int64_t count, int mr, in
   }
 }
 
+namespace {
+
+template <size_t kBytes>
+void CopyFixedPanels(const std::byte* src, int64_t src_stride, int64_t rows, int64_t panels,
+                     std::byte* dst) {
+  const int64_t panel_bytes = rows * static_cast<int64_t>(kBytes);
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::byte* row = src + r * src_stride;
+    std::byte* out = dst + r * static_cast<int64_t>(kBytes);
+    for (int64_t p = 0; p < panels; ++p) {
+      std::memcpy(out + p * panel_bytes, row + p * static_cast<int64_t>(kBytes), kBytes);
+    }
+  }
+}
+
+// Copies `panels` whole panels (`rows` rows of `panel_width` elements each) from a row-major B,
+// reading B row by row: the reads are sequential for the prefetcher, and each copy has a size
+// known at compile time (a few vector moves; memcpy of a run-time size is a library call per
+// 64-byte row, which costs as much as a small GEMM's multiply-adds). Returns false for a width
+// it has no constant for.
+template <class T>
+bool CopyWholePanels(const T* src, int64_t src_stride, int64_t rows, int64_t panels,
+                     int panel_width, T* dst) {
+  const auto* from = reinterpret_cast<const std::byte*>(src);
+  auto* to = reinterpret_cast<std::byte*>(dst);
+  const int64_t stride = src_stride * static_cast<int64_t>(sizeof(T));
+  switch (static_cast<size_t>(panel_width) * sizeof(T)) {
+    case 16:
+      CopyFixedPanels<16>(from, stride, rows, panels, to);
+      return true;
+    case 32:
+      CopyFixedPanels<32>(from, stride, rows, panels, to);
+      return true;
+    case 64:
+      CopyFixedPanels<64>(from, stride, rows, panels, to);
+      return true;
+    case 128:
+      CopyFixedPanels<128>(from, stride, rows, panels, to);
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 template <class T>
 void StridedBPacker<T>::Pack(const T* base, int64_t k0, int64_t kc, int64_t n0, int64_t nc, int nr,
                              T* dst) const {
   const int64_t rs = row_stride_, cs = col_stride_;
-  for (int64_t j0 = 0; j0 < nc; j0 += nr) {
+  int64_t whole = 0;  // leading columns already packed
+  if (cs == 1 && CopyWholePanels(base + k0 * rs + n0, rs, kc, nc / nr, nr, dst)) {
+    whole = nc / nr * nr;
+  }
+  for (int64_t j0 = whole; j0 < nc; j0 += nr) {
     const int valid = static_cast<int>(std::min<int64_t>(nr, nc - j0));
     T* panel = dst + j0 * kc;
     const T* src = base + k0 * rs + (n0 + j0) * cs;
