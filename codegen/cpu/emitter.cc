@@ -44,9 +44,9 @@ void CollectStoredArgs(const std::vector<Stmt>& block, std::vector<bool>& stored
 // scale) reads the row from memory in the first pass, which the hardware prefetcher streams
 // while the FMA pipes idle, and then computes for a long time on a row in cache while memory
 // idles. Prefetching the next row during the pass with the most arithmetic overlaps the two:
-// softmax over 4096 x 4096 f32 on an AVX2 Zen 3 ran 11-17% faster in a hand-written model of
-// the kernel (docs/performance.md, "Run 5"). Only for inputs that stream from memory, since the
-// blocked loop sums its block before adding it to the row's total.
+// softmax over 4096 x 4096 f32 on an AVX2 Zen 3 ran 11-19% faster in a hand-written model of
+// the kernel and 12-16% in kiln (docs/performance.md, "After run 4"). Only for inputs that stream
+// from memory, since the blocked loop sums each block before adding it to the row's total.
 
 // A loop of the kernel's body that prefetches the next row of `arg` in blocks of `block`
 // iterations, `row_stride` elements ahead of where `index` points for the block's first
