@@ -134,6 +134,21 @@ bool IsComparison(ExprOp op) {
          op == ExprOp::kGt || op == ExprOp::kGe;
 }
 
+bool IsTranscendental(ExprOp op) {
+  switch (op) {
+    case ExprOp::kExp:
+    case ExprOp::kLog:
+    case ExprOp::kTanh:
+    case ExprOp::kErf:
+    case ExprOp::kSin:
+    case ExprOp::kCos:
+    case ExprOp::kPow:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::optional<ExprOp> ScalarFormOf(ir::Op op) {
   switch (op) {
 #define KILN_SCALAR_FORM(name) \

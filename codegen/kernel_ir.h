@@ -196,6 +196,9 @@ const char* ExprOpName(ExprOp op);
 int ExprOpArity(ExprOp op);
 /// True for Eq … Ge (bool result).
 bool IsComparison(ExprOp op);
+/// True for exp, log, tanh, erf, sin, cos and pow: a libm call, or dozens of vector ops once
+/// ExpandMath writes it out.
+bool IsTranscendental(ExprOp op);
 /// The ExprOp computing a unary, binary, compare or logical IR op elementwise, or nullopt for
 /// ops without a scalar form (select and cast have their own builder calls).
 std::optional<ExprOp> ScalarFormOf(ir::Op op);

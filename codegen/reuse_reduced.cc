@@ -11,21 +11,6 @@
 namespace kiln::codegen {
 namespace {
 
-bool IsTranscendental(ExprOp op) {
-  switch (op) {
-    case ExprOp::kExp:
-    case ExprOp::kLog:
-    case ExprOp::kTanh:
-    case ExprOp::kErf:
-    case ExprOp::kSin:
-    case ExprOp::kCos:
-    case ExprOp::kPow:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Whether an expression's DAG holds a leaf (or op) that `test` accepts, memoized per id. Grows
 // with the kernel, since the rewrite appends expressions.
 class DagFlag {

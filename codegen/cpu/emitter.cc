@@ -94,20 +94,7 @@ LoopContents Contents(const Kernel& kernel, const Stmt& stmt) {
     if (e.op == ExprOp::kLoad) contents.loads.push_back(id);
     if (IsFloatType(e.type) && e.op != ExprOp::kConst && e.op != ExprOp::kLoad &&
         e.op != ExprOp::kAccumulator) {
-      switch (e.op) {
-        case ExprOp::kExp:
-        case ExprOp::kLog:
-        case ExprOp::kTanh:
-        case ExprOp::kErf:
-        case ExprOp::kSin:
-        case ExprOp::kCos:
-        case ExprOp::kPow:
-        case ExprOp::kDiv:
-          contents.work += kPrefetchMinWork;
-          break;
-        default:
-          contents.work += 1;
-      }
+      contents.work += IsTranscendental(e.op) || e.op == ExprOp::kDiv ? kPrefetchMinWork : 1;
     }
     for (ValueId operand : e.operands) stack.push_back(operand);
   }
