@@ -36,6 +36,10 @@
 //            2 sigmoid(2x) as above: (2x >= 0 ? 2 : 2e) / (1 + e) with
 //            e = exp(-|2x|): one exp instead of tanh's two branches, and
 //            no cancellation near tanh(x) = -1 (gelu of large negative x)
+//   gelu     gelu_tanh's mul(mul(y, 0.5), 1 + tanh(u)) becomes y sigmoid(2u),    as 1+tanh
+//            and 2u becomes w (2c) when u = w c for a constant c: halving
+//            and doubling are exact, so the bits are those of the 1+tanh
+//            row's product for normal values, with three fewer operations
 //
 // Special values follow libm: exp(±inf) = inf/0, exp overflows to inf above 88.7228 and
 // underflows through the subnormals to 0 below -103.98; log(±0) = -inf, log(x < 0) = NaN,

@@ -243,6 +243,67 @@ TEST(MathExpandTest, OnePlusTanhBecomesOneExpWithoutTanhsPolynomial) {
   EXPECT_EQ(tanh_polynomials, 0);
 }
 
+// gelu_tanh as the frontend writes it, (y / 2)(1 + tanh(u)) with u = c (y + 0.044715 y^3),
+// becomes y sigmoid(u (2c)): the same bits from kernel_eval as the expansion with y / 2 and u
+// loaded (where neither fold applies), for every y whose products stay normal.
+TEST(MathExpandTest, GeluTanhFoldsItsHalvingAndDoublingWithoutChangingBits) {
+  constexpr int64_t n = 4096;
+  constexpr float kC = 0.7978846f;
+  KernelBuilder b("gelu");
+  const ArgId x = b.AddArg({"x", ir::DType::kF32, n, ArgRole::kInput});
+  const ArgId gelu_out = b.AddArg({"gelu", ir::DType::kF32, n, ArgRole::kOutput});
+  const ArgId u_out = b.AddArg({"u", ir::DType::kF32, n, ArgRole::kOutput});
+  const ValueId y = b.Load(x, b.Var(kGid));
+  const ValueId cube = b.Binary(ExprOp::kMul, b.Binary(ExprOp::kMul, y, y), y);
+  const ValueId inner =
+      b.Binary(ExprOp::kAdd, y, b.Binary(ExprOp::kMul, cube, b.Float(ScalarType::kF32, 0.044715)));
+  const ValueId u = b.Binary(ExprOp::kMul, inner, b.Float(ScalarType::kF32, kC));
+  const ValueId half = b.Binary(ExprOp::kMul, y, b.Float(ScalarType::kF32, 0.5));
+  const ValueId one_plus_tanh =
+      b.Binary(ExprOp::kAdd, b.Unary(ExprOp::kTanh, u), b.Float(ScalarType::kF32, 1.0));
+  b.Store(gelu_out, b.Var(kGid), b.Binary(ExprOp::kMul, half, one_plus_tanh));
+  b.Store(u_out, b.Var(kGid), u);
+  const Kernel folded = ExpandMath(std::move(b).Finish(n));
+  ASSERT_TRUE(VerifyKernel(folded).ok()) << VerifyKernel(folded);
+
+  KernelBuilder c("gelu_loaded");
+  const ArgId half_in = c.AddArg({"half", ir::DType::kF32, n, ArgRole::kInput});
+  const ArgId u_in = c.AddArg({"u", ir::DType::kF32, n, ArgRole::kInput});
+  const ArgId out = c.AddArg({"gelu", ir::DType::kF32, n, ArgRole::kOutput});
+  c.Store(out, c.Var(kGid),
+          c.Binary(ExprOp::kMul, c.Load(half_in, c.Var(kGid)),
+                   c.Binary(ExprOp::kAdd, c.Unary(ExprOp::kTanh, c.Load(u_in, c.Var(kGid))),
+                            c.Float(ScalarType::kF32, 1.0))));
+  const Kernel loaded = ExpandMath(std::move(c).Finish(n));
+
+  // The folds happened: the doubled constant is there, and y / 2 is not.
+  int doubled = 0, halved = 0;
+  for (const Expr& e : folded.exprs) {
+    doubled += e.op == ExprOp::kConst && e.float_value == static_cast<float>(2.0 * kC);
+    halved += e.op == ExprOp::kMul && (folded.expr(e.operands[0]).op == ExprOp::kLoad ||
+                                       folded.expr(e.operands[1]).op == ExprOp::kLoad);
+  }
+  EXPECT_EQ(doubled, 1);
+  EXPECT_EQ(halved, 3);  // y y, (y y) y and y sigmoid(...): no y 0.5
+
+  std::vector<float> ys(n), gelu(n), us(n), halves(n), want(n);
+  for (int64_t i = 0; i < n; ++i) {
+    ys[i] = -12.0f + 24.0f * static_cast<float>(i) / static_cast<float>(n - 1);
+  }
+  std::vector<void*> folded_args = {ys.data(), gelu.data(), us.data()};
+  ASSERT_TRUE(EvalKernel(folded, folded_args).ok());
+  for (int64_t i = 0; i < n; ++i) halves[i] = 0.5f * ys[i];
+  std::vector<void*> loaded_args = {halves.data(), us.data(), want.data()};
+  ASSERT_TRUE(EvalKernel(loaded, loaded_args).ok());
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::abs(ys[i]) < 1e-30f) continue;  // y / 2 or y^3 would leave the normal range
+    uint32_t got_bits, want_bits;
+    std::memcpy(&got_bits, &gelu[i], 4);
+    std::memcpy(&want_bits, &want[i], 4);
+    ASSERT_EQ(got_bits, want_bits) << "y = " << ys[i] << ": " << gelu[i] << " vs " << want[i];
+  }
+}
+
 TEST(MathExpandTest, ExpansionsInsideReductionsKeepScopes) {
   // exp inside a Reduce body and after it (using the accumulator): the rewritten values must
   // stay in their scopes.
