@@ -61,16 +61,17 @@ using runtime::cpu::gemm_internal::TileArgs;
 namespace {
 
 // Part of the disk-cache key: bump it whenever a change here changes the generated code.
-constexpr int kGemmKernelVersion = 2;
+constexpr int kGemmKernelVersion = 3;
 
-// The IR reads TileArgs as {i64, i64, ptr, ptr, ptr, i64, double, double}.
+// The IR reads TileArgs as {i64, i64, ptr, ptr, ptr, i64, double, double, i64}.
 static_assert(sizeof(void*) == 8, "the kernel ABI assumes 64-bit pointers");
 // The int8 kernels read Int8TileArgs as {i64, i64, [kMaxInt8EpilogueSteps x ptr]}.
 static_assert(offsetof(Int8TileArgs, operands) == 16 &&
                   sizeof(Int8TileArgs) == 16 + 8 * kMaxInt8EpilogueSteps,
               "Int8TileArgs no longer matches the struct type the int8 kernel IR reads");
 static_assert(offsetof(TileArgs, row_bias) == 16 && offsetof(TileArgs, residual_ld) == 40 &&
-                  offsetof(TileArgs, alpha) == 48 && offsetof(TileArgs, beta) == 56,
+                  offsetof(TileArgs, alpha) == 48 && offsetof(TileArgs, beta) == 56 &&
+                  offsetof(TileArgs, a_ld) == 64,
               "TileArgs no longer matches the struct type the kernel IR reads");
 
 // Depth steps per iteration of the main loop; a remainder loop takes the rest.
@@ -413,6 +414,10 @@ class KernelEmitter : public SkeletonEmitter {
 
   // One depth step: acc[i][j] += A[k][i] * B[k][j*lanes : (j+1)*lanes].
   void EmitDepthStep(llvm::Value* a, llvm::Value* b, int step, Tile& acc);
+  // For a kernel reading A in place, in the entry block: the element offset of each tile row
+  // from the tile's first element, min(i, m_valid - 1) * a_ld (rows past m_valid repeat the
+  // last valid one: they are never stored, and reading them would leave A's bounds).
+  void EmitRowOffsets(llvm::Value* m_valid);
   // Loads of the epilogue operands that do not depend on the row.
   std::vector<llvm::Value*> LoadColumnBias(llvm::Value* column_bias,
                                            const std::vector<llvm::Value*>& masks);
@@ -440,6 +445,7 @@ class KernelEmitter : public SkeletonEmitter {
   llvm::FixedVectorType* const vector_;
   const int element_bytes_;
   llvm::StructType* args_type_ = nullptr;
+  std::vector<llvm::Value*> a_row_offsets_;  // EmitRowOffsets'
 };
 
 void KernelEmitter::EmitDepthStep(llvm::Value* a, llvm::Value* b, int step, Tile& acc) {
@@ -451,8 +457,11 @@ void KernelEmitter::EmitDepthStep(llvm::Value* a, llvm::Value* b, int step, Tile
                        nullptr, vector_bytes);
   }
   for (int i = 0; i < mr; ++i) {
-    llvm::Value* element = builder_.CreateAlignedLoad(
-        scalar_, ElementPtr(a, static_cast<int64_t>(step) * mr + i), llvm::Align(element_bytes_));
+    llvm::Value* address =
+        shape_.a_in_place ? ElementPtr(ElementPtr(a, a_row_offsets_[static_cast<size_t>(i)]), step)
+                          : ElementPtr(a, static_cast<int64_t>(step) * mr + i);
+    llvm::Value* element =
+        builder_.CreateAlignedLoad(scalar_, address, llvm::Align(element_bytes_));
     llvm::Value* broadcast = Splat(element);
     for (int j = 0; j < nv; ++j) acc[i][j] = Fma(broadcast, bv[j], acc[i][j]);
   }
@@ -572,19 +581,33 @@ void KernelEmitter::EmitWriteBackRow(const WriteBack& wb, llvm::Value* row) {
   }
 }
 
+void KernelEmitter::EmitRowOffsets(llvm::Value* m_valid) {
+  llvm::Value* a_ld = LoadArg(args_, 8, i64_);
+  llvm::Value* last_row = builder_.CreateSub(m_valid, builder_.getInt64(1));
+  a_row_offsets_.clear();
+  for (int i = 0; i < shape_.mr; ++i) {
+    llvm::Value* row = builder_.CreateSelect(builder_.CreateICmpSLT(builder_.getInt64(i), m_valid),
+                                             builder_.getInt64(i), last_row);
+    a_row_offsets_.push_back(builder_.CreateMul(row, a_ld));
+  }
+}
+
 llvm::Function* KernelEmitter::Emit(const std::string& name) {
   const int mr = shape_.mr, nr = shape_.nr();
   args_type_ = llvm::StructType::get(
       context_, {i64_, i64_, ptr_, ptr_, ptr_, i64_, llvm::Type::getDoubleTy(context_),
-                 llvm::Type::getDoubleTy(context_)});
+                 llvm::Type::getDoubleTy(context_), i64_});
   CreateFunction(name);
   PrefetchC();
+  llvm::Value* m_valid = LoadArg(args_, 0, i64_);
+  if (shape_.a_in_place) EmitRowOffsets(m_valid);
+  // In place, a depth step moves one element along each row of A; packed, one row of the panel.
+  const int64_t a_step = shape_.a_in_place ? element_bytes_ : int64_t{mr} * element_bytes_;
   const Tile tile = EmitDepthLoop(
-      int64_t{mr} * element_bytes_, int64_t{nr} * element_bytes_,
+      a_step, int64_t{nr} * element_bytes_,
       [&](llvm::Value* a, llvm::Value* b, int step, Tile& acc) { EmitDepthStep(a, b, step, acc); });
   SpillTile(tile);
   WriteBack write_back;
-  llvm::Value* m_valid = LoadArg(args_, 0, i64_);
   llvm::Value* n_valid = LoadArg(args_, 1, i64_);
   write_back.row_bias = variant_.row_bias ? LoadArg(args_, 2, ptr_) : nullptr;
   llvm::Value* column_bias = variant_.column_bias ? LoadArg(args_, 3, ptr_) : nullptr;

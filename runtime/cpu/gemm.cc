@@ -351,6 +351,32 @@ struct Plan {
 
 std::atomic<uint64_t> next_generation{1};
 
+// Whether the micro-kernels read `problem`'s A where it lies. A row-major A needs no packing: a
+// tile's rows are MR streams of contiguous depth that the kernel broadcasts from as it would from
+// a panel, and the block of A stays in cache across the column panels as a packed one does.
+// Packing A costs most where N is small (it is amortised over N / NR micro-kernel calls): in
+// place, 256x512x784 ran 1.05-1.11x and 256x10x256 1.1-2x its packed speed on the AVX2 Zen 3.
+// Two exceptions pack: AVX-512's 14-row tile, whose row pointers would not fit the general
+// registers beside the loop's own, and rows a multiple of 4 KiB apart with a wide B, where the
+// rows of an A block share cache sets and the block is reused long enough to be worth a packed
+// copy (2048^3: 174-181 in place against 186-188 GFLOP/s packed).
+template <class T>
+bool ReadsAInPlace(const CoreProblem<T>& problem, int mr, GemmTuning::ARead read) {
+  if (problem.a_col_stride != 1 || problem.k == 0) return false;
+  switch (read) {
+    case GemmTuning::ARead::kPacked:
+      return false;
+    case GemmTuning::ARead::kInPlace:
+      return true;
+    case GemmTuning::ARead::kAuto: {
+      constexpr int64_t kWideB = 512;
+      const bool rows_alias = problem.a_row_stride * static_cast<int64_t>(sizeof(T)) % 4096 == 0;
+      return mr <= 8 && !(rows_alias && problem.n > kWideB);
+    }
+  }
+  return false;
+}
+
 // C[m0:m1, n0:n1] of batch entry `batch`.
 template <class T>
 void ComputeRect(const CoreProblem<T>& p, const Plan& plan, const BatchOffsets& batch, int64_t m0,
@@ -362,8 +388,11 @@ void ComputeRect(const CoreProblem<T>& p, const Plan& plan, const BatchOffsets& 
   const int64_t kc_max = p.k == 0 ? plan.blocking.kc : CeilDiv(p.k, CeilDiv(p.k, plan.blocking.kc));
   PackBuffers& buffers = ThreadBuffers();
   const int64_t kc_alloc = std::max<int64_t>(1, std::min(kc_max, p.k));
-  T* a_packed = static_cast<T*>(buffers.a.Get(
-      static_cast<size_t>(RoundUp(std::min(mc, m1 - m0), mr) * kc_alloc) * sizeof(T)));
+  T* a_packed =
+      plan.shape.a_in_place
+          ? nullptr
+          : static_cast<T*>(buffers.a.Get(
+                static_cast<size_t>(RoundUp(std::min(mc, m1 - m0), mr) * kc_alloc) * sizeof(T)));
   T* b_packed = static_cast<T*>(buffers.b.Get(
       static_cast<size_t>(RoundUp(std::min(nc, n1 - n0), nr) * kc_alloc) * sizeof(T)));
   const T* a = p.a + batch.a;
@@ -375,6 +404,7 @@ void ComputeRect(const CoreProblem<T>& p, const Plan& plan, const BatchOffsets& 
   TileArgs args;
   args.alpha = static_cast<double>(p.alpha);
   args.residual_ld = p.residual_ld;
+  args.a_ld = p.a_row_stride;
   for (int64_t ic = m0; ic < m1; ic += mc) {
     const int64_t mcb = std::min(mc, m1 - ic);
     // With k == 0 one pass of empty depth still applies beta and the epilogue.
@@ -384,8 +414,9 @@ void ComputeRect(const CoreProblem<T>& p, const Plan& plan, const BatchOffsets& 
       const bool first = pc == 0, last = pc + kcb >= p.k;
       // The packed block depends on (A, ic, pc) and, within one call, on nothing else (mcb, kcb
       // and mr follow from ic and pc).
-      if (buffers.a_generation != plan.generation || buffers.a_source != a || buffers.a_ic != ic ||
-          buffers.a_pc != pc || buffers.a_packed != a_packed) {
+      if (!plan.shape.a_in_place &&
+          (buffers.a_generation != plan.generation || buffers.a_source != a || buffers.a_ic != ic ||
+           buffers.a_pc != pc || buffers.a_packed != a_packed)) {
         PackA(a + ic * p.a_row_stride + pc * p.a_col_stride, p.a_row_stride, p.a_col_stride, mcb,
               kcb, mr, a_packed);
         buffers.a_generation = plan.generation;
@@ -403,7 +434,8 @@ void ComputeRect(const CoreProblem<T>& p, const Plan& plan, const BatchOffsets& 
           const int64_t row = ic + ir;
           args.m_valid = std::min<int64_t>(mr, mcb - ir);
           args.row_bias = row_bias == nullptr ? nullptr : row_bias + row;
-          const T* a_panel = a_packed + ir * kcb;
+          const T* a_panel =
+              plan.shape.a_in_place ? a + row * p.a_row_stride + pc : a_packed + ir * kcb;
           for (int64_t jr = 0; jr < ncb; jr += nr) {
             const int64_t column = jc + jr;
             args.n_valid = std::min<int64_t>(nr, ncb - jr);
@@ -658,9 +690,15 @@ absl::Status RunCore(const CoreProblem<T>& problem, const EpilogueVariant& epilo
   Plan plan;
   plan.shape = *shape;
   plan.shape.mr = FitTileRows(plan.shape.mr, problem.m, tuning);
+  plan.shape.a_in_place = ReadsAInPlace(problem, plan.shape.mr, tuning.a_read);
   plan.blocking = ChooseBlocking(plan.shape, sizeof(T), tuning);
   plan.generation = next_generation.fetch_add(1, std::memory_order_relaxed);
   absl::StatusOr<MicroKernelFn> plain = kernels.Get(dtype, plan.shape, EpilogueVariant{});
+  if (absl::IsNotFound(plain.status()) && plan.shape.a_in_place) {
+    // A blob compiled before kernels read A in place has only the packing ones.
+    plan.shape.a_in_place = false;
+    plain = kernels.Get(dtype, plan.shape, EpilogueVariant{});
+  }
   if (!plain.ok()) return plain.status();
   absl::StatusOr<MicroKernelFn> last = kernels.Get(dtype, plan.shape, epilogue);
   if (!last.ok()) return last.status();
@@ -706,7 +744,8 @@ std::string EpilogueVariant::Name() const {
 std::string MicroKernelName(base::DType dtype, const KernelShape& shape,
                             const EpilogueVariant& variant) {
   return absl::StrCat("kiln_gemm_", dtype == base::DType::kF64 ? "f64" : "f32", "_", shape.mr, "x",
-                      shape.nr(), "_v", shape.vector_bits, "_", variant.Name());
+                      shape.nr(), "_v", shape.vector_bits, shape.a_in_place ? "_arows_" : "_",
+                      variant.Name());
 }
 
 absl::StatusOr<KernelShape> ChooseKernelShape(base::DType dtype, const GemmTuning& tuning,

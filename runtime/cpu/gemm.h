@@ -106,6 +106,13 @@ struct GemmTuning {
   int vector_bits = 0;
   int mr = 0;
   int nr_vectors = 0;
+  /// How the micro-kernel reads an A with unit column stride (a row-major matrix).
+  enum class ARead {
+    kAuto,     // in place where the tile has at most 8 rows, else packed
+    kPacked,   // always packed into k-major panels first
+    kInPlace,  // in place whenever the column stride is 1
+  };
+  ARead a_read = ARead::kAuto;
 };
 
 /// One GEMM call: C = alpha * A * B + beta * C over every batch entry, then `epilogue`.

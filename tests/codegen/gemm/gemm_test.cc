@@ -5,6 +5,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -16,6 +18,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "codegen/cpu/gemm_kernel.h"
+#include "runtime/cpu/gemm_internal.h"
 #include "runtime/thread_pool.h"
 #include "tests/codegen/gemm/gemm_test_util.h"
 
@@ -25,6 +29,8 @@ namespace {
 using testing::ErrorBound;
 using ::testing::HasSubstr;
 using testing::ReferenceActivation;
+
+namespace gi = runtime::cpu::gemm_internal;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kSentinel = 12345.0;
@@ -139,6 +145,18 @@ Operand<T> MakeOperand(int64_t rows, int64_t cols, int64_t count, Layout layout,
   return op;
 }
 
+const char* ARead(GemmTuning::ARead read) {
+  switch (read) {
+    case GemmTuning::ARead::kAuto:
+      return "";
+    case GemmTuning::ARead::kPacked:
+      return " a_packed";
+    case GemmTuning::ARead::kInPlace:
+      return " a_in_place";
+  }
+  return "?";
+}
+
 struct Case {
   ir::DType dtype = ir::DType::kF32;
   std::vector<int64_t> batch;
@@ -163,7 +181,7 @@ struct Case {
         row_bias ? " rbias" : "",
         residual ? (residual_after_activation ? " res_after" : " res_before") : "",
         " tuning=", tuning.mc, "/", tuning.nc, "/", tuning.kc, "/", tuning.vector_bits, "x",
-        tuning.mr, "x", tuning.nr_vectors, " threads=", threads);
+        tuning.mr, "x", tuning.nr_vectors, ARead(tuning.a_read), " threads=", threads);
   }
 };
 
@@ -384,6 +402,155 @@ TEST(GemmTest, OtherKernelShapes) {
   }
 }
 
+// A row-major A read where it lies and the same A packed first feed the micro-kernel the same
+// products in the same order: the bits agree, at the tile's edges, across blocks, for a shared A
+// and for other targets' tile shapes (AVX-512's 14 rows are packed by default; forced here).
+TEST(GemmTest, ReadingAInPlaceGivesThePackedBits) {
+  const int64_t mr = HostKernel(ir::DType::kF32).mr;
+  struct Shape {
+    int64_t m, n, k;
+    std::vector<int64_t> batch;
+    bool broadcast_a;
+    GemmTuning tuning;
+  };
+  GemmTuning tiny_blocks;
+  tiny_blocks.mc = 20;
+  tiny_blocks.nc = 40;
+  tiny_blocks.kc = 7;
+  const std::vector<Shape> shapes = {{1, 1, 1, {}, false, {}},
+                                     {mr - 1, 17, 5, {}, false, {}},
+                                     {mr + 1, 33, 300, {}, false, {}},
+                                     {61, 75, 53, {}, false, tiny_blocks},
+                                     {37, 10, 64, {3}, false, {}},
+                                     {16, 40, 27, {4}, true, {}},
+                                     {37, 45, 29, {}, false, GemmTuning{0, 0, 11, 256, 6, 2}},
+                                     {37, 45, 29, {}, false, GemmTuning{0, 0, 11, 128, 14, 2}},
+                                     {37, 45, 29, {}, false, GemmTuning{0, 0, 11, 128, 3, 1}}};
+  const int host_bits = HostKernel(ir::DType::kF32).vector_bits;
+  for (const Shape& shape : shapes) {
+    if (shape.tuning.vector_bits > host_bits) continue;
+    for (Layout a : {Layout::kRowMajor, Layout::kPadded}) {
+      for (int threads : {1, 2}) {
+        Case tc;
+        tc.m = shape.m;
+        tc.n = shape.n;
+        tc.k = shape.k;
+        tc.batch = shape.batch;
+        tc.broadcast_a = shape.broadcast_a;
+        tc.a_layout = a;
+        tc.tuning = shape.tuning;
+        tc.threads = threads;
+        tc.beta = 0.5;
+        tc.activation = GemmActivation::kSilu;
+        tc.row_bias = true;
+        tc.tuning.a_read = GemmTuning::ARead::kPacked;
+        const std::vector<float> packed = RunAndCheck<float>(tc, 3);
+        tc.tuning.a_read = GemmTuning::ARead::kInPlace;
+        const std::vector<float> in_place = RunAndCheck<float>(tc, 3);
+        ASSERT_FALSE(packed.empty());
+        EXPECT_TRUE(packed == in_place) << tc.Name();
+        tc.dtype = ir::DType::kF64;
+        tc.tuning.a_read = GemmTuning::ARead::kPacked;
+        const std::vector<double> packed64 = RunAndCheck<double>(tc, 3);
+        tc.tuning.a_read = GemmTuning::ARead::kInPlace;
+        const std::vector<double> in_place64 = RunAndCheck<double>(tc, 3);
+        ASSERT_FALSE(packed64.empty());
+        EXPECT_TRUE(packed64 == in_place64) << tc.Name();
+      }
+    }
+  }
+}
+
+// The rows of a tile past the matrix's last row are never read in place: an A whose last row ends
+// at a page that cannot be read runs (a read past it would fault).
+TEST(GemmTest, ReadingAInPlaceStopsAtItsLastRow) {
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  const int64_t mr = HostKernel(ir::DType::kF32).mr;
+  for (const int64_t m : {int64_t{1}, mr - 1, mr + 1, 2 * mr + 1}) {
+    const int64_t n = 24, k = 64;
+    const size_t a_bytes = static_cast<size_t>(m * k) * sizeof(float);
+    const size_t mapped = (a_bytes + static_cast<size_t>(page) - 1) / page * page + page;
+    void* region =
+        mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(region, MAP_FAILED);
+    char* guard = static_cast<char*>(region) + mapped - page;
+    ASSERT_EQ(mprotect(guard, static_cast<size_t>(page), PROT_NONE), 0);
+    float* a = reinterpret_cast<float*>(guard - a_bytes);
+    std::mt19937 rng(static_cast<uint32_t>(m));
+    std::uniform_real_distribution<float> uniform(-1, 1);
+    for (int64_t i = 0; i < m * k; ++i) a[i] = uniform(rng);
+    std::vector<float> b(static_cast<size_t>(k * n)), c(static_cast<size_t>(m * n));
+    for (float& v : b) v = uniform(rng);
+    GemmParams params;
+    params.m = m;
+    params.n = n;
+    params.k = k;
+    params.a = DenseMatrix(a, m, k, {});
+    params.b = DenseMatrix(b.data(), k, n, {});
+    params.c = DenseMatrix(c.data(), m, n, {});
+    params.tuning.a_read = GemmTuning::ARead::kInPlace;
+    ASSERT_TRUE(Gemm(params, nullptr).ok());
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t col = 0; col < n; ++col) {
+        double expected = 0, abs_sum = 0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const double p =
+              static_cast<double>(a[r * k + kk]) * b[static_cast<size_t>(kk * n + col)];
+          expected += p;
+          abs_sum += std::abs(p);
+        }
+        ASSERT_NEAR(c[static_cast<size_t>(r * n + col)], expected, 8e-7 * abs_sum)
+            << "m=" << m << " row " << r << " column " << col;
+      }
+    }
+    munmap(region, mapped);
+  }
+}
+
+// The JIT's kernels but those reading A in place, as in a blob compiled before they existed.
+class PackingOnlyKernels final : public gi::MicroKernelProvider {
+ public:
+  gi::TargetVectors vectors() const override { return gemm_internal::JitMicroKernels().vectors(); }
+  absl::StatusOr<gi::MicroKernelFn> Get(ir::DType dtype, const gi::KernelShape& shape,
+                                        const gi::EpilogueVariant& variant) const override {
+    if (shape.a_in_place) {
+      ++in_place_requests;
+      return absl::NotFoundError("no in-place kernels here");
+    }
+    return gemm_internal::JitMicroKernels().Get(dtype, shape, variant);
+  }
+  absl::StatusOr<gi::Int8MicroKernelFn> GetInt8(
+      const gi::KernelShape& shape, const gi::Int8EpilogueVariant& variant) const override {
+    return gemm_internal::JitMicroKernels().GetInt8(shape, variant);
+  }
+  mutable int in_place_requests = 0;
+};
+
+TEST(GemmTest, ProvidersWithoutInPlaceKernelsRunPacked) {
+  const int64_t m = 13, n = 40, k = 30;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n));
+  for (float& v : a) v = uniform(rng);
+  for (float& v : b) v = uniform(rng);
+  std::vector<float> with_jit(static_cast<size_t>(m * n)), packing_only(with_jit.size());
+  GemmParams params;
+  params.m = m;
+  params.n = n;
+  params.k = k;
+  params.a = DenseMatrix(a.data(), m, k, {});
+  params.b = DenseMatrix(b.data(), k, n, {});
+  params.tuning.a_read = GemmTuning::ARead::kInPlace;
+  params.c = DenseMatrix(with_jit.data(), m, n, {});
+  ASSERT_TRUE(Gemm(params, nullptr).ok());
+  PackingOnlyKernels kernels;
+  params.c = DenseMatrix(packing_only.data(), m, n, {});
+  const absl::Status status = runtime::cpu::ExecuteGemm(params, kernels, nullptr);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(kernels.in_place_requests, 1);
+  EXPECT_TRUE(with_jit == packing_only);
+}
+
 TEST(GemmTest, TransposesAndLeadingDimensions) {
   for (Layout a : kAllLayouts) {
     for (Layout b : kAllLayouts) {
@@ -439,8 +606,10 @@ TEST(GemmTest, SharedAIsRepackedOnEveryCall) {
   std::vector<float> a(static_cast<size_t>(M * K)), b(static_cast<size_t>(B * K * N));
   for (float& v : b) v = static_cast<float>(uniform(rng));
   for (int threads : {1, 2}) {
-    for (int call = 0; call < 3; ++call) {
-      SCOPED_TRACE(absl::StrCat("threads=", threads, " call=", call));
+    for (int call = 0; call < 6; ++call) {
+      // Packed (every other call) and read in place.
+      const bool packed = call % 2 == 0;
+      SCOPED_TRACE(absl::StrCat("threads=", threads, " call=", call, packed ? " packed" : ""));
       for (float& v : a) v = static_cast<float>(uniform(rng));
       std::vector<float> out(static_cast<size_t>(B * M * N), 0.0f);
       GemmParams params;
@@ -451,6 +620,7 @@ TEST(GemmTest, SharedAIsRepackedOnEveryCall) {
       params.a = MatrixView{a.data(), K, 1, {0}};
       params.b = DenseMatrix(b.data(), K, N, {B});
       params.c = DenseMatrix(out.data(), M, N, {B});
+      params.tuning.a_read = packed ? GemmTuning::ARead::kPacked : GemmTuning::ARead::kInPlace;
       ASSERT_TRUE(Gemm(params, threads > 1 ? &TwoThreads() : nullptr).ok());
       for (int64_t e = 0; e < B; ++e) {
         for (int64_t m = 0; m < M; ++m) {
