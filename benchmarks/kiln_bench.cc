@@ -665,6 +665,18 @@ void BM_KernelOnlySilu(benchmark::State& state) {
   RunKernelOnly(state, [&] { return x * kiln::activation::sigmoid(x); });
   SetBytes(state, 8.0 * kEltwiseSize);
 }
+// Two more long elementwise bodies (gelu with erf, tanh after an affine map) beside gelu_tanh:
+// how far apart independent iterations are interleaved is chosen by body length (emitter.cc).
+void BM_KernelOnlyGeluErf(benchmark::State& state) {
+  const Tensor1 x = RandomVector(kEltwiseSize, 5);
+  RunKernelOnly(state, [&] { return kiln::activation::gelu(x * kAffineScale + kAffineShift); });
+  SetBytes(state, 8.0 * kEltwiseSize);
+}
+void BM_KernelOnlyTanh(benchmark::State& state) {
+  const Tensor1 x = RandomVector(kEltwiseSize, 6);
+  RunKernelOnly(state, [&] { return kiln::activation::tanh(x * kAffineScale + kAffineShift); });
+  SetBytes(state, 8.0 * kEltwiseSize);
+}
 void BM_KernelOnlySoftmax(benchmark::State& state) {
   const Tensor2 x = RandomMatrix(4096, 4096, 3);
   RunKernelOnly(state, [&] { return kiln::activation::softmax(x, 1); });
@@ -767,6 +779,14 @@ BENCHMARK(BM_KernelOnlyGeluAffine)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KernelOnlySilu)
     ->Name("diag/kernel_only/eltwise/silu/16777216")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_KernelOnlyGeluErf)
+    ->Name("diag/kernel_only/eltwise/gelu_erf_affine/16777216")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_KernelOnlyTanh)
+    ->Name("diag/kernel_only/eltwise/tanh_affine/16777216")
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_KernelOnlySoftmax)

@@ -165,7 +165,10 @@ using ArgId = int32_t;
 ///  - Wrap: integer/bool → integer modulo 2^bits (truncation; sign extension from signed
 ///    sources, zero extension from unsigned/bool sources), as C++ integer conversion does.
 ///  - Bitcast: the same bits as another type of the same width (f32↔i32/u32, f64↔i64/u64).
-///  - Fma: a * b + c on floats (kernel_eval rounds once); emitters may use the fma instruction.
+///  - Fma: a * b + c on floats, rounded once (kernel_eval; emitters for targets with a fused
+///    multiply-add) or twice (the CPU emitter on targets without one, such as x86-64-v2, where
+///    a correctly rounded fma is a scalar libm call per element). math_expand's error bounds
+///    hold for both.
 ///  - Shl, Shr: integer shifts by operands[1] (same type, 0 <= shift < bits; otherwise the
 ///    result is 0 for shl and unsigned shr, and the sign fill for signed shr); Shr is logical on
 ///    unsigned types and arithmetic on signed ones.

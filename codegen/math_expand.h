@@ -54,7 +54,9 @@
 //  - sqrt, rsqrt, floor, ceil, round, trunc, fma: already single vector instructions.
 //
 // The emitter may contract a multiply and a dependent add of the expansions into an fma (the
-// kernel IR allows it); that only changes results within the bounds above.
+// kernel IR allows it), and on a target without fused multiply-add (x86-64-v2) it computes the
+// expansions' fmas as a multiply and an add; both only change results within the bounds above
+// (the test asserts them at every x86-64 level, tests/codegen/CMakeLists.txt).
 #pragma once
 
 #include "codegen/kernel_ir.h"

@@ -80,6 +80,9 @@ void ExpectOutputsIdentical(const Kernel& kernel, const Outcome& outcome,
 
 // ---- Every scalar op on every dtype -------------------------------------------------------------
 
+// Whether the JIT's target has a fused multiply-add (the kernel IR's fma rounds once there).
+bool TargetHasFma() { return CpuCompiler::Host()->features.find("+fma") != std::string::npos; }
+
 struct OpCase {
   std::string label;
   // Builds the stored value from the loads of a, b (both of the dtype under test) and c (bool).
@@ -115,9 +118,11 @@ std::vector<OpCase> CasesFor(ScalarType type) {
       unary(op);
     }
     binary(ExprOp::kPow);
-    cases.push_back({"fma", [](KernelBuilder& b, ValueId x, ValueId y, ValueId) {
-                       return b.Fma(x, y, b.Unary(ExprOp::kNeg, x));
-                     }});
+    if (TargetHasFma()) {  // without, it rounds twice: EmitterTest.FmaRoundsOnceOnlyWithFma
+      cases.push_back({"fma", [](KernelBuilder& b, ValueId x, ValueId y, ValueId) {
+                         return b.Fma(x, y, b.Unary(ExprOp::kNeg, x));
+                       }});
+    }
     cases.push_back({"bitcast round trip", [](KernelBuilder& b, ValueId x, ValueId y, ValueId) {
                        const ScalarType bits =
                            b.type(x) == ScalarType::kF32 ? ScalarType::kI32 : ScalarType::kI64;
@@ -190,6 +195,70 @@ TEST_P(EveryOpTest, MatchesKernelEvalExactly) {
 
 INSTANTIATE_TEST_SUITE_P(AllDTypes, EveryOpTest, ::testing::ValuesIn(kAllDTypes),
                          [](const auto& info) { return std::string(ir::DTypeName(info.param)); });
+
+// The kernel IR's fma is one fma instruction where the target has one, and a multiply and an add
+// (vectorised) where it does not: each element is checked against that rounding.
+TEST(EmitterTest, FmaRoundsOnceOnlyWithFma) {
+  constexpr int64_t n = 4000;
+  const bool fused = TargetHasFma();
+  for (ir::DType dtype : {ir::DType::kF32, ir::DType::kF64}) {
+    KernelBuilder b(absl::StrCat("fma_", ir::DTypeName(dtype)));
+    const ArgId a_arg = b.AddArg({"a", dtype, n, ArgRole::kInput});
+    const ArgId b_arg = b.AddArg({"b", dtype, n, ArgRole::kInput});
+    const ArgId c_arg = b.AddArg({"c", dtype, n, ArgRole::kInput});
+    const ArgId out = b.AddArg({"out", dtype, n, ArgRole::kOutput});
+    const ValueId gid = b.Var(kGid);
+    b.Store(out, gid, b.Fma(b.Load(a_arg, gid), b.Load(b_arg, gid), b.Load(c_arg, gid)));
+    Kernel kernel = std::move(b).Finish(n);
+    KernelBuffers buffers(kernel);
+    // a and b finite; c = -(a * b) rounded, or half of it: the fused and the unfused results
+    // then differ in most elements.
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<double> uniform(-100, 100);
+    for (int64_t i = 0; i < n; ++i) {
+      if (dtype == ir::DType::kF32) {
+        float* v = static_cast<float*>(buffers.data(0));
+        float* w = static_cast<float*>(buffers.data(1));
+        v[i] = static_cast<float>(uniform(rng));
+        w[i] = static_cast<float>(uniform(rng));
+        static_cast<float*>(buffers.data(2))[i] = -(v[i] * w[i]) * (i % 2 == 0 ? 1.0f : 0.5f);
+      } else {
+        double* v = static_cast<double*>(buffers.data(0));
+        double* w = static_cast<double*>(buffers.data(1));
+        v[i] = uniform(rng);
+        w[i] = uniform(rng);
+        static_cast<double*>(buffers.data(2))[i] = -(v[i] * w[i]) * (i % 2 == 0 ? 1.0 : 0.5);
+      }
+    }
+    absl::StatusOr<CompiledKernel> compiled = Compiler().Compile(kernel, CompileOptions{});
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    RunChunked(compiled->fn, buffers.args(), n);
+    int differing = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double got, want;
+      if (dtype == ir::DType::kF32) {
+        const float x = static_cast<const float*>(buffers.data(0))[i];
+        const float y = static_cast<const float*>(buffers.data(1))[i];
+        const float z = static_cast<const float*>(buffers.data(2))[i];
+        const float product = x * y;
+        want = fused ? std::fma(x, y, z) : product + z;
+        differing += std::fma(x, y, z) != product + z;
+        got = static_cast<const float*>(buffers.data(3))[i];
+      } else {
+        const double x = static_cast<const double*>(buffers.data(0))[i];
+        const double y = static_cast<const double*>(buffers.data(1))[i];
+        const double z = static_cast<const double*>(buffers.data(2))[i];
+        const double product = x * y;
+        want = fused ? std::fma(x, y, z) : product + z;
+        differing += std::fma(x, y, z) != product + z;
+        got = static_cast<const double*>(buffers.data(3))[i];
+      }
+      ASSERT_EQ(got, want) << ir::DTypeName(dtype) << " element " << i
+                           << (fused ? " (fused)" : " (multiply, then add)");
+    }
+    EXPECT_GT(differing, n / 4) << "the inputs do not tell one rounding from two";
+  }
+}
 
 // ---- Casts between all types --------------------------------------------------------------------
 
@@ -614,8 +683,8 @@ int VectorLoadsInVectorBody(const std::string& llvm_ir) {
   return loads;
 }
 
-TEST(EmitterTest, LongElementwiseBodiesKeepTwoVectorIterationsInFlight) {
-  // tanh's expansion is a long chain of dependent ops: the emitter asks LLVM to interleave two
+TEST(EmitterTest, LongElementwiseBodiesKeepFourVectorIterationsInFlight) {
+  // tanh's expansion is a long chain of dependent ops: the emitter asks LLVM to interleave four
   // vector iterations (llvm.loop.interleave.count); a short body is left to LLVM's own choice.
   KernelBuilder b("tanh");
   const ArgId x = b.AddArg({"x", ir::DType::kF32, 4096, ArgRole::kInput});
@@ -624,7 +693,7 @@ TEST(EmitterTest, LongElementwiseBodiesKeepTwoVectorIterationsInFlight) {
   const Kernel long_body = std::move(b).Finish(4096);
   const CompiledKernel compiled =
       CompileDumped(long_body, ::testing::TempDir() + "/kiln_interleave");
-  EXPECT_EQ(VectorLoadsInVectorBody(compiled.llvm_ir), 2) << compiled.llvm_ir;
+  EXPECT_EQ(VectorLoadsInVectorBody(compiled.llvm_ir), 4) << compiled.llvm_ir;
   const CompiledKernel short_body =
       CompileDumped(testing::AxpbKernel(), ::testing::TempDir() + "/kiln_interleave_short");
   EXPECT_GE(VectorLoadsInVectorBody(short_body.llvm_ir), 1) << short_body.llvm_ir;
