@@ -445,7 +445,7 @@ class KernelEmitter : public SkeletonEmitter {
   llvm::FixedVectorType* const vector_;
   const int element_bytes_;
   llvm::StructType* args_type_ = nullptr;
-  std::vector<llvm::Value*> a_row_offsets_;  // EmitRowOffsets'
+  std::vector<llvm::Value*> a_row_offsets_;  // per tile row, from EmitRowOffsets
 };
 
 void KernelEmitter::EmitDepthStep(llvm::Value* a, llvm::Value* b, int step, Tile& acc) {

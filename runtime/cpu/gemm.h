@@ -108,7 +108,8 @@ struct GemmTuning {
   int nr_vectors = 0;
   /// How the micro-kernel reads an A with unit column stride (a row-major matrix).
   enum class ARead {
-    kAuto,     // in place where the tile has at most 8 rows, else packed
+    kAuto,     // in place, except for tiles of more than 8 rows and, with N > 512, rows a
+               // multiple of 4 KiB apart (runtime/cpu/gemm.cc, ReadsAInPlace)
     kPacked,   // always packed into k-major panels first
     kInPlace,  // in place whenever the column stride is 1
   };
