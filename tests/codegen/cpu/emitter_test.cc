@@ -197,67 +197,50 @@ INSTANTIATE_TEST_SUITE_P(AllDTypes, EveryOpTest, ::testing::ValuesIn(kAllDTypes)
                          [](const auto& info) { return std::string(ir::DTypeName(info.param)); });
 
 // The kernel IR's fma is one fma instruction where the target has one, and a multiply and an add
-// (vectorised) where it does not: each element is checked against that rounding.
-TEST(EmitterTest, FmaRoundsOnceOnlyWithFma) {
+// (vectorised) where it does not: each element of a T kernel is checked against that rounding.
+template <class T>
+void ExpectFmaRoundsAsTheTargetDoes(ir::DType dtype) {
   constexpr int64_t n = 4000;
   const bool fused = TargetHasFma();
-  for (ir::DType dtype : {ir::DType::kF32, ir::DType::kF64}) {
-    KernelBuilder b(absl::StrCat("fma_", ir::DTypeName(dtype)));
-    const ArgId a_arg = b.AddArg({"a", dtype, n, ArgRole::kInput});
-    const ArgId b_arg = b.AddArg({"b", dtype, n, ArgRole::kInput});
-    const ArgId c_arg = b.AddArg({"c", dtype, n, ArgRole::kInput});
-    const ArgId out = b.AddArg({"out", dtype, n, ArgRole::kOutput});
-    const ValueId gid = b.Var(kGid);
-    b.Store(out, gid, b.Fma(b.Load(a_arg, gid), b.Load(b_arg, gid), b.Load(c_arg, gid)));
-    Kernel kernel = std::move(b).Finish(n);
-    KernelBuffers buffers(kernel);
-    // a and b finite; c = -(a * b) rounded, or half of it: the fused and the unfused results
-    // then differ in most elements.
-    std::mt19937_64 rng(7);
-    std::uniform_real_distribution<double> uniform(-100, 100);
-    for (int64_t i = 0; i < n; ++i) {
-      if (dtype == ir::DType::kF32) {
-        float* v = static_cast<float*>(buffers.data(0));
-        float* w = static_cast<float*>(buffers.data(1));
-        v[i] = static_cast<float>(uniform(rng));
-        w[i] = static_cast<float>(uniform(rng));
-        static_cast<float*>(buffers.data(2))[i] = -(v[i] * w[i]) * (i % 2 == 0 ? 1.0f : 0.5f);
-      } else {
-        double* v = static_cast<double*>(buffers.data(0));
-        double* w = static_cast<double*>(buffers.data(1));
-        v[i] = uniform(rng);
-        w[i] = uniform(rng);
-        static_cast<double*>(buffers.data(2))[i] = -(v[i] * w[i]) * (i % 2 == 0 ? 1.0 : 0.5);
-      }
-    }
-    absl::StatusOr<CompiledKernel> compiled = Compiler().Compile(kernel, CompileOptions{});
-    ASSERT_TRUE(compiled.ok()) << compiled.status();
-    RunChunked(compiled->fn, buffers.args(), n);
-    int differing = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      double got, want;
-      if (dtype == ir::DType::kF32) {
-        const float x = static_cast<const float*>(buffers.data(0))[i];
-        const float y = static_cast<const float*>(buffers.data(1))[i];
-        const float z = static_cast<const float*>(buffers.data(2))[i];
-        const float product = x * y;
-        want = fused ? std::fma(x, y, z) : product + z;
-        differing += std::fma(x, y, z) != product + z;
-        got = static_cast<const float*>(buffers.data(3))[i];
-      } else {
-        const double x = static_cast<const double*>(buffers.data(0))[i];
-        const double y = static_cast<const double*>(buffers.data(1))[i];
-        const double z = static_cast<const double*>(buffers.data(2))[i];
-        const double product = x * y;
-        want = fused ? std::fma(x, y, z) : product + z;
-        differing += std::fma(x, y, z) != product + z;
-        got = static_cast<const double*>(buffers.data(3))[i];
-      }
-      ASSERT_EQ(got, want) << ir::DTypeName(dtype) << " element " << i
-                           << (fused ? " (fused)" : " (multiply, then add)");
-    }
-    EXPECT_GT(differing, n / 4) << "the inputs do not tell one rounding from two";
+  KernelBuilder b(absl::StrCat("fma_", ir::DTypeName(dtype)));
+  const ArgId a_arg = b.AddArg({"a", dtype, n, ArgRole::kInput});
+  const ArgId b_arg = b.AddArg({"b", dtype, n, ArgRole::kInput});
+  const ArgId c_arg = b.AddArg({"c", dtype, n, ArgRole::kInput});
+  const ArgId out = b.AddArg({"out", dtype, n, ArgRole::kOutput});
+  const ValueId gid = b.Var(kGid);
+  b.Store(out, gid, b.Fma(b.Load(a_arg, gid), b.Load(b_arg, gid), b.Load(c_arg, gid)));
+  Kernel kernel = std::move(b).Finish(n);
+  KernelBuffers buffers(kernel);
+  T* const x = static_cast<T*>(buffers.data(0));
+  T* const y = static_cast<T*>(buffers.data(1));
+  T* const z = static_cast<T*>(buffers.data(2));
+  // x and y finite; z = -(x y) rounded, or half of it: the fused and the unfused results then
+  // differ in most elements.
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> uniform(-100, 100);
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = static_cast<T>(uniform(rng));
+    y[i] = static_cast<T>(uniform(rng));
+    z[i] = -(x[i] * y[i]) * static_cast<T>(i % 2 == 0 ? 1.0 : 0.5);
   }
+  absl::StatusOr<CompiledKernel> compiled = Compiler().Compile(kernel, CompileOptions{});
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  RunChunked(compiled->fn, buffers.args(), n);
+  const T* const got = static_cast<const T*>(buffers.data(3));
+  int differing = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const T product = x[i] * y[i];
+    const T once = std::fma(x[i], y[i], z[i]), twice = product + z[i];
+    differing += once != twice;
+    ASSERT_EQ(got[i], fused ? once : twice) << ir::DTypeName(dtype) << " element " << i
+                                            << (fused ? " (fused)" : " (multiply, then add)");
+  }
+  EXPECT_GT(differing, n / 4) << "the inputs do not tell one rounding from two";
+}
+
+TEST(EmitterTest, FmaRoundsOnceOnlyWithFma) {
+  ExpectFmaRoundsAsTheTargetDoes<float>(ir::DType::kF32);
+  ExpectFmaRoundsAsTheTargetDoes<double>(ir::DType::kF64);
 }
 
 // ---- Casts between all types --------------------------------------------------------------------

@@ -14,6 +14,7 @@
 #include <numbers>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -143,6 +144,29 @@ Operand<T> MakeOperand(int64_t rows, int64_t cols, int64_t count, Layout layout,
     }
   }
   return op;
+}
+
+// Whether c (m x n) holds a (m x k) times b (k x n), all dense row-major f32, within 8e-7 of
+// each element's sum of |products| (the double-precision dot product as reference).
+::testing::AssertionResult IsDenseProduct(const float* a, const float* b, const float* c, int64_t m,
+                                          int64_t n, int64_t k) {
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t col = 0; col < n; ++col) {
+      double expected = 0, abs_sum = 0;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const double p = static_cast<double>(a[r * k + kk]) * b[kk * n + col];
+        expected += p;
+        abs_sum += std::abs(p);
+      }
+      const double got = c[r * n + col];
+      if (!(std::abs(got - expected) <= 8e-7 * abs_sum)) {
+        return ::testing::AssertionFailure()
+               << "C[" << r << "][" << col << "] = " << got << ", expected " << expected
+               << " (allowed error " << 8e-7 * abs_sum << ")";
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
 }
 
 const char* ARead(GemmTuning::ARead read) {
@@ -402,6 +426,18 @@ TEST(GemmTest, OtherKernelShapes) {
   }
 }
 
+// Runs `tc` in T with A packed and with A read in place: both pass RunAndCheck, with the same bits.
+template <class T>
+void ExpectInPlaceGivesThePackedBits(Case tc) {
+  tc.dtype = std::is_same_v<T, double> ? ir::DType::kF64 : ir::DType::kF32;
+  tc.tuning.a_read = GemmTuning::ARead::kPacked;
+  const std::vector<T> packed = RunAndCheck<T>(tc, 3);
+  tc.tuning.a_read = GemmTuning::ARead::kInPlace;
+  const std::vector<T> in_place = RunAndCheck<T>(tc, 3);
+  ASSERT_FALSE(packed.empty());
+  EXPECT_TRUE(packed == in_place) << tc.Name();
+}
+
 // A row-major A read where it lies and the same A packed first feed the micro-kernel the same
 // products in the same order: the bits agree, at the tile's edges, across blocks, for a shared A
 // and for other targets' tile shapes (AVX-512's 14 rows are packed by default; forced here).
@@ -443,19 +479,8 @@ TEST(GemmTest, ReadingAInPlaceGivesThePackedBits) {
         tc.beta = 0.5;
         tc.activation = GemmActivation::kSilu;
         tc.row_bias = true;
-        tc.tuning.a_read = GemmTuning::ARead::kPacked;
-        const std::vector<float> packed = RunAndCheck<float>(tc, 3);
-        tc.tuning.a_read = GemmTuning::ARead::kInPlace;
-        const std::vector<float> in_place = RunAndCheck<float>(tc, 3);
-        ASSERT_FALSE(packed.empty());
-        EXPECT_TRUE(packed == in_place) << tc.Name();
-        tc.dtype = ir::DType::kF64;
-        tc.tuning.a_read = GemmTuning::ARead::kPacked;
-        const std::vector<double> packed64 = RunAndCheck<double>(tc, 3);
-        tc.tuning.a_read = GemmTuning::ARead::kInPlace;
-        const std::vector<double> in_place64 = RunAndCheck<double>(tc, 3);
-        ASSERT_FALSE(packed64.empty());
-        EXPECT_TRUE(packed64 == in_place64) << tc.Name();
+        ExpectInPlaceGivesThePackedBits<float>(tc);
+        ExpectInPlaceGivesThePackedBits<double>(tc);
       }
     }
   }
@@ -490,19 +515,7 @@ TEST(GemmTest, ReadingAInPlaceStopsAtItsLastRow) {
     params.c = DenseMatrix(c.data(), m, n, {});
     params.tuning.a_read = GemmTuning::ARead::kInPlace;
     ASSERT_TRUE(Gemm(params, nullptr).ok());
-    for (int64_t r = 0; r < m; ++r) {
-      for (int64_t col = 0; col < n; ++col) {
-        double expected = 0, abs_sum = 0;
-        for (int64_t kk = 0; kk < k; ++kk) {
-          const double p =
-              static_cast<double>(a[r * k + kk]) * b[static_cast<size_t>(kk * n + col)];
-          expected += p;
-          abs_sum += std::abs(p);
-        }
-        ASSERT_NEAR(c[static_cast<size_t>(r * n + col)], expected, 8e-7 * abs_sum)
-            << "m=" << m << " row " << r << " column " << col;
-      }
-    }
+    ASSERT_TRUE(IsDenseProduct(a, b.data(), c.data(), m, n, k)) << "m=" << m;
     munmap(region, mapped);
   }
 }
@@ -623,18 +636,8 @@ TEST(GemmTest, SharedAIsRepackedOnEveryCall) {
       params.tuning.a_read = packed ? GemmTuning::ARead::kPacked : GemmTuning::ARead::kInPlace;
       ASSERT_TRUE(Gemm(params, threads > 1 ? &TwoThreads() : nullptr).ok());
       for (int64_t e = 0; e < B; ++e) {
-        for (int64_t m = 0; m < M; ++m) {
-          for (int64_t n = 0; n < N; ++n) {
-            double expected = 0, abs_sum = 0;
-            for (int64_t k = 0; k < K; ++k) {
-              const double p = static_cast<double>(a[m * K + k]) * b[(e * K + k) * N + n];
-              expected += p;
-              abs_sum += std::abs(p);
-            }
-            ASSERT_NEAR(out[(e * M + m) * N + n], expected, 8e-7 * abs_sum + 1e-30)
-                << e << " " << m << " " << n;
-          }
-        }
+        ASSERT_TRUE(IsDenseProduct(a.data(), b.data() + e * K * N, out.data() + e * M * N, M, N, K))
+            << "batch entry " << e;
       }
     }
   }
