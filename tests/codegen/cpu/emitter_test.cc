@@ -682,6 +682,39 @@ TEST(EmitterTest, LongElementwiseBodiesKeepFourVectorIterationsInFlight) {
   EXPECT_GE(VectorLoadsInVectorBody(short_body.llvm_ir), 1) << short_body.llvm_ir;
 }
 
+// How many `load <N x float>` the optimised IR holds: copies of a vector loop body show up as
+// multiples of its loads.
+int VectorFloatLoads(const std::string& llvm_ir) {
+  static const std::regex vector_load(R"(= load <\d+ x float>)");
+  return static_cast<int>(std::distance(
+      std::sregex_iterator(llvm_ir.begin(), llvm_ir.end(), vector_load), std::sregex_iterator()));
+}
+
+TEST(EmitterTest, MapLoopsAreVectorisedButNotUnrolled) {
+  // A GEMM epilogue's shape: rows of 256 elements. The vector loop of a 256-element row runs a
+  // constant 8 times; LLVM's full unroll would copy its body 8 times (and the row loop's runtime
+  // unroll twice more), which costs LLVM time and no speed, so map loops carry
+  // llvm.loop.unroll.disable. One vector body of x and bias loads, at most the vectoriser's
+  // interleave of four, and its remainder loop.
+  const CompiledKernel compiled =
+      CompileDumped(BiasAddKernel(16, 256), ::testing::TempDir() + "/kiln_map_unroll");
+  EXPECT_GE(WidestFloatVector(compiled.llvm_ir), ExpectedLanes()) << compiled.llvm_ir;
+  EXPECT_NE(compiled.llvm_ir.find("llvm.loop.unroll.disable"), std::string::npos)
+      << compiled.llvm_ir;
+  EXPECT_LE(VectorFloatLoads(compiled.llvm_ir), 2 * 4 + 2) << compiled.llvm_ir;
+  // Reductions keep LLVM's unrolling (softmax and layer norm rows are faster with it): the same
+  // row as a sum is unrolled past one interleaved vector body.
+  KernelBuilder b("row_sum");
+  const ArgId x = b.AddArg({"x", ir::DType::kF32, 16 * 256, ArgRole::kInput});
+  const ArgId y = b.AddArg({"y", ir::DType::kF32, 16, ArgRole::kOutput});
+  const VarId r = b.BeginReduce(ReduceKind::kSum, b.Float(ScalarType::kF32, 0), 256);
+  const ValueId sum = b.EndReduce(b.Load(x, b.IAdd(b.IMulConst(b.Var(kGid), 256), b.Var(r))));
+  b.Store(y, b.Var(kGid), sum);
+  const CompiledKernel reduction =
+      CompileDumped(std::move(b).Finish(16), ::testing::TempDir() + "/kiln_reduce_unroll");
+  EXPECT_GT(VectorFloatLoads(reduction.llvm_ir), 2 * 4 + 2) << reduction.llvm_ir;
+}
+
 TEST(EmitterTest, ExpandedMathAndReductionsVectorise) {
   // A softmax row: the max, the sum of exp and the store loop all run on vectors once
   // ExpandMath has replaced exp, and no libm call is left.
