@@ -17,8 +17,10 @@
 #include "codegen/cpu/gemm_kernel.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -47,6 +49,7 @@
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Metadata.h"
 #include "llvm/IR/Module.h"
+#include "passes/pass_manager.h"
 #include "xxhash.h"
 
 namespace kiln::codegen::cpu::gemm_internal {
@@ -973,6 +976,8 @@ absl::StatusOr<void*> GetJitKernel(const KernelSource& source) {
     key = absl::StrCat("gemm_", absl::Hex(hash.high64, absl::kZeroPad16),
                        absl::Hex(hash.low64, absl::kZeroPad16));
   }
+  const auto start = std::chrono::steady_clock::now();
+  const char* source_name = "disk cache";
   std::unique_ptr<LoadedObject> loaded;
   if (disk.has_value()) {
     if (std::optional<std::string> object = disk->Load(key); object.has_value()) {
@@ -991,6 +996,16 @@ absl::StatusOr<void*> GetJitKernel(const KernelSource& source) {
     loaded = *std::move(fresh);
     // A cache that cannot be written costs the next process a compile, nothing more.
     if (disk.has_value()) disk->Store(key, generated->code.object).IgnoreError();
+    source_name = "compiled";
+  }
+  // Micro-kernels are made on first use, while the first GEMM of their shape runs, so their time
+  // is not in any graph's compile line: one line each.
+  static const bool time_passes = passes::TimePassesFromEnv();
+  if (time_passes) {
+    std::fprintf(
+        stderr, "kiln: cpu micro-kernel %-40s %9.3f ms  %s\n", name.c_str(),
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
+        source_name);
   }
   Entry entry;
   entry.function = reinterpret_cast<void*>(loaded->address());
