@@ -64,7 +64,7 @@ using runtime::cpu::gemm_internal::TileArgs;
 namespace {
 
 // Part of the disk-cache key: bump it whenever a change here changes the generated code.
-constexpr int kGemmKernelVersion = 3;
+constexpr int kGemmKernelVersion = 4;
 
 // The IR reads TileArgs as {i64, i64, ptr, ptr, ptr, i64, double, double, i64}.
 static_assert(sizeof(void*) == 8, "the kernel ABI assumes 64-bit pointers");
@@ -917,6 +917,11 @@ struct Generated {
 struct KernelSource {
   std::string name;
   std::function<void(llvm::Module&)> emit;
+  // The float emitters write the final IR (explicit FMAs over register tiles, the row loops of
+  // the write-back): O3 took two thirds of each one's compile (27-37 against 9-12 ms on the AVX2
+  // Zen 3) and the products ran at the same speed without it (docs/performance.md). The int8
+  // kernels keep O3: they measured 1-2% faster with it.
+  LlvmJit::IrPipeline pipeline = LlvmJit::IrPipeline::kO3;
 };
 
 absl::StatusOr<Generated> Generate(const KernelSource& source, bool want_text) {
@@ -928,7 +933,7 @@ absl::StatusOr<Generated> Generate(const KernelSource& source, bool want_text) {
   Generated generated;
   generated.name = source.name;
   source.emit(module);
-  absl::StatusOr<ObjectCode> code = (*jit)->Codegen(module, want_text);
+  absl::StatusOr<ObjectCode> code = (*jit)->Codegen(module, want_text, source.pipeline);
   if (!code.ok()) return code.status();
   generated.code = *std::move(code);
   return generated;
@@ -937,7 +942,8 @@ absl::StatusOr<Generated> Generate(const KernelSource& source, bool want_text) {
 KernelSource FloatKernel(ir::DType dtype, const KernelShape& shape,
                          const EpilogueVariant& variant) {
   return {runtime::cpu::gemm_internal::MicroKernelName(dtype, shape, variant),
-          [=](llvm::Module& module) { EmitMicroKernel(module, dtype, shape, variant); }};
+          [=](llvm::Module& module) { EmitMicroKernel(module, dtype, shape, variant); },
+          LlvmJit::IrPipeline::kNone};
 }
 
 KernelSource Int8Kernel(const KernelShape& shape, const Int8EpilogueVariant& variant) {

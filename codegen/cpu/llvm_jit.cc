@@ -212,7 +212,8 @@ void LlvmJit::ConfigureModule(llvm::Module& module) const {
   }
 }
 
-absl::StatusOr<ObjectCode> LlvmJit::Codegen(llvm::Module& module, bool want_text) const {
+absl::StatusOr<ObjectCode> LlvmJit::Codegen(llvm::Module& module, bool want_text,
+                                            IrPipeline ir_pipeline) const {
   ConfigureModule(module);
   {
     std::string problems;
@@ -231,7 +232,7 @@ absl::StatusOr<ObjectCode> LlvmJit::Codegen(llvm::Module& module, bool want_text
   }
   llvm::TargetMachine& target = **machine;
 
-  {
+  if (ir_pipeline == IrPipeline::kO3) {
     llvm::LoopAnalysisManager loop_analyses;
     llvm::FunctionAnalysisManager function_analyses;
     llvm::CGSCCAnalysisManager cgscc_analyses;

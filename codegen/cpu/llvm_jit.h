@@ -84,10 +84,17 @@ class LlvmJit {
   /// depends on the data layout; Codegen calls it again (idempotent).
   void ConfigureModule(llvm::Module& module) const;
 
-  /// Verifies `module`, runs the O3 pipeline for host() and emits an object file; with
-  /// `want_text`, also the optimised IR and the assembly. Consumes (mutates) the module. Safe to
+  /// How much of LLVM a module goes through before code generation.
+  enum class IrPipeline {
+    kO3,    ///< the O3 pipeline: kernels emitted from kernel IR
+    kNone,  ///< straight to code generation: IR already in its final form (GEMM micro-kernels)
+  };
+
+  /// Verifies `module`, runs `pipeline` for host() and emits an object file; with `want_text`,
+  /// also the IR after the pipeline and the assembly. Consumes (mutates) the module. Safe to
   /// call from several threads on modules of distinct LLVMContexts.
-  absl::StatusOr<ObjectCode> Codegen(llvm::Module& module, bool want_text) const;
+  absl::StatusOr<ObjectCode> Codegen(llvm::Module& module, bool want_text,
+                                     IrPipeline pipeline = IrPipeline::kO3) const;
 
   /// Loads `object` (from Codegen, possibly via the disk cache) into a fresh JITDylib, resolving
   /// undefined symbols against the process (libm), and returns the address of `symbol`.
