@@ -24,8 +24,9 @@ line says it was skipped): --rounds rounds, each running kiln_bench's rows of th
 then peers/compiler_peers.py once per peer (jax.jit, torch.compile, onnxruntime), so kiln and
 the peers alternate; each row keeps its best round. On a host with AVX-512, kiln runs twice per
 round, natively and under KILN_CPU=x86-64-v3 (the issue's AVX2 host), and the targets are judged
-on the latter. Then gemm_vs_openblas on every GEMM shape of the MLP and CNN training steps
-(GEMM_SHAPES). It prints the targets table (each target, kiln's figure, the peer's, the ratio,
+on the latter. Then the user-path MLP step's compile, cold and from a warm KILN_CACHE_DIR, read
+from KILN_TIME_PASSES's graph lines of fresh kiln_bench processes (best of COMPILE_RUNS); then
+gemm_vs_openblas on every GEMM shape of the MLP and CNN training steps (GEMM_SHAPES). It prints the targets table (each target, kiln's figure, the peer's, the ratio,
 PASS/MISS), the per-shape GEMM table and every peer's time on every row.
 """
 
@@ -105,6 +106,15 @@ TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 # ---- Issue #18: beside the compilers -------------------------------------------------------------
 
+# The compile of the user-path MLP step, from KILN_TIME_PASSES's graph lines (docs/passes.md) of
+# fresh kiln_bench processes: the step's graphs (the first step's and the steady state's; the
+# parameters' initialisation before them is not the step), cold and from a warm KILN_CACHE_DIR.
+COLD_COMPILE = "compile/cold/real/" + MLP_STEP
+WARM_COMPILE = "compile/warm/real/" + MLP_STEP
+COMPILE_RUNS = 3
+GRAPH_LINE = re.compile(r"^kiln: cpu graph (\d+) -> \d+ nodes.* total ([0-9.]+) ms$")
+MICRO_KERNEL_LINE = re.compile(r"^kiln: cpu micro-kernel \S+\s+([0-9.]+) ms  compiled$")
+
 # The peers' row (peers/compiler_peers.py's names) -> kiln_bench's row on the user's path.
 KILN_ROW = {MLP_STEP: "real/" + MLP_STEP, INFER_B1: "real/" + INFER_B1,
             INFER_B256: "real/" + INFER_B256, GELU: GELU, SOFTMAX: SOFTMAX, DISPATCH: DISPATCH,
@@ -121,6 +131,9 @@ TARGETS_18 = [
     ("gelu >= 75% of STREAM", GELU, "stream", None, 0.75),
     ("softmax >= 60% of STREAM", SOFTMAX, "stream", None, 0.60),
     ("cache-hit dispatch <= 10 us", DISPATCH, "max_s", None, 10e-6),
+    ("cold compile of the user-path MLP step <= 150 ms", COLD_COMPILE, "max_s", None, 150e-3),
+    ("warm (KILN_CACHE_DIR) compile of the MLP step <= 15 ms", WARM_COMPILE, "max_s", None,
+     15e-3),
 ]
 # Every GEMM of the two training steps as kiln runs them (KILN_DUMP's executable.txt and
 # fusion.txt of real/train/*: gemm_* steps; the conv_* steps are the GEMMs of RunConv in
@@ -431,6 +444,44 @@ def kiln_env(level):
     return env
 
 
+def step_compile_seconds(bench_dir, level, cache_dir=None):
+    """One fresh process that compiles and runs the user-path MLP step: (the slowest of the step's
+    graph compiles, the micro-kernels' compile total) in seconds, or an error string. With
+    `cache_dir`, KILN_CACHE_DIR points there."""
+    env = kiln_env(level)
+    env["KILN_TIME_PASSES"] = "1"
+    if cache_dir is not None:
+        env["KILN_CACHE_DIR"] = str(cache_dir)
+    command = [bench_dir / "kiln_bench", f"--benchmark_filter=^{KILN_ROW[MLP_STEP]}/real_time$",
+               "--benchmark_min_time=0.01"]
+    print("+ " + " ".join(str(c) for c in command), file=sys.stderr, flush=True)
+    done = subprocess.run([str(c) for c in command], env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, check=False)
+    graphs = [m for m in map(GRAPH_LINE.match, done.stderr.splitlines()) if m]
+    if done.returncode != 0 or len(graphs) < 2:
+        return f"ERROR: kiln_bench exited with {done.returncode}, {len(graphs)} graph lines"
+    micro = sum(float(m.group(1)) for m in map(MICRO_KERNEL_LINE.match,
+                                                 done.stderr.splitlines()) if m)
+    # The first graph realizes the parameters' pending initialisation; the step's follow.
+    return max(float(m.group(2)) for m in graphs[1:]) / 1e3, micro / 1e3
+
+
+def measure_step_compiles(bench_dir, level):
+    """Best of COMPILE_RUNS fresh processes, cold and warm: {row: seconds or error string}, and the
+    micro-kernels' cold total under "micro"."""
+    results = {}
+    cold = [step_compile_seconds(bench_dir, level) for _ in range(COMPILE_RUNS)]
+    with tempfile.TemporaryDirectory(prefix="kiln_cache_") as cache_dir:
+        step_compile_seconds(bench_dir, level, cache_dir)  # fills the cache
+        warm = [step_compile_seconds(bench_dir, level, cache_dir) for _ in range(COMPILE_RUNS)]
+    for row, runs in ((COLD_COMPILE, cold), (WARM_COMPILE, warm)):
+        times = [r for r in runs if not isinstance(r, str)]
+        results[row] = min(t for t, _ in times) if times else runs[0]
+        if row == COLD_COMPILE and times:
+            results["micro"] = min(m for _, m in times)
+    return results
+
+
 def keep_best(best, name, value):
     """Keeps the smaller time; an error string only while there is no time."""
     old = best.get(name)
@@ -486,6 +537,10 @@ def run_compilers(options, bench_dir, out, stream=None):
                 elif old is None or "error" in old or result["seconds"] < old["seconds"]:
                     best[name] = result
         data["loads_after_round"].append(load())
+    data["compile"] = {level: measure_step_compiles(bench_dir, level) for level in levels}
+    for level in levels:
+        for row in (COLD_COMPILE, WARM_COMPILE):
+            data["kiln"][level][row] = data["compile"][level][row]
     shapes = ",".join(shape for shape, _ in GEMM_SHAPES)
     for level in levels:
         data["gemm"][level] = run_json([bench_dir / "gemm_vs_openblas", f"--shapes={shapes}",
@@ -577,6 +632,11 @@ def print_compilers(data, out):
             print(f"| {r['shape']} | {what.get(r['shape'], '')} | {r['kiln_gflops']:.1f} | "
                   f"{r['openblas_gflops']:.1f} | {r['ratio_best']:.2f} | "
                   f"{r['ratio_median']:.2f}{cell} | {result} |")
+    micro = data.get("compile", {}).get(judged, {}).get("micro")
+    if micro is not None:
+        print(f"# compiles: the slowest of the step's graphs, best of {COMPILE_RUNS} fresh "
+              f"processes (KILN_TIME_PASSES); besides them the GEMM micro-kernels, made once per "
+              f"process on first use, took {human(micro)} on the first step")
     print(f"# {misses} target(s) missed or failed; raw JSON in {out / 'compilers.json'}")
 
     print()
