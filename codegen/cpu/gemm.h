@@ -50,7 +50,7 @@ struct GemmKernelInfo {
   int nr = 0;                      // columns of the register tile
   int vector_bits = 0;             // vector register width it uses
   int64_t mc = 0, nc = 0, kc = 0;  // default cache blocking
-  std::string llvm_ir;             // after O3
+  std::string llvm_ir;             // as code generation got it (float kernels skip O3)
   std::string assembly;            // host assembly
 };
 

@@ -918,8 +918,8 @@ struct KernelSource {
   std::string name;
   std::function<void(llvm::Module&)> emit;
   // The float emitters write the final IR (explicit FMAs over register tiles, the row loops of
-  // the write-back): O3 took two thirds of each one's compile (27-37 against 9-12 ms on the AVX2
-  // Zen 3) and the products ran at the same speed without it (docs/performance.md). The int8
+  // the write-back): O3 took two thirds of each one's compile (27-37 ms each on the AVX2 Zen 3,
+  // 10-14 ms without) and the products ran at the same speed (docs/performance.md). The int8
   // kernels keep O3: they measured 1-2% faster with it.
   LlvmJit::IrPipeline pipeline = LlvmJit::IrPipeline::kO3;
 };
