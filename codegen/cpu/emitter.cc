@@ -158,7 +158,7 @@ struct LoopHints {
   // constant trip count turns into a full unroll of the vector loop (a 256-element row: 8 copies of
   // four vector iterations), made no kernel faster and doubled the LLVM time of small kernels: on
   // the AVX2 Zen 3, the MLP step's first-step graph took 315-319 ms of LLVM on one thread with
-  // every loop unrolled and 213-247 without the map loops' unrolling, while gelu, silu, tanh,
+  // every loop unrolled and 212-235 without the map loops' unrolling, while gelu, silu, tanh,
   // softmax and layernorm kept their speed. Reduction loops keep it: without, softmax rows
   // took 7.4-8.1 ms against 6.7-6.8 and layernorm 1.01-1.11 against 0.72-0.84.
   bool unroll = true;
