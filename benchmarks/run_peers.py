@@ -26,8 +26,9 @@ the peers alternate; each row keeps its best round. On a host with AVX-512, kiln
 round, natively and under KILN_CPU=x86-64-v3 (the issue's AVX2 host), and the targets are judged
 on the latter. Then the user-path MLP step's compile, cold and from a warm KILN_CACHE_DIR, read
 from KILN_TIME_PASSES's graph lines of fresh kiln_bench processes (best of COMPILE_RUNS); then
-gemm_vs_openblas on every GEMM shape of the MLP and CNN training steps (GEMM_SHAPES). It prints the targets table (each target, kiln's figure, the peer's, the ratio,
-PASS/MISS), the per-shape GEMM table and every peer's time on every row.
+gemm_vs_openblas on every GEMM shape of the MLP and CNN training steps (GEMM_SHAPES). It prints
+the targets table (each target, kiln's figure, the peer's, the ratio, PASS/MISS), the per-shape
+GEMM table and every peer's time on every row.
 """
 
 import argparse
@@ -112,7 +113,7 @@ TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 COLD_COMPILE = "compile/cold/real/" + MLP_STEP
 WARM_COMPILE = "compile/warm/real/" + MLP_STEP
 COMPILE_RUNS = 3
-GRAPH_LINE = re.compile(r"^kiln: cpu graph (\d+) -> \d+ nodes.* total ([0-9.]+) ms$")
+GRAPH_LINE = re.compile(r"^kiln: cpu graph \d+ -> \d+ nodes.* total ([0-9.]+) ms$")
 MICRO_KERNEL_LINE = re.compile(r"^kiln: cpu micro-kernel \S+\s+([0-9.]+) ms  compiled$")
 
 # The peers' row (peers/compiler_peers.py's names) -> kiln_bench's row on the user's path.
@@ -457,29 +458,29 @@ def step_compile_seconds(bench_dir, level, cache_dir=None):
     print("+ " + " ".join(str(c) for c in command), file=sys.stderr, flush=True)
     done = subprocess.run([str(c) for c in command], env=env, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True, check=False)
-    graphs = [m for m in map(GRAPH_LINE.match, done.stderr.splitlines()) if m]
+    lines = done.stderr.splitlines()
+    graphs = [float(m.group(1)) for m in map(GRAPH_LINE.match, lines) if m]
     if done.returncode != 0 or len(graphs) < 2:
         return f"ERROR: kiln_bench exited with {done.returncode}, {len(graphs)} graph lines"
-    micro = sum(float(m.group(1)) for m in map(MICRO_KERNEL_LINE.match,
-                                                 done.stderr.splitlines()) if m)
+    micro = sum(float(m.group(1)) for m in map(MICRO_KERNEL_LINE.match, lines) if m)
     # The first graph realizes the parameters' pending initialisation; the step's follow.
-    return max(float(m.group(2)) for m in graphs[1:]) / 1e3, micro / 1e3
+    return max(graphs[1:]) / 1e3, micro / 1e3
 
 
 def measure_step_compiles(bench_dir, level):
-    """Best of COMPILE_RUNS fresh processes, cold and warm: {row: seconds or error string}, and the
-    micro-kernels' cold total under "micro"."""
-    results = {}
+    """Best of COMPILE_RUNS fresh processes, cold and warm: ({row: seconds or error string}, the
+    micro-kernels' cold total in seconds or None)."""
+    rows, micro = {}, None
     cold = [step_compile_seconds(bench_dir, level) for _ in range(COMPILE_RUNS)]
     with tempfile.TemporaryDirectory(prefix="kiln_cache_") as cache_dir:
         step_compile_seconds(bench_dir, level, cache_dir)  # fills the cache
         warm = [step_compile_seconds(bench_dir, level, cache_dir) for _ in range(COMPILE_RUNS)]
     for row, runs in ((COLD_COMPILE, cold), (WARM_COMPILE, warm)):
         times = [r for r in runs if not isinstance(r, str)]
-        results[row] = min(t for t, _ in times) if times else runs[0]
+        rows[row] = min(t for t, _ in times) if times else runs[0]
         if row == COLD_COMPILE and times:
-            results["micro"] = min(m for _, m in times)
-    return results
+            micro = min(m for _, m in times)
+    return rows, micro
 
 
 def keep_best(best, name, value):
@@ -537,10 +538,10 @@ def run_compilers(options, bench_dir, out, stream=None):
                 elif old is None or "error" in old or result["seconds"] < old["seconds"]:
                     best[name] = result
         data["loads_after_round"].append(load())
-    data["compile"] = {level: measure_step_compiles(bench_dir, level) for level in levels}
+    data["micro_kernels"] = {}
     for level in levels:
-        for row in (COLD_COMPILE, WARM_COMPILE):
-            data["kiln"][level][row] = data["compile"][level][row]
+        rows, data["micro_kernels"][level] = measure_step_compiles(bench_dir, level)
+        data["kiln"][level].update(rows)
     shapes = ",".join(shape for shape, _ in GEMM_SHAPES)
     for level in levels:
         data["gemm"][level] = run_json([bench_dir / "gemm_vs_openblas", f"--shapes={shapes}",
@@ -632,7 +633,7 @@ def print_compilers(data, out):
             print(f"| {r['shape']} | {what.get(r['shape'], '')} | {r['kiln_gflops']:.1f} | "
                   f"{r['openblas_gflops']:.1f} | {r['ratio_best']:.2f} | "
                   f"{r['ratio_median']:.2f}{cell} | {result} |")
-    micro = data.get("compile", {}).get(judged, {}).get("micro")
+    micro = data.get("micro_kernels", {}).get(judged)
     if micro is not None:
         print(f"# compiles: the slowest of the step's graphs, best of {COMPILE_RUNS} fresh "
               f"processes (KILN_TIME_PASSES); besides them the GEMM micro-kernels, made once per "
