@@ -642,7 +642,7 @@ TEST(EmitterTest, ElementwiseF32InnerLoopIsVectorised) {
   const CompiledKernel compiled = CompileDumped(kernel, dir);
   EXPECT_GE(WidestFloatVector(compiled.llvm_ir), ExpectedLanes()) << compiled.llvm_ir;
   // The multiply-add is contracted into one fma instruction where the host has FMA.
-  if (CpuCompiler::Host()->features.find("+fma") != std::string::npos) {
+  if (TargetHasFma()) {
     EXPECT_NE(compiled.assembly.find("vfmadd"), std::string::npos) << compiled.assembly;
   }
   if (ExpectedLanes() == 8) {
