@@ -2,13 +2,17 @@
 // same shapes, in the same process, with the same thread pool (issue #17's figure: int8 >= 2x f32).
 //
 //   gemm_int8_bench [--sizes=1024,2048] [--shapes=MxNxK[t],...] [--threads=2] [--rounds=5]
-//                   [--min_time=0.3] [--output=i32|f32|u8] [--json] [--asm]
+//                   [--min_time=0.3] [--output=i32|f32|u8] [--weights=8bit|7bit] [--pairs]
+//                   [--json] [--asm]
 //
 // The two take turns in batches of about 20 ms until each has run for rounds x min_time seconds;
 // the table shows each one's best batch in GOP/s (2 M N K operations per call) and the ratios
 // int8 / f32 of the best batches and, steadier under load, the median over adjacent pairs.
 // --output picks the int8 epilogue: the i32 sums (MatMulInteger), or the sums dequantised per
 // column (f32) and requantised (u8), as a quantized Linear layer computes them (QLinearMatMul).
+// --weights picks B's values: uniform over all of i8, or over [-64, 64] (weights quantized to 7
+// bits, onnxruntime's reduce_range), where the driver runs the u8-quad kernels (pmaddubsw) unless
+// --pairs keeps it on the i16 pairs (pmaddwd) for comparison.
 // The i32 sums are checked against a scalar loop on a sample of elements. --json prints one JSON
 // object per shape instead of the table (benchmarks/peers/int8_peers.py reads it).
 
@@ -41,6 +45,8 @@ struct Options {
   int rounds = 5;
   double min_time = 0.3;
   DType output = DType::kI32;
+  bool seven_bit_weights = false;
+  bool pairs_only = false;
   bool json = false;
   bool print_assembly = false;
 };
@@ -74,6 +80,11 @@ Options ParseOptions(int argc, char** argv) {
       } else {
         Usage("--output must be i32, f32 or u8");
       }
+    } else if (ParseFlag(argv[i], "--weights", &value)) {
+      if (value != "8bit" && value != "7bit") Usage("--weights must be 8bit or 7bit");
+      options.seven_bit_weights = value == "7bit";
+    } else if (std::strcmp(argv[i], "--pairs") == 0) {
+      options.pairs_only = true;
     } else if (std::strcmp(argv[i], "--json") == 0) {
       options.json = true;
     } else if (std::strcmp(argv[i], "--asm") == 0) {
@@ -99,13 +110,17 @@ int Run(const Options& options) {
   Check(vectors.status());
   absl::StatusOr<gi::KernelShape> shape = gi::ChooseInt8KernelShape({}, *vectors);
   Check(shape.status());
+  shape->u8_quads = options.seven_bit_weights && !options.pairs_only;
   if (!options.json) {
     std::printf(
-        "kiln int8 micro-kernel %d x %d on %d-bit vectors (u8 x i8 -> i32, output %s); "
+        "kiln int8 micro-kernel %d x %d on %d-bit vectors (u8 x i8 -> i32, output %s; %s); "
         "threads %d; best ~20 ms batch of %.1f s per kernel\n\n",
         shape->mr, shape->nr(), shape->vector_bits,
-        std::string(kiln::base::DTypeName(options.output)).c_str(), pool.num_threads(),
-        options.rounds * options.min_time);
+        std::string(kiln::base::DTypeName(options.output)).c_str(),
+        shape->u8_quads             ? "B in [-64, 64]: u8 quads, pmaddubsw"
+        : options.seven_bit_weights ? "B in [-64, 64], i16 pairs (--pairs), pmaddwd"
+                                    : "B over all of i8: i16 pairs, pmaddwd",
+        pool.num_threads(), options.rounds * options.min_time);
     if (options.print_assembly) {
       gi::Int8EpilogueVariant variant;
       variant.output = options.output;
@@ -125,7 +140,9 @@ int Run(const Options& options) {
     std::vector<int8_t> b8(static_cast<size_t>(k * n));
     std::vector<float> a32(a8.size()), b32(b8.size()), c32(static_cast<size_t>(m * n));
     std::vector<uint8_t> c8(static_cast<size_t>(m * n * kiln::base::DTypeSize(options.output)));
-    std::uniform_int_distribution<int> u8(0, 255), i8(-128, 127);
+    std::uniform_int_distribution<int> u8(0, 255);
+    std::uniform_int_distribution<int> i8(options.seven_bit_weights ? -64 : -128,
+                                          options.seven_bit_weights ? 64 : 127);
     for (size_t i = 0; i < a8.size(); ++i) a32[i] = a8[i] = static_cast<uint8_t>(u8(rng));
     for (size_t i = 0; i < b8.size(); ++i) b32[i] = b8[i] = static_cast<int8_t>(i8(rng));
     std::vector<float> scale(static_cast<size_t>(n)), bias(static_cast<size_t>(n));
@@ -145,6 +162,7 @@ int Run(const Options& options) {
     q.b = s.b_transposed ? MatrixView{b8.data(), 1, k, {}} : DenseMatrix(b8.data(), k, n);
     q.c = DenseMatrix(c8.data(), m, n);
     q.epilogue.output = options.output;
+    q.tuning.int8_quads = !options.pairs_only;
     if (options.output != DType::kI32) {
       q.epilogue.steps = {{Int8EpilogueOp::kMul, Int8Operand::kColumn, 0, scale.data()},
                           {Int8EpilogueOp::kAdd, Int8Operand::kColumn, 0, bias.data()}};
@@ -195,12 +213,14 @@ int Run(const Options& options) {
     if (options.json) {
       std::printf(
           "{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"b_transposed\": %s, \"output\": \"%s\", "
+          "\"weights\": \"%s\", \"kernel\": \"%s\", "
           "\"int8_gops\": %.3f, \"f32_gflops\": %.3f, \"int8_ms\": %.4f, \"f32_ms\": %.4f, "
           "\"median_ratio\": %.4f}\n",
           static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
           s.b_transposed ? "true" : "false",
-          std::string(kiln::base::DTypeName(options.output)).c_str(), best_int8, best_f32,
-          ops / best_int8 * 1e-6, ops / best_f32 * 1e-6, median);
+          std::string(kiln::base::DTypeName(options.output)).c_str(),
+          options.seven_bit_weights ? "7bit" : "8bit", shape->u8_quads ? "u8_quads" : "pairs",
+          best_int8, best_f32, ops / best_int8 * 1e-6, ops / best_f32 * 1e-6, median);
     } else {
       std::printf("| %lldx%lldx%lld%s | %.1f | %.1f | %.2f | %.2f |\n", static_cast<long long>(m),
                   static_cast<long long>(n), static_cast<long long>(k), s.b_transposed ? "t" : "",

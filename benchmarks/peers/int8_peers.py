@@ -5,6 +5,7 @@
     cmake --build --preset default --target gemm_int8_bench
     benchmarks/peers/make_peers_venv.sh                  # build/peers-venv: onnxruntime, onnx
     build/peers-venv/bin/python benchmarks/peers/int8_peers.py [--build build/default]
+        [--sizes 1024,2048] [--weights 8bit,7bit]
 
 Rows (each the best of --rounds alternating rounds; kiln's binary alternates int8 and f32 calls
 itself, in ~20 ms batches):
@@ -17,6 +18,9 @@ itself, in ~20 ms batches):
 Each onnxruntime result is also checked against numpy's exact int64 sums: on a CPU without VNNI,
 onnxruntime's u8 x i8 kernel sums pairs of products in saturating int16 (vpmaddubsw), and
 full-range inputs show it; kiln's sums are exact (gemm_int8_bench checks them).
+--weights: B uniform over all of i8 ("8bit"), or over [-64, 64] ("7bit": weights quantized with
+onnxruntime's reduce_range or kiln's QuantizeOptions::reduce_range), where onnxruntime's sums are
+exact too and kiln runs its u8-quad kernels (pmaddubsw) instead of the i16 pairs (pmaddwd).
 """
 import argparse
 import json
@@ -71,11 +75,12 @@ def qlinear_matmul(b):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def kiln_rows(build, size, output, rounds, min_time):
+def kiln_rows(build, size, weights, output, rounds, min_time):
     binary = pathlib.Path(build) / "benchmarks" / "gemm_int8_bench"
     env = dict(os.environ, KILN_NUM_THREADS=str(THREADS))
     out = subprocess.run([str(binary), f"--sizes={size}", f"--threads={THREADS}", "--json",
-                          f"--output={output}", f"--rounds={rounds}", f"--min_time={min_time}"],
+                          f"--weights={weights}", f"--output={output}", f"--rounds={rounds}",
+                          f"--min_time={min_time}"],
                          check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -86,13 +91,18 @@ def main():
     parser.add_argument("--sizes", default="1024,2048")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--min-time", type=float, default=0.5)
+    parser.add_argument("--weights", default="8bit,7bit")
     args = parser.parse_args()
     print(f"onnxruntime {ort.__version__}, {THREADS} threads each; load {os.getloadavg()}")
     rng = np.random.default_rng(0)
     rows = []
-    for size in [int(s) for s in args.sizes.split(",")]:
+    for weights, size in [(w, int(s)) for w in args.weights.split(",")
+                          for s in args.sizes.split(",")]:
+        if weights not in ("8bit", "7bit"):
+            parser.error(f"--weights: {weights} is not 8bit or 7bit")
         a = rng.integers(0, 256, (size, size), dtype=np.uint8)
-        b = rng.integers(-128, 128, (size, size), dtype=np.int8)
+        low, high = (-128, 128) if weights == "8bit" else (-64, 65)
+        b = rng.integers(low, high, (size, size), dtype=np.int8)
         exact = a.astype(np.int64) @ b.astype(np.int64)
         mmi, qlmm = session(matmul_integer(b)), session(qlinear_matmul(b))
         wrong = int((mmi.run(None, {"a": a})[0] != exact).sum())
@@ -101,20 +111,20 @@ def main():
         for _ in range(args.rounds):
             # Alternating rounds: kiln's binary (int8 and f32 alternating inside), then onnxruntime.
             for output, name in (("i32", "kiln int8 (i32)"), ("u8", "kiln int8 (u8)")):
-                r = kiln_rows(args.build, size, output, 2, args.min_time / 2)
+                r = kiln_rows(args.build, size, weights, output, 2, args.min_time / 2)
                 best[name] = min(best[name], r["int8_ms"])
                 best["kiln f32"] = min(best["kiln f32"], r["f32_ms"])
             best["ort MatMulInteger"] = min(best["ort MatMulInteger"],
                                             best_ms(lambda: mmi.run(None, {"a": a}), args.min_time))
             best["ort QLinearMatMul"] = min(best["ort QLinearMatMul"],
                                             best_ms(lambda: qlmm.run(None, {"a": a}), args.min_time))
-        rows.append((size, best, wrong))
-    print("\n| M = N = K | kiln int8 i32 ms | kiln int8 u8 ms | kiln f32 ms | ort MatMulInteger ms "
+        rows.append((weights, size, best, wrong))
+    print("\n| weights | M = N = K | kiln int8 i32 ms | kiln int8 u8 ms | kiln f32 ms | ort MatMulInteger ms "
           "| ort QLinearMatMul ms | int8 / f32 speed-up | kiln i32 / ort MatMulInteger | "
           "kiln u8 / ort QLinearMatMul | ort sums wrong |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for size, t, wrong in rows:
-        print(f"| {size} | {t['kiln int8 (i32)']:.2f} | {t['kiln int8 (u8)']:.2f} | "
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for weights, size, t, wrong in rows:
+        print(f"| {weights} | {size} | {t['kiln int8 (i32)']:.2f} | {t['kiln int8 (u8)']:.2f} | "
               f"{t['kiln f32']:.2f} | {t['ort MatMulInteger']:.2f} | {t['ort QLinearMatMul']:.2f} | "
               f"{t['kiln f32'] / t['kiln int8 (i32)']:.2f}x | "
               f"{t['ort MatMulInteger'] / t['kiln int8 (i32)']:.2f}x faster | "

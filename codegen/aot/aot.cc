@@ -75,7 +75,7 @@ class RecordingProvider final : public gi::MicroKernelProvider {
 
  private:
   static void Nothing(int64_t, const void*, const void*, void*, int64_t, const gi::TileArgs*) {}
-  static void NothingInt8(int64_t, const int16_t*, const int16_t*, void*, int64_t,
+  static void NothingInt8(int64_t, const void*, const void*, void*, int64_t,
                           const gi::Int8TileArgs*) {}
   gi::TargetVectors vectors_;
   mutable std::map<std::string, Request> requests_;

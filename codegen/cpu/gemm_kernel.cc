@@ -647,9 +647,11 @@ llvm::Function* KernelEmitter::Emit(const std::string& name) {
 // (Int8MicroKernelFn): pmaddwd on x86 (its intrinsic at the kernel's width; LLVM turns it and the
 // accumulating add into vpdpwssd where the target has AVX-512 VNNI or AVX-VNNI, which computes
 // the same non-saturating sum), and elsewhere plain IR of the same arithmetic (even and odd
-// halves sign-extended, multiplied, added), which the target lowers as it can. The epilogue
-// converts to f32 and applies its steps with plain IEEE operations (no contraction into fma: each
-// step rounds, as the IR graph does).
+// halves sign-extended, multiplied, added), which the target lowers as it can. The u8-quad
+// variant (KernelShape::u8_quads) multiplies quads of u8 by i8 with pmaddubsw into i16 pair sums
+// and adds those pairs with pmaddwd by ones: exact for B in [-64, 64], which the driver checks;
+// elsewhere the quad sums as plain IR. The epilogue converts to f32 and applies its steps with
+// plain IEEE operations (no contraction into fma: each step rounds, as the IR graph does).
 class Int8KernelEmitter : public SkeletonEmitter {
  public:
   Int8KernelEmitter(llvm::Module& module, const KernelShape& shape,
@@ -663,15 +665,20 @@ class Int8KernelEmitter : public SkeletonEmitter {
         floats_(llvm::FixedVectorType::get(f32_, static_cast<unsigned>(shape.lanes))),
         pairs_(llvm::FixedVectorType::get(builder_.getInt16Ty(),
                                           static_cast<unsigned>(2 * shape.lanes))),
-        pmaddwd_(PmaddwdFor(module, shape, target_features)) {}
+        quads_(llvm::FixedVectorType::get(builder_.getInt8Ty(),
+                                          static_cast<unsigned>(4 * shape.lanes))),
+        pmaddwd_(X86MultiplyAdd(module, shape, target_features, /*bytes=*/false)),
+        pmaddubsw_(X86MultiplyAdd(module, shape, target_features, /*bytes=*/true)) {}
 
   llvm::Function* Emit(const std::string& name);
 
  private:
-  // acc[i][j] += A pair (2 depth steps) of row i times B pairs of vector j.
+  // acc[i][j] += A pair (2 depth steps) or quad (4) of row i times B pairs / quads of vector j.
   void EmitDepthStep(llvm::Value* a, llvm::Value* b, int step, Tile& acc);
   // x.even * y.even + x.odd * y.odd per i32 lane of two vectors of i16 pairs.
   llvm::Value* MultiplyPairs(llvm::Value* x, llvm::Value* y);
+  // The sum of the four products of u8 x and i8 y per i32 lane (y's values in [-64, 64]).
+  llvm::Value* MultiplyQuads(llvm::Value* x, llvm::Value* y);
   // The operands of the epilogue steps that do not depend on the row: scalars splatted, column
   // vectors per vector of the row (masked on the edge path); row operands are null here.
   struct Operands {
@@ -685,23 +692,29 @@ class Int8KernelEmitter : public SkeletonEmitter {
   llvm::Value* ApplyStep(Int8EpilogueOp op, llvm::Value* v, llvm::Value* x);
   llvm::Value* Operand(int step, const std::string& name);
 
-  // The x86 intrinsic of pmaddwd at this width when the target has it, else not_intrinsic.
-  static llvm::Intrinsic::ID PmaddwdFor(const llvm::Module& module, const KernelShape& shape,
-                                        const std::string& features) {
+  // The x86 intrinsic of pmaddwd (bytes: pmaddubsw) at this width when the target has it, else
+  // not_intrinsic.
+  static llvm::Intrinsic::ID X86MultiplyAdd(const llvm::Module& module, const KernelShape& shape,
+                                            const std::string& features, bool bytes) {
     if (!absl::StartsWith(module.getTargetTriple(), "x86_64"))
       return llvm::Intrinsic::not_intrinsic;
     const std::string list = absl::StrCat(features, ",");
     const auto has = [&](const char* f) {
       return absl::StrContains(list, absl::StrCat("+", f, ","));
     };
+    const auto if_has = [&](const char* f, llvm::Intrinsic::ID id) {
+      return has(f) ? id : llvm::Intrinsic::not_intrinsic;
+    };
     switch (shape.vector_bits) {
-      case 128:
-        return llvm::Intrinsic::x86_sse2_pmadd_wd;  // SSE2 is x86-64's baseline
+      case 128:  // pmaddwd is SSE2, x86-64's baseline
+        return bytes ? if_has("ssse3", llvm::Intrinsic::x86_ssse3_pmadd_ub_sw_128)
+                     : llvm::Intrinsic::x86_sse2_pmadd_wd;
       case 256:
-        return has("avx2") ? llvm::Intrinsic::x86_avx2_pmadd_wd : llvm::Intrinsic::not_intrinsic;
+        return if_has("avx2", bytes ? llvm::Intrinsic::x86_avx2_pmadd_ub_sw
+                                    : llvm::Intrinsic::x86_avx2_pmadd_wd);
       case 512:
-        return has("avx512bw") ? llvm::Intrinsic::x86_avx512_pmaddw_d_512
-                               : llvm::Intrinsic::not_intrinsic;
+        return if_has("avx512bw", bytes ? llvm::Intrinsic::x86_avx512_pmaddubs_w_512
+                                        : llvm::Intrinsic::x86_avx512_pmaddw_d_512);
       default:
         return llvm::Intrinsic::not_intrinsic;
     }
@@ -711,7 +724,9 @@ class Int8KernelEmitter : public SkeletonEmitter {
   llvm::Type* const f32_;
   llvm::FixedVectorType* const floats_;
   llvm::FixedVectorType* const pairs_;
+  llvm::FixedVectorType* const quads_;
   const llvm::Intrinsic::ID pmaddwd_;
+  const llvm::Intrinsic::ID pmaddubsw_;
   llvm::StructType* args_type_ = nullptr;
 };
 
@@ -736,21 +751,45 @@ llvm::Value* Int8KernelEmitter::MultiplyPairs(llvm::Value* x, llvm::Value* y) {
   return builder_.CreateAdd(products_even, products_odd);
 }
 
+llvm::Value* Int8KernelEmitter::MultiplyQuads(llvm::Value* x, llvm::Value* y) {
+  if (pmaddubsw_ != llvm::Intrinsic::not_intrinsic) {
+    // |255 x 64 x 2| = 32640: the i16 pair sums never saturate for B in [-64, 64].
+    llvm::Value* pair_sums = builder_.CreateIntrinsic(pmaddubsw_, {}, {x, y});
+    return builder_.CreateIntrinsic(pmaddwd_, {}, {pair_sums, llvm::ConstantInt::get(pairs_, 1)});
+  }
+  const int lanes = shape_.lanes;
+  llvm::Value* products =
+      builder_.CreateNSWMul(builder_.CreateZExt(x, llvm::FixedVectorType::get(i32_, 4 * lanes)),
+                            builder_.CreateSExt(y, llvm::FixedVectorType::get(i32_, 4 * lanes)));
+  llvm::Value* sum = nullptr;
+  for (int h = 0; h < 4; ++h) {
+    std::vector<int> lane_h;
+    for (int l = 0; l < lanes; ++l) lane_h.push_back(4 * l + h);
+    llvm::Value* part = builder_.CreateShuffleVector(products, lane_h);
+    sum = sum == nullptr ? part : builder_.CreateAdd(sum, part);
+  }
+  return sum;
+}
+
 void Int8KernelEmitter::EmitDepthStep(llvm::Value* a, llvm::Value* b, int step, Tile& acc) {
   const int mr = shape_.mr, nv = shape_.nr_vectors, lanes = shape_.lanes;
-  // One step is a pair of depth steps: an i32 (two i16) per row of A, per column of B.
+  // One step is a pair of depth steps (two i16) or a quad (four bytes): 4 bytes per row of A,
+  // per column of B.
+  llvm::FixedVectorType* const vector = shape_.u8_quads ? quads_ : pairs_;
   std::vector<llvm::Value*> bv(static_cast<size_t>(nv));
   for (int j = 0; j < nv; ++j) {
     bv[j] = builder_.CreateAlignedLoad(
-        pairs_, BytePtr(b, (static_cast<int64_t>(step) * shape_.nr() + j * lanes) * 4),
+        vector, BytePtr(b, (static_cast<int64_t>(step) * shape_.nr() + j * lanes) * 4),
         llvm::Align(VectorBytes()));
   }
   for (int i = 0; i < mr; ++i) {
-    llvm::Value* pair = builder_.CreateAlignedLoad(
+    llvm::Value* group = builder_.CreateAlignedLoad(
         i32_, BytePtr(a, (static_cast<int64_t>(step) * mr + i) * 4), llvm::Align(4));
-    llvm::Value* broadcast = builder_.CreateBitCast(Splat(pair), pairs_);
+    llvm::Value* broadcast = builder_.CreateBitCast(Splat(group), vector);
     for (int j = 0; j < nv; ++j) {
-      acc[i][j] = builder_.CreateAdd(acc[i][j], MultiplyPairs(broadcast, bv[j]));
+      llvm::Value* products =
+          shape_.u8_quads ? MultiplyQuads(broadcast, bv[j]) : MultiplyPairs(broadcast, bv[j]);
+      acc[i][j] = builder_.CreateAdd(acc[i][j], products);
     }
   }
 }
@@ -877,10 +916,10 @@ llvm::Function* Int8KernelEmitter::Emit(const std::string& name) {
   args_type_ = llvm::StructType::get(context_, {i64_, i64_, operands});
   CreateFunction(name);
   PrefetchC();
-  // A step is a pair of depth steps: MR and NR i32 (two i16) further on. One step per
-  // iteration, not unrolled: integer adds reassociate, and across unrolled steps LLVM sums the
-  // products of several steps before adding them to the accumulators, which needs more registers
-  // than there are (spills in the hot loop).
+  // A step is a pair or quad of depth steps: MR and NR i32 (two i16, four bytes) further on. One
+  // step per iteration, not unrolled: integer adds reassociate, and across unrolled steps LLVM sums
+  // the products of several steps before adding them to the accumulators, which needs more
+  // registers than there are (spills in the hot loop).
   const Tile tile = EmitDepthLoop(
       int64_t{mr} * 4, int64_t{nr} * 4,
       [&](llvm::Value* a, llvm::Value* b, int step, Tile& acc) { EmitDepthStep(a, b, step, acc); },

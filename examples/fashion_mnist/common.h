@@ -48,10 +48,13 @@ struct Flags {
   bool int8 = false;
   /// The batch EvaluateInt8 times inference at (0: batch_size).
   int64_t infer_batch = 0;
+  /// --int8 with 7-bit weights (QuantConfig::reduce_range): the u8 x i8 GEMMs on pmaddubsw.
+  bool reduce_range = false;
 };
 
 /// Parses --epochs N, --batch-size N, --lr X, --seed N, --workers N, --dir D, --data-dir D,
-/// --precision P and --ddp; exits with a usage message on anything else.
+/// --precision P, --ddp, --int8, --infer-batch N and --reduce-range; exits with a usage message on
+/// anything else.
 inline Flags ParseFlags(int argc, char** argv, Flags defaults) {
   Flags flags = defaults;
   const auto usage = [&](const std::string& problem) {
@@ -59,9 +62,11 @@ inline Flags ParseFlags(int argc, char** argv, Flags defaults) {
         << argv[0] << ": " << problem << "\n"
         << "usage: " << argv[0]
         << " [--epochs N] [--batch-size N] [--lr X] [--seed N] [--workers N] [--dir DIR]"
-           " [--data-dir DIR] [--precision f32|bf16|f16] [--ddp] [--int8 [--infer-batch N]]\n"
+           " [--data-dir DIR] [--precision f32|bf16|f16] [--ddp]"
+           " [--int8 [--infer-batch N] [--reduce-range]]\n"
         << "  --int8: after training, quantize to int8 and compare test accuracy and inference"
-           " time at --infer-batch (default --batch-size) with f32\n"
+           " time at --infer-batch (default --batch-size) with f32; --reduce-range: 7-bit"
+           " weights\n"
         << "  --ddp: data-parallel on the processes of `mpirun -np R " << argv[0]
         << " --ddp`; --batch-size is the global batch (batch-size / R per rank)\n";
     std::exit(2);
@@ -75,6 +80,10 @@ inline Flags ParseFlags(int argc, char** argv, Flags defaults) {
     }
     if (arg == "--int8") {
       flags.int8 = true;
+      continue;
+    }
+    if (arg == "--reduce-range") {
+      flags.reduce_range = true;
       continue;
     }
     if (i + 1 >= argc) usage("missing value after " + std::string(arg));
@@ -265,9 +274,9 @@ double InferenceMs(const Model& model, const kiln::Tensor<B, 3>& images, ToLogit
 }
 
 /// --int8: quantizes `model` with kiln::quant::quantize (calibrated on 8 shuffled training
-/// batches of flags.batch_size, min-max), then prints the f32 and int8 test accuracies and
-/// inference times per batch of flags.infer_batch (the Fashion-MNIST test images), and returns
-/// the int8 accuracy.
+/// batches of flags.batch_size, min-max; 7-bit weights with --reduce-range), then prints the f32
+/// and int8 test accuracies and inference times per batch of flags.infer_batch (the Fashion-MNIST
+/// test images), and returns the int8 accuracy.
 template <class B, class Model, class ToLogits>
 double EvaluateInt8(const Model& model, const Flags& flags, ToLogits to_logits) {
   typename B::Device device;
@@ -283,10 +292,11 @@ double EvaluateInt8(const Model& model, const Flags& flags, ToLogits to_logits) 
       [&](const Model& m, const kiln::data::Batch& batch) {
         return to_logits(m, batch.inputs_as<B, 3, kiln::Float>(device));
       },
-      kiln::quant::QuantConfig().with_batches(8));
+      kiln::quant::QuantConfig().with_batches(8).with_reduce_range(flags.reduce_range));
   const double f32_accuracy = TestAccuracy<B>(model, test_loader, to_logits);
   const double int8_accuracy = TestAccuracy<B>(int8_model, test_loader, to_logits);
-  std::cout << "int8: calibrated on 8 training batches of " << flags.batch_size
+  std::cout << "int8" << (flags.reduce_range ? " (7-bit weights)" : "")
+            << ": calibrated on 8 training batches of " << flags.batch_size
             << " (min-max); test accuracy f32 " << f32_accuracy << ", int8 " << int8_accuracy
             << " (drop " << 100.0 * (f32_accuracy - int8_accuracy) << " points)\n";
   const int64_t batch = flags.infer_batch > 0 ? flags.infer_batch : flags.batch_size;

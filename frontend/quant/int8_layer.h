@@ -56,8 +56,9 @@ kiln::detail::TensorRef Int8ConvForward(const kiln::detail::TensorRef& x,
 /// (optimizers, a user's `visit`) never meet an Int tensor in a float model's place.
 template <class B, int R>
 struct Int8Layer {
-  /// i8, shaped like the float weight: round(w / weight_scale[o]) clamped to [-127, 127], where
-  /// weight_scale[o] = max |w[o, ...]| / 127 (symmetric, per output channel).
+  /// i8, shaped like the float weight: round(w / weight_scale[o]) clamped to [-L, L], where
+  /// weight_scale[o] = max |w[o, ...]| / L (symmetric, per output channel) and L = 127, or 64
+  /// with QuantConfig::reduce_range.
   std::optional<Buffer<Tensor<B, R, Int>>> weight;
   /// f32 [out]: input_scale * weight_scale[o], what the i32 sums are multiplied by.
   std::optional<Buffer<Tensor<B, 1>>> dequant_scale;

@@ -80,7 +80,8 @@ std::shared_ptr<Observer> NewObserver(const QuantConfig& config, const Loc& loc)
   return std::make_shared<Observer>(config);
 }
 
-QuantizedLayer QuantizeLayer(const ir::TensorData& w, const Observer& observer, const Loc& loc) {
+QuantizedLayer QuantizeLayer(const ir::TensorData& w, const Observer& observer,
+                             const QuantConfig& config, const Loc& loc) {
   const Observer::Range range = observer.Finish();
   if (range.low > range.high) {
     ThrowOpError("quantize",
@@ -99,15 +100,16 @@ QuantizedLayer QuantizeLayer(const ir::TensorData& w, const Observer& observer, 
   const int64_t per_channel = channels == 0 ? 0 : w.num_elements() / channels;
   q.weight = ir::TensorData(ir::DType::kI8, w.shape());
   q.dequant_scale = ir::TensorData(ir::DType::kF32, {channels});
+  const double levels = config.reduce_range ? 64.0 : 127.0;
   for (int64_t o = 0; o < channels; ++o) {
     double largest = 0;
     for (int64_t i = 0; i < per_channel; ++i) {
       largest = std::max(largest, std::abs(w.GetDouble(o * per_channel + i)));
     }
-    const double scale = largest > 0 ? static_cast<float>(largest / 127.0) : 1.0f;
+    const double scale = largest > 0 ? static_cast<float>(largest / levels) : 1.0f;
     for (int64_t i = 0; i < per_channel; ++i) {
       const double v = std::nearbyint(w.GetDouble(o * per_channel + i) / scale);
-      q.weight.SetInt64(o * per_channel + i, static_cast<int64_t>(std::clamp(v, -127.0, 127.0)));
+      q.weight.SetInt64(o * per_channel + i, static_cast<int64_t>(std::clamp(v, -levels, levels)));
     }
     q.dequant_scale.SetDouble(o, static_cast<double>(q.input_scale) * scale);
   }

@@ -774,9 +774,9 @@ absl::Status ExecuteInt8Conv(const Int8ConvParams& params,
   return gemm_internal::WithInt8OperandType(params.input_dtype, [&]<class T>(T*) {
     const ConvBPacker<T> gather(conv, out);
     const StridedBPacker<T> pointwise(input_plane, 1);
-    const gemm_internal::NarrowPairPacker<T> pairs(
+    const gemm_internal::NarrowInt8Packer<T> packer(
         IsPointwise(conv) ? static_cast<const BPacker<T>&>(pointwise) : gather);
-    problem.b_packer = &pairs;
+    problem.b_packer = &packer;
     return gemm_internal::RunInt8Core(problem, conv.tuning, kernels, pool);
   });
 }

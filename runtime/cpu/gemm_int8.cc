@@ -1,16 +1,24 @@
 // The int8 GEMM driver (runtime/cpu/gemm.h, "int8 inference"): operands of u8, i8 or i16 widened
-// to i16 pairs while they are packed, the micro-kernels of codegen/cpu/gemm_kernel.cc (pmaddwd),
-// i32 sums, the epilogue on each finished tile.
+// to i16 pairs while they are packed, or a u8 A and an i8 B block within [-64, 64] kept in quads
+// of bytes; the micro-kernels of codegen/cpu/gemm_kernel.cc (pmaddwd, pmaddubsw), i32 sums, the
+// epilogue on each finished tile.
 //
 // Loop nest of one rectangle of the output (the work of one task):
-//   for ic in rows, step MC:                 the A band, MC x K, packed once (L3)
-//     for jc in columns, step NC:            the B block, K x NC, packed (L2)
+//   for ic in rows, step MC:                 the A band, MC x K, packed once per layout (L3)
+//     for jc in columns, step NC:            the B block, K x NC, packed (L2): quads or pairs
 //       for each MR panel of the band:       its micro-panel is reused across the NR panels (L1)
 //         for each NR panel: micro-kernel over the whole depth, then the epilogue
 // The depth is not cut into blocks: partial sums would need an i32 buffer beside an output of
 // another dtype, and a whole-depth micro-panel of i16 pairs (MR x K x 2 bytes, 24 KiB at K = 2048
 // on AVX2) still fits L1. Widened operands take twice the bytes of f32's per two depth steps, so
-// the blocks are sized from K the way the f32 driver sizes them from KC.
+// the blocks are sized from K the way the f32 driver sizes them from KC (quads take half that).
+//
+// Why two layouts: pmaddwd multiplies i16 pairs exactly for any operands, but needs an add per
+// 16 products; pmaddubsw multiplies u8 by i8 into pair sums of 32 products per instruction and
+// saturates them at i16, which |255 x 64 x 2| = 32640 never reaches. On the AVX2 Zen 3 the pairs'
+// inner loop runs 20 pmaddwd and 20 vpaddd in 12.4 cycles, the quads' 20 pmaddubsw, 20 pmaddwd
+// (by ones) and 20 vpaddd per twice the products in 21 (docs/quantization.md). Weights quantized
+// to 7 bits (onnxruntime's reduce_range, kiln::quant's QuantizeOptions::reduce_range) fit.
 
 #include <algorithm>
 #include <atomic>
@@ -125,14 +133,54 @@ void PackAPairsOf(DType dtype, const void* a, int64_t row_stride, int64_t col_st
   }
 }
 
-// Per-thread packing space. The A band depends on (call, A, ic) only, so batch entries that share
-// A (a convolution's images) pack it once per thread and call.
+// A[0:rows, 0:k] (u8, strided) into ceil(rows / mr) panels of quads: element (q * mr + i) * 4 + h
+// of a panel is A[i][4q + h], rows past `rows` and depth steps past k zero.
+void PackAQuads(const uint8_t* a, int64_t row_stride, int64_t col_stride, int64_t rows, int64_t k,
+                int mr, uint8_t* dst) {
+  const int64_t quads = CeilDiv(k, 4), whole = k / 4;
+  for (int64_t r0 = 0; r0 < rows; r0 += mr) {
+    const int valid = static_cast<int>(std::min<int64_t>(mr, rows - r0));
+    uint8_t* panel = dst + r0 * quads * 4;
+    for (int i = 0; i < mr; ++i) {
+      uint8_t* out = panel + 4 * i;
+      if (i >= valid) {
+        for (int64_t q = 0; q < quads; ++q) std::memset(out + q * mr * 4, 0, 4);
+        continue;
+      }
+      const uint8_t* src = a + (r0 + i) * row_stride;
+      for (int64_t q = 0; q < whole; ++q) {
+        uint8_t* quad = out + q * mr * 4;
+        if (col_stride == 1) {
+          std::memcpy(quad, src + 4 * q, 4);
+        } else {
+          for (int h = 0; h < 4; ++h) quad[h] = src[(4 * q + h) * col_stride];
+        }
+      }
+      if (whole < quads) {
+        uint8_t* quad = out + whole * mr * 4;
+        for (int h = 0; h < 4; ++h) {
+          const int64_t kk = 4 * whole + h;
+          quad[h] = kk < k ? src[kk * col_stride] : 0;
+        }
+      }
+    }
+  }
+}
+
+// One band of A packed in one layout, kept while the call, A and the band stay the same: batch
+// entries that share A (a convolution's images) pack it once per thread and call.
+struct PackedBand {
+  AlignedBuffer buffer;
+  uint64_t generation = 0;
+  const void* source = nullptr;
+  const void* data = nullptr;
+  int64_t ic = 0;
+};
+
+// Per-thread packing space.
 struct Int8Buffers {
-  AlignedBuffer a, b, scratch;
-  uint64_t a_generation = 0;
-  const void* a_source = nullptr;
-  const void* a_packed = nullptr;
-  int64_t a_ic = 0;
+  PackedBand pairs, quads;
+  AlignedBuffer b, scratch;
 };
 
 Int8Buffers& ThreadBuffers() {
@@ -145,7 +193,8 @@ std::atomic<uint64_t> next_generation{1};
 struct Int8Plan {
   KernelShape shape;
   int64_t mc = 0, nc = 0;
-  Int8MicroKernelFn kernel = nullptr;
+  Int8MicroKernelFn kernel = nullptr;       // i16 pairs
+  Int8MicroKernelFn quad_kernel = nullptr;  // u8 quads; null: pairs only
   uint64_t generation = 0;
 };
 
@@ -160,6 +209,31 @@ void ChooseInt8Blocking(Int8Plan& plan, int64_t k, const GemmTuning& tuning) {
   const int64_t l3_share = caches.l3 / std::max(1, caches.l3_sharing);
   plan.mc = tuning.mc > 0 ? RoundUp(tuning.mc, mr)
                           : std::max<int64_t>(mr, l3_share / 2 / row_bytes / mr * mr);
+}
+
+// Rows [ic, ic + mcb) of A packed as quads or pairs in `band`: k_steps * 4 bytes per row.
+const char* PackedRows(const Int8CoreProblem& p, const Int8Plan& plan, const char* a, int64_t ic,
+                       int64_t mcb, bool quads, PackedBand& band) {
+  const int mr = plan.shape.mr;
+  const int64_t steps = CeilDiv(p.k, quads ? 4 : 2);
+  void* data =
+      band.buffer.Get(static_cast<size_t>(std::max<int64_t>(1, RoundUp(mcb, mr) * steps)) * 4);
+  if (band.generation != plan.generation || band.source != a || band.ic != ic ||
+      band.data != data) {
+    const char* rows = a + ic * p.a_row_stride * base::DTypeSize(p.a_dtype);
+    if (quads) {
+      PackAQuads(reinterpret_cast<const uint8_t*>(rows), p.a_row_stride, p.a_col_stride, mcb, p.k,
+                 mr, static_cast<uint8_t*>(data));
+    } else {
+      PackAPairsOf(p.a_dtype, rows, p.a_row_stride, p.a_col_stride, mcb, p.k, mr,
+                   static_cast<int16_t*>(data));
+    }
+    band.generation = plan.generation;
+    band.source = a;
+    band.ic = ic;
+    band.data = data;
+  }
+  return static_cast<const char*>(data);
 }
 
 void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffsets& batch,
@@ -180,22 +254,17 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
   }
   for (int64_t ic = m0; ic < m1; ic += plan.mc) {
     const int64_t mcb = std::min(plan.mc, m1 - ic);
-    auto* a_packed = static_cast<int16_t*>(
-        buffers.a.Get(static_cast<size_t>(std::max<int64_t>(1, RoundUp(mcb, mr) * pairs)) * 4));
-    if (buffers.a_generation != plan.generation || buffers.a_source != a || buffers.a_ic != ic ||
-        buffers.a_packed != a_packed) {
-      PackAPairsOf(p.a_dtype, a + ic * p.a_row_stride * a_size, p.a_row_stride, p.a_col_stride, mcb,
-                   p.k, mr, a_packed);
-      buffers.a_generation = plan.generation;
-      buffers.a_source = a;
-      buffers.a_ic = ic;
-      buffers.a_packed = a_packed;
-    }
     for (int64_t jc = n0; jc < n1; jc += plan.nc) {
       const int64_t ncb = std::min(plan.nc, n1 - jc);
-      auto* b_packed = static_cast<int16_t*>(
-          buffers.b.Get(static_cast<size_t>(std::max<int64_t>(1, RoundUp(ncb, nr) * pairs)) * 4));
-      p.b_packer->PackPairs(b, p.k, jc, ncb, nr, b_packed, buffers.scratch);
+      // Sized for pairs, which take at least the bytes of quads.
+      void* b_packed =
+          buffers.b.Get(static_cast<size_t>(std::max<int64_t>(1, RoundUp(ncb, nr) * pairs)) * 4);
+      const bool quads = p.b_packer->Pack(b, p.k, jc, ncb, nr, plan.quad_kernel != nullptr,
+                                          b_packed, buffers.scratch);
+      const int64_t k_steps = quads ? CeilDiv(p.k, 4) : pairs;
+      const Int8MicroKernelFn kernel = quads ? plan.quad_kernel : plan.kernel;
+      const char* a_packed =
+          PackedRows(p, plan, a, ic, mcb, quads, quads ? buffers.quads : buffers.pairs);
       for (int64_t ir = 0; ir < mcb; ir += mr) {
         const int64_t row = ic + ir;
         args.m_valid = std::min<int64_t>(mr, mcb - ir);
@@ -204,7 +273,7 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
             args.operands[s] = steps[s].vector + batch.row_bias + row;
           }
         }
-        const int16_t* a_panel = a_packed + ir * pairs * 2;
+        const char* a_panel = a_packed + ir * k_steps * 4;
         for (int64_t jr = 0; jr < ncb; jr += nr) {
           const int64_t column = jc + jr;
           args.n_valid = std::min<int64_t>(nr, ncb - jr);
@@ -213,8 +282,8 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
               args.operands[s] = steps[s].vector + column;
             }
           }
-          plan.kernel(pairs, a_panel, b_packed + jr * pairs * 2,
-                      c + (row * p.ldc + column) * c_size, p.ldc, &args);
+          kernel(k_steps, a_panel, static_cast<const char*>(b_packed) + jr * k_steps * 4,
+                 c + (row * p.ldc + column) * c_size, p.ldc, &args);
         }
       }
     }
@@ -307,17 +376,41 @@ absl::StatusOr<KernelShape> ChooseInt8KernelShape(const GemmTuning& tuning,
 }
 
 std::string Int8MicroKernelName(const KernelShape& shape, const Int8EpilogueVariant& variant) {
-  return absl::StrCat("kiln_qgemm_", shape.mr, "x", shape.nr(), "_v", shape.vector_bits, "_",
-                      variant.Name());
+  return absl::StrCat("kiln_qgemm_", shape.mr, "x", shape.nr(), "_v", shape.vector_bits,
+                      shape.u8_quads ? "_u8q_" : "_", variant.Name());
 }
 
+namespace {
+
+// Whether every value lies in [-64, 64]; stops soon after the first that does not (a weight
+// matrix quantized to the full 8 bits has one in its first few bytes). Eight bytes at a time:
+// each byte plus 64 (no carry between bytes) must not exceed 128.
+bool WithinQuadRange(const int8_t* values, int64_t count) {
+  constexpr uint64_t kHigh = 0x8080808080808080u, kLow = 0x7f7f7f7f7f7f7f7fu;
+  constexpr uint64_t kPlus64 = 0x4040404040404040u;
+  constexpr int64_t kChunk = 256;
+  int64_t i = 0;
+  for (; i + kChunk <= count; i += kChunk) {
+    uint64_t outside = 0;
+    for (int64_t j = 0; j < kChunk; j += 8) {
+      uint64_t x;
+      std::memcpy(&x, values + i + j, 8);
+      const uint64_t shifted = ((x & kLow) + kPlus64) ^ (x & kHigh);
+      // Above 128: the high bit set and any of the low seven.
+      outside |= shifted & kHigh & ((shifted & kLow) + kLow);
+    }
+    if (outside != 0) return false;
+  }
+  for (; i < count; ++i) {
+    if (static_cast<uint8_t>(values[i] + 64) > 128) return false;
+  }
+  return true;
+}
+
+// The narrow k x nr panels of Pack into pairs of i16 / quads of bytes (Int8MicroKernelFn's b).
 template <class T>
-void NarrowPairPacker<T>::PackPairs(const void* base, int64_t k, int64_t n0, int64_t nc, int nr,
-                                    int16_t* dst, AlignedBuffer& scratch) const {
-  const int64_t panels = CeilDiv(nc, nr), pairs = CeilDiv(k, 2);
-  auto* narrow = static_cast<T*>(
-      scratch.Get(static_cast<size_t>(std::max<int64_t>(1, panels * nr * k)) * sizeof(T)));
-  narrow_.Pack(static_cast<const T*>(base), 0, k, n0, nc, nr, narrow);
+void InterleavePairs(const T* narrow, int64_t panels, int64_t k, int nr, int16_t* dst) {
+  const int64_t pairs = CeilDiv(k, 2);
   for (int64_t q = 0; q < panels; ++q) {
     const T* src = narrow + q * k * nr;
     int16_t* out = dst + q * pairs * nr * 2;
@@ -340,9 +433,49 @@ void NarrowPairPacker<T>::PackPairs(const void* base, int64_t k, int64_t n0, int
   }
 }
 
-template class NarrowPairPacker<uint8_t>;
-template class NarrowPairPacker<int8_t>;
-template class NarrowPairPacker<int16_t>;
+void InterleaveQuads(const int8_t* narrow, int64_t panels, int64_t k, int nr, int8_t* dst) {
+  const int64_t quads = CeilDiv(k, 4);
+  const std::vector<int8_t> zeros(static_cast<size_t>(nr), 0);
+  for (int64_t q = 0; q < panels; ++q) {
+    const int8_t* src = narrow + q * k * nr;
+    int8_t* out = dst + q * quads * nr * 4;
+    for (int64_t s = 0; s < quads; ++s) {
+      const int8_t* depth[4];
+      for (int h = 0; h < 4; ++h) depth[h] = 4 * s + h < k ? src + (4 * s + h) * nr : zeros.data();
+      int8_t* row = out + s * nr * 4;
+      for (int j = 0; j < nr; ++j) {
+        const uint32_t quad = static_cast<uint8_t>(depth[0][j]) |
+                              static_cast<uint32_t>(static_cast<uint8_t>(depth[1][j])) << 8 |
+                              static_cast<uint32_t>(static_cast<uint8_t>(depth[2][j])) << 16 |
+                              static_cast<uint32_t>(static_cast<uint8_t>(depth[3][j])) << 24;
+        std::memcpy(row + 4 * j, &quad, 4);  // little-endian: depth step 4s + h at byte h
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+bool NarrowInt8Packer<T>::Pack(const void* base, int64_t k, int64_t n0, int64_t nc, int nr,
+                               bool quads, void* dst, AlignedBuffer& scratch) const {
+  const int64_t panels = CeilDiv(nc, nr);
+  auto* narrow = static_cast<T*>(
+      scratch.Get(static_cast<size_t>(std::max<int64_t>(1, panels * nr * k)) * sizeof(T)));
+  narrow_.Pack(static_cast<const T*>(base), 0, k, n0, nc, nr, narrow);
+  if constexpr (std::is_same_v<T, int8_t>) {
+    if (quads && WithinQuadRange(narrow, panels * nr * k)) {
+      InterleaveQuads(narrow, panels, k, nr, static_cast<int8_t*>(dst));
+      return true;
+    }
+  }
+  InterleavePairs(narrow, panels, k, nr, static_cast<int16_t*>(dst));
+  return false;
+}
+
+template class NarrowInt8Packer<uint8_t>;
+template class NarrowInt8Packer<int8_t>;
+template class NarrowInt8Packer<int16_t>;
 
 absl::Status RunInt8Core(const Int8CoreProblem& problem, const GemmTuning& tuning,
                          const MicroKernelProvider& kernels, runtime::ThreadPool* pool) {
@@ -354,10 +487,22 @@ absl::Status RunInt8Core(const Int8CoreProblem& problem, const GemmTuning& tunin
   plan.shape.mr = FitTileRows(plan.shape.mr, problem.m, tuning);
   ChooseInt8Blocking(plan, problem.k, tuning);
   plan.generation = next_generation.fetch_add(1, std::memory_order_relaxed);
-  absl::StatusOr<Int8MicroKernelFn> kernel =
-      kernels.GetInt8(plan.shape, Int8EpilogueVariant::Of(problem.epilogue));
+  const Int8EpilogueVariant variant = Int8EpilogueVariant::Of(problem.epilogue);
+  absl::StatusOr<Int8MicroKernelFn> kernel = kernels.GetInt8(plan.shape, variant);
   if (!kernel.ok()) return kernel.status();
   plan.kernel = *kernel;
+  // Both kernels are fetched before any block is packed, since the layout is chosen per block
+  // from its values (and a blob's recording run sees only zeros).
+  if (problem.u8_quads && tuning.int8_quads) {
+    KernelShape quads = plan.shape;
+    quads.u8_quads = true;
+    absl::StatusOr<Int8MicroKernelFn> quad_kernel = kernels.GetInt8(quads, variant);
+    if (quad_kernel.ok()) {
+      plan.quad_kernel = *quad_kernel;
+    } else if (!absl::IsNotFound(quad_kernel.status())) {
+      return quad_kernel.status();
+    }  // else a blob compiled before the u8-quad kernels: pairs only
+  }
   ForEachRectangle(
       problem.m, problem.n, problem.k, static_cast<int64_t>(problem.batches.size()), plan.shape.mr,
       plan.shape.nr(), pool, [&](int64_t batch, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
@@ -373,7 +518,7 @@ namespace {
 using base::DType;
 using gemm_internal::BatchOffsets;
 using gemm_internal::Int8CoreProblem;
-using gemm_internal::NarrowPairPacker;
+using gemm_internal::NarrowInt8Packer;
 using gemm_internal::StridedBPacker;
 
 }  // namespace
@@ -438,8 +583,9 @@ absl::Status ExecuteInt8Gemm(const Int8GemmParams& params,
   }
   return gemm_internal::WithInt8OperandType(params.b_dtype, [&]<class T>(T*) {
     const StridedBPacker<T> narrow(params.b.row_stride, params.b.col_stride);
-    const NarrowPairPacker<T> pairs(narrow);
-    problem.b_packer = &pairs;
+    const NarrowInt8Packer<T> packer(narrow);
+    problem.b_packer = &packer;
+    problem.u8_quads = params.a_dtype == DType::kU8 && std::is_same_v<T, int8_t>;
     return gemm_internal::RunInt8Core(problem, params.tuning, kernels, pool);
   });
 }

@@ -54,6 +54,10 @@ struct KernelShape {
   /// A is read where it lies (rows TileArgs::a_ld apart) instead of from a packed panel: saves
   /// packing every block of a row-major A (5-8% of an MLP's inference at batch 256).
   bool a_in_place = false;
+  /// int8 kernels: A (u8) and B (i8) come in quads of depth steps, multiplied with pmaddubsw into
+  /// pairs summed in i16 and then into i32 lanes. Exact when every B value lies in [-64, 64]
+  /// (|255 x 64 x 2| fits an i16), which the driver checks per B block; otherwise i16 pairs.
+  bool u8_quads = false;
   int nr() const { return nr_vectors * lanes; }
 };
 
@@ -101,12 +105,14 @@ struct Int8TileArgs {
   const void* operands[kMaxInt8EpilogueSteps] = {};
 };
 
-/// The int8 micro-kernel: C[0:m_valid, 0:n_valid] = epilogue(Ap * Bp) over `k_pairs` pairs of
-/// depth steps. `a` is an MR-row panel of i16 pairs, k_pairs * MR * 2 elements: element
-/// (p * MR + i) * 2 + h is A[i][2p + h]; `b` an NR-column panel of i16 pairs (64-byte aligned),
-/// element (p * NR + j) * 2 + h is B[2p + h][j]; both zero-padded. `c` is the tile's first
+/// The int8 micro-kernel: C[0:m_valid, 0:n_valid] = epilogue(Ap * Bp) over `k_steps` steps of
+/// 4 bytes per row of A and per column of B. Pairs (the default): `a` is an MR-row panel of i16
+/// pairs, element (p * MR + i) * 2 + h is A[i][2p + h]; `b` an NR-column panel of i16 pairs
+/// (64-byte aligned), element (p * NR + j) * 2 + h is B[2p + h][j]. u8 quads
+/// (KernelShape::u8_quads): bytes, element (q * MR + i) * 4 + h of `a` is A[i][4q + h] (u8) and
+/// (q * NR + j) * 4 + h of `b` is B[4q + h][j] (i8). Both zero-padded. `c` is the tile's first
 /// element and ldc the row stride of C, in elements of the output dtype.
-using Int8MicroKernelFn = void (*)(int64_t k_pairs, const int16_t* a, const int16_t* b, void* c,
+using Int8MicroKernelFn = void (*)(int64_t k_steps, const void* a, const void* b, void* c,
                                    int64_t ldc, const Int8TileArgs* args);
 
 /// What the epilogue of an int8 kernel does, fixed when it is generated: the output dtype and the
@@ -126,7 +132,8 @@ struct Int8EpilogueVariant {
 absl::StatusOr<KernelShape> ChooseInt8KernelShape(const GemmTuning& tuning,
                                                   const TargetVectors& vectors);
 
-/// The symbol of the int8 micro-kernel, e.g. "kiln_qgemm_6x16_v256_f32_mul_c_add_c".
+/// The symbol of the int8 micro-kernel, e.g. "kiln_qgemm_6x16_v256_f32_mul_c_add_c", or
+/// "kiln_qgemm_5x16_v256_u8q_i32" for a u8-quad kernel.
 std::string Int8MicroKernelName(const KernelShape& shape, const Int8EpilogueVariant& variant);
 
 /// Where the driver gets its micro-kernels: the JIT (codegen/cpu: generated on first use) or a
@@ -260,21 +267,22 @@ void ForEachRectangle(int64_t m, int64_t n, int64_t k, int64_t count, int mr, in
 class Int8BPacker {
  public:
   virtual ~Int8BPacker() = default;
-  /// B[0:k, n0:n0+nc] of the matrix at `base` into ceil(nc / nr) panels of i16 pairs (the layout
-  /// of Int8MicroKernelFn's b), columns past nc and the odd depth step past k zero. `scratch` may
-  /// be used for narrow panels.
-  virtual void PackPairs(const void* base, int64_t k, int64_t n0, int64_t nc, int nr, int16_t* dst,
-                         AlignedBuffer& scratch) const = 0;
+  /// B[0:k, n0:n0+nc] of the matrix at `base` into ceil(nc / nr) panels in the layout of
+  /// Int8MicroKernelFn's b: u8 quads when `quads` allows them and every value of the block lies
+  /// in [-64, 64] (then it returns true), i16 pairs otherwise (false). Rows and columns past the
+  /// block are zero. `scratch` may be used for narrow panels.
+  virtual bool Pack(const void* base, int64_t k, int64_t n0, int64_t nc, int nr, bool quads,
+                    void* dst, AlignedBuffer& scratch) const = 0;
 };
 
 /// An Int8BPacker from a narrow BPacker<T> (T = uint8_t, int8_t, int16_t): its k x nr panels
-/// interleaved into pairs.
+/// interleaved into pairs, or for T = int8_t into quads.
 template <class T>
-class NarrowPairPacker final : public Int8BPacker {
+class NarrowInt8Packer final : public Int8BPacker {
  public:
-  explicit NarrowPairPacker(const BPacker<T>& narrow) : narrow_(narrow) {}
-  void PackPairs(const void* base, int64_t k, int64_t n0, int64_t nc, int nr, int16_t* dst,
-                 AlignedBuffer& scratch) const override;
+  explicit NarrowInt8Packer(const BPacker<T>& narrow) : narrow_(narrow) {}
+  bool Pack(const void* base, int64_t k, int64_t n0, int64_t nc, int nr, bool quads, void* dst,
+            AlignedBuffer& scratch) const override;
 
  private:
   const BPacker<T>& narrow_;
@@ -288,6 +296,8 @@ struct Int8CoreProblem {
   const void* b = nullptr;
   const Int8BPacker* b_packer = nullptr;
   int64_t b_element_size = 1;
+  /// A is u8 and b_packer's B is i8: blocks of B in [-64, 64] may run on the u8-quad kernels.
+  bool u8_quads = false;
   void* c = nullptr;
   int64_t ldc = 0;
   Int8Epilogue epilogue;

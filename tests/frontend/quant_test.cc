@@ -62,12 +62,15 @@ auto Runner(const Device& device) {
   };
 }
 
-TEST(Quantize, LinearFollowsTheDocumentedScheme) {
+// levels: 127, or 64 for QuantConfig::reduce_range (7-bit weights).
+void CheckLinearScheme(bool reduce_range) {
+  const double levels = reduce_range ? 64 : 127;
   B::Device device;
   manual_seed(3);
   const OneLinear<B> model{nn::LinearConfig(24, 7).init<B>(device)};
   data::DataLoader calibration = Loader(64, {24}, 0.0, 1.5, 16, 1);
-  const OneLinear<B> q = quant::quantize(model, calibration, Runner<OneLinear<B>, 2>(device));
+  const OneLinear<B> q = quant::quantize(model, calibration, Runner<OneLinear<B>, 2>(device),
+                                         quant::QuantConfig().with_reduce_range(reduce_range));
   ASSERT_TRUE(q.fc.int8.has_value());
   EXPECT_FALSE(model.fc.int8.has_value());  // the original is left float
   const quant::Int8Layer<B, 2>& state = *q.fc.int8;
@@ -78,7 +81,7 @@ TEST(Quantize, LinearFollowsTheDocumentedScheme) {
   EXPECT_EQ(q.named_buffers().size(), 2u);     // fc.int8.weight, fc.int8.dequant_scale
 
   // The scheme by hand: s_x = max x / 255 over the calibration inputs; per output channel
-  // s_w = max |w| / 127, w_q = round(w / s_w); y = (sum x_q w_q) * (s_x s_w) + b.
+  // s_w = max |w| / levels, w_q = round(w / s_w); y = (sum x_q w_q) * (s_x s_w) + b.
   double max_x = 0;
   for (data::Batch& batch : calibration.epoch(0)) {
     for (float v : batch.inputs_as<B, 2, Float>(device).to_vector<float>()) {
@@ -97,10 +100,13 @@ TEST(Quantize, LinearFollowsTheDocumentedScheme) {
   for (int64_t o = 0; o < 7; ++o) {
     double largest = 0;
     for (int64_t i = 0; i < 24; ++i) largest = std::max<double>(largest, std::abs(w[o * 24 + i]));
-    const float s_w = static_cast<float>(largest / 127);
+    const float s_w = static_cast<float>(largest / levels);
+    int64_t largest_q = 0;
     for (int64_t i = 0; i < 24; ++i) {
       EXPECT_EQ(w_q[o * 24 + i], std::lround(std::nearbyint(w[o * 24 + i] / s_w)));
+      largest_q = std::max<int64_t>(largest_q, std::abs(w_q[o * 24 + i]));
     }
+    EXPECT_EQ(largest_q, static_cast<int64_t>(levels)) << "channel " << o;
     for (int64_t r = 0; r < 9; ++r) {
       int64_t sum = 0;
       for (int64_t i = 0; i < 24; ++i) {
@@ -112,6 +118,11 @@ TEST(Quantize, LinearFollowsTheDocumentedScheme) {
     }
   }
 }
+
+TEST(Quantize, LinearFollowsTheDocumentedScheme) { CheckLinearScheme(/*reduce_range=*/false); }
+
+// 7-bit weights (what the CPU's u8 x i8 GEMM runs on pmaddubsw): the same scheme with 64 levels.
+TEST(Quantize, ReduceRangeQuantizesWeightsToSevenBits) { CheckLinearScheme(/*reduce_range=*/true); }
 
 TEST(Quantize, Int8NetworksStayCloseToFloat) {
   B::Device device;

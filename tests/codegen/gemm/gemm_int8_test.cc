@@ -1,11 +1,13 @@
-// The int8 GEMM and convolution (runtime/cpu/gemm_int8.cc with the JIT's pmaddwd micro-kernels)
-// against scalar references: the i32 sums of a plain loop in int64 wrapped to 32 bits, and the
-// epilogue computed with the same f32 operations one by one (this file is compiled for baseline
-// x86-64, so nothing here is contracted into an fma). Equality is bit for bit, at every CPU level
-// the test runs at (KILN_CPU=x86-64-v2 / -v3 in CMake), through the extremes 0 / 255 x -128 / 127
-// (where vpmaddubsw would saturate) and i16 products whose pair sums wrap, odd depths, edge tiles,
-// strided, transposed and broadcast operands, and every epilogue op; the convolution against the
-// reference interpreter's conv {accumulate=i32}. The gaps of C keep their contents.
+// The int8 GEMM and convolution (runtime/cpu/gemm_int8.cc with the JIT's pmaddwd and pmaddubsw
+// micro-kernels) against scalar references: the i32 sums of a plain loop in int64 wrapped to 32
+// bits, and the epilogue computed with the same f32 operations one by one (this file is compiled
+// for baseline x86-64, so nothing here is contracted into an fma). Equality is bit for bit, at
+// every CPU level the test runs at (KILN_CPU=x86-64-v2 / -v3 in CMake), through the extremes 0 /
+// 255 x -128 / 127 (where vpmaddubsw would saturate) and i16 products whose pair sums wrap, B
+// within [-64, 64] with its extremes (the u8-quad kernels, and which blocks run on them), odd
+// depths, edge tiles, strided, transposed and broadcast operands, and every epilogue op; the
+// convolution against the reference interpreter's conv {accumulate=i32}. The gaps of C keep their
+// contents.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +16,8 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -59,12 +63,15 @@ int64_t Highest(DType dtype) {
   return dtype == DType::kU8 ? 255 : dtype == DType::kI8 ? 127 : 32767;
 }
 
-// Mostly the dtype's extremes (the saturating and wrapping cases), some values in between.
-int64_t Draw(DType dtype, std::mt19937& rng) {
+// Mostly the dtype's extremes (the saturating and wrapping cases), some values in between; with a
+// limit, the extremes are -limit and limit (B within [-64, 64]: the u8-quad kernels).
+int64_t Draw(DType dtype, std::mt19937& rng, int64_t limit = 0) {
+  const int64_t lowest = limit > 0 ? -limit : Lowest(dtype);
+  const int64_t highest = limit > 0 ? limit : Highest(dtype);
   const uint32_t r = rng() % 8;
-  if (r < 3) return Lowest(dtype);
-  if (r < 6) return Highest(dtype);
-  return std::uniform_int_distribution<int64_t>(Lowest(dtype), Highest(dtype))(rng);
+  if (r < 3) return lowest;
+  if (r < 6) return highest;
+  return std::uniform_int_distribution<int64_t>(lowest, highest)(rng);
 }
 
 // A strided operand [entries][rows][cols] with gaps, and its values dense.
@@ -75,7 +82,7 @@ struct Matrix {
 };
 
 Matrix MakeMatrix(DType dtype, int64_t rows, int64_t cols, int64_t entries, bool transposed,
-                  std::mt19937& rng) {
+                  std::mt19937& rng, int64_t limit = 0) {
   Matrix m{{dtype, {}}, 0, 0, 0, {}};
   const int64_t pad = 3;
   if (transposed) {
@@ -93,7 +100,7 @@ Matrix MakeMatrix(DType dtype, int64_t rows, int64_t cols, int64_t entries, bool
   for (int64_t e = 0; e < entries; ++e) {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
-        const int64_t v = Draw(dtype, rng);
+        const int64_t v = Draw(dtype, rng, limit);
         m.data.Set(e * m.entry + r * m.row_stride + c * m.col_stride, v);
         m.values[static_cast<size_t>((e * rows + r) * cols + c)] = v;
       }
@@ -232,13 +239,16 @@ struct Case {
   }
 };
 
-void RunCase(const Case& tc, const Int8Epilogue& epilogue, const GemmTuning& tuning = {}) {
+// b_limit > 0: B's values within [-b_limit, b_limit].
+void RunCase(const Case& tc, const Int8Epilogue& epilogue, const GemmTuning& tuning = {},
+             int64_t b_limit = 0) {
   SCOPED_TRACE(absl::StrCat(tc.Name(), " output ", base::DTypeName(epilogue.output), " steps ",
-                            epilogue.steps.size()));
+                            epilogue.steps.size(), b_limit > 0 ? " B within +-" : "",
+                            b_limit > 0 ? absl::StrCat(b_limit) : ""));
   std::mt19937 rng(static_cast<uint32_t>(tc.m * 131 + tc.n * 7 + tc.k));
   const Matrix a = MakeMatrix(tc.a_dtype, tc.m, tc.k, tc.batch, tc.transpose_a, rng);
-  const Matrix b =
-      MakeMatrix(tc.b_dtype, tc.k, tc.n, tc.broadcast_b ? 1 : tc.batch, tc.transpose_b, rng);
+  const Matrix b = MakeMatrix(tc.b_dtype, tc.k, tc.n, tc.broadcast_b ? 1 : tc.batch, tc.transpose_b,
+                              rng, b_limit);
   const int64_t out_size = base::DTypeSize(epilogue.output);
   const int64_t ldc = tc.n + 2, c_entry = tc.m * ldc + 1;
   constexpr uint8_t kSentinel = 0xa5;
@@ -371,6 +381,156 @@ TEST(GemmInt8Test, KernelsUsePmaddwd) {
               absl::StrContains(text->assembly, "vpdpwssd"))
       << text->assembly;
   EXPECT_FALSE(absl::StrContains(text->assembly, "pmaddubsw"));
+}
+
+// ---- u8 quads (B within [-64, 64]) --------------------------------------------------------------
+
+TEST(GemmInt8Test, SevenBitWeightsOnQuadsEqualTheScalarLoop) {
+  // 255 x 64 x 2 = 32640 and 255 x -64 x 2 = -32640: the pair sums of pmaddubsw at their largest,
+  // still inside i16. Depths around multiples of 4 (the quads' zero padding), edges, strides,
+  // batches, a broadcast B, small blocks, threads and every epilogue.
+  const Int8Epilogue sums;
+  for (int64_t k : {1, 2, 3, 4, 5, 7, 8, 9, 64, 1027}) {
+    RunCase({DType::kU8, DType::kI8, 1, 7, 19, k, false, false, false, 1}, sums, {}, 64);
+  }
+  RunCase({DType::kU8, DType::kI8, 1, 1, 53, 33, false, false, false, 1}, sums, {}, 64);
+  RunCase({DType::kU8, DType::kI8, 3, 17, 9, 40, true, true, false, 2}, sums, {}, 64);
+  RunCase({DType::kU8, DType::kI8, 4, 8, 24, 12, false, true, true, 2}, sums, {}, 64);
+  RunCase({DType::kU8, DType::kI8, 1, 130, 150, 300, false, true, false, 2}, sums, {}, 64);
+  GemmTuning small;
+  small.mc = 7;
+  small.nc = 20;
+  RunCase({DType::kU8, DType::kI8, 2, 45, 77, 31, false, true, false, 1}, sums, small, 64);
+  for (DType output : {DType::kF32, DType::kU8, DType::kI8}) {
+    for (int variant : {0, 1}) {
+      const Case tc{DType::kU8, DType::kI8, 2, 9, 21, 35, false, true, false, 2};
+      std::mt19937 rng(static_cast<uint32_t>(variant * 10 + static_cast<int>(output)));
+      RunCase(tc, MakeEpilogues(tc.m, tc.n, rng).Make(output, variant), {}, 64);
+    }
+  }
+}
+
+// The JIT's kernels with the u8-quad ones replaced by a kernel that writes nothing (or, without
+// quads, missing as in a blob compiled before them): the untouched columns of C are the ones
+// whose B block ran on quads.
+class QuadProbeKernels final : public gi::MicroKernelProvider {
+ public:
+  explicit QuadProbeKernels(bool has_quads) : has_quads_(has_quads) {}
+  gi::TargetVectors vectors() const override { return gemm_internal::JitMicroKernels().vectors(); }
+  absl::StatusOr<gi::MicroKernelFn> Get(DType dtype, const gi::KernelShape& shape,
+                                        const gi::EpilogueVariant& variant) const override {
+    return gemm_internal::JitMicroKernels().Get(dtype, shape, variant);
+  }
+  absl::StatusOr<gi::Int8MicroKernelFn> GetInt8(
+      const gi::KernelShape& shape, const gi::Int8EpilogueVariant& variant) const override {
+    if (!shape.u8_quads) return gemm_internal::JitMicroKernels().GetInt8(shape, variant);
+    ++quad_requests;
+    if (!has_quads_) return absl::NotFoundError("no u8-quad kernels here");
+    return &WritesNothing;
+  }
+  mutable int quad_requests = 0;
+
+ private:
+  static void WritesNothing(int64_t, const void*, const void*, void*, int64_t,
+                            const gi::Int8TileArgs*) {}
+  bool has_quads_;
+};
+
+// A u8 [m, k] x B i8 [k, n], B within [-64, 64] but for `outside` (depth, column, value) entries,
+// one B block per NR panel; returns for each column whether C holds its sums (false: untouched).
+// Every touched element must be exact.
+std::vector<bool> ColumnsWithSums(const gi::MicroKernelProvider& kernels, int64_t n, int64_t k,
+                                  const std::vector<std::tuple<int64_t, int64_t, int>>& outside,
+                                  bool quads = true) {
+  absl::StatusOr<gi::KernelShape> shape =
+      gi::ChooseInt8KernelShape({}, gemm_internal::JitMicroKernels().vectors());
+  EXPECT_TRUE(shape.ok());
+  const int64_t m = 6;
+  std::mt19937 rng(static_cast<uint32_t>(n + k));
+  std::vector<uint8_t> a(static_cast<size_t>(m * k));
+  std::vector<int8_t> b(static_cast<size_t>(k * n));
+  for (uint8_t& v : a) v = static_cast<uint8_t>(Draw(DType::kU8, rng));
+  for (int8_t& v : b) v = static_cast<int8_t>(Draw(DType::kI8, rng, 64));
+  for (const auto& [depth, column, value] : outside) {
+    b[static_cast<size_t>(depth * n + column)] = static_cast<int8_t>(value);
+  }
+  constexpr int32_t kSentinel = 0x5a5a5a5a;
+  std::vector<int32_t> c(static_cast<size_t>(m * n), kSentinel);
+  Int8GemmParams p;
+  p.a_dtype = DType::kU8;
+  p.b_dtype = DType::kI8;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a = DenseMatrix(a.data(), m, k);
+  p.b = DenseMatrix(b.data(), k, n);
+  p.c = DenseMatrix(c.data(), m, n);
+  p.tuning.nc = shape->nr();  // one panel per block
+  p.tuning.int8_quads = quads;
+  const absl::Status status = runtime::cpu::ExecuteInt8Gemm(p, kernels, nullptr);
+  EXPECT_TRUE(status.ok()) << status;
+  std::vector<bool> with_sums(static_cast<size_t>(n), false);
+  for (int64_t col = 0; col < n; ++col) {
+    with_sums[static_cast<size_t>(col)] = c[static_cast<size_t>(col)] != kSentinel;
+    for (int64_t r = 0; r < m; ++r) {
+      int64_t sum = 0;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        sum += int64_t{a[static_cast<size_t>(r * k + kk)]} * b[static_cast<size_t>(kk * n + col)];
+      }
+      const int32_t got = c[static_cast<size_t>(r * n + col)];
+      EXPECT_EQ(got != kSentinel, with_sums[static_cast<size_t>(col)])
+          << "C[" << r << "][" << col << "]";
+      if (got != kSentinel) EXPECT_EQ(got, Wrap32(sum)) << "C[" << r << "][" << col << "]";
+    }
+  }
+  return with_sums;
+}
+
+TEST(GemmInt8Test, BlocksWithinSevenBitsRunOnQuadsTheOthersOnPairs) {
+  absl::StatusOr<gi::KernelShape> shape =
+      gi::ChooseInt8KernelShape({}, gemm_internal::JitMicroKernels().vectors());
+  ASSERT_TRUE(shape.ok());
+  const int64_t nr = shape->nr(), n = 3 * nr, k = 300;
+  const QuadProbeKernels probe(/*has_quads=*/true);
+  // All within [-64, 64], the bounds included: every block on quads.
+  EXPECT_EQ(ColumnsWithSums(probe, n, k, {}), std::vector<bool>(static_cast<size_t>(n), false));
+  EXPECT_GT(probe.quad_requests, 0);
+  // One value just outside, at the start, the middle and the last byte of the middle block (its
+  // range check reads the block's k x NR bytes in chunks, then a tail): that block on pairs.
+  for (const auto& [depth, column] :
+       {std::pair<int64_t, int64_t>{0, nr}, {200, nr + 3}, {k - 1, 2 * nr - 1}}) {
+    for (int value : {65, -65, 127, -128}) {
+      SCOPED_TRACE(absl::StrCat("B[", depth, "][", column, "] = ", value));
+      std::vector<bool> want(static_cast<size_t>(n), false);
+      for (int64_t col = nr; col < 2 * nr; ++col) want[static_cast<size_t>(col)] = true;
+      EXPECT_EQ(ColumnsWithSums(probe, n, k, {{depth, column, value}}), want);
+    }
+  }
+}
+
+TEST(GemmInt8Test, WithoutQuadKernelsOrWithQuadsOffTheSumsRunOnPairs) {
+  const std::vector<bool> all(static_cast<size_t>(40), true);
+  const QuadProbeKernels missing(/*has_quads=*/false);
+  EXPECT_EQ(ColumnsWithSums(missing, 40, 37, {}), all);
+  EXPECT_GT(missing.quad_requests, 0);
+  const QuadProbeKernels probe(/*has_quads=*/true);
+  EXPECT_EQ(ColumnsWithSums(probe, 40, 37, {}, /*quads=*/false), all);
+  EXPECT_EQ(probe.quad_requests, 0);
+}
+
+TEST(GemmInt8Test, QuadKernelsUsePmaddubsw) {
+  absl::StatusOr<gi::TargetVectors> vectors = gemm_internal::HostVectors();
+  ASSERT_TRUE(vectors.ok()) << vectors.status();
+  absl::StatusOr<gi::KernelShape> shape = gi::ChooseInt8KernelShape({}, *vectors);
+  ASSERT_TRUE(shape.ok());
+  shape->u8_quads = true;
+  gi::Int8EpilogueVariant variant;
+  absl::StatusOr<gemm_internal::KernelText> text =
+      gemm_internal::GenerateInt8KernelText(*shape, variant);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->name, absl::StrCat("kiln_qgemm_", shape->mr, "x", shape->nr(), "_v",
+                                     shape->vector_bits, "_u8q_i32"));
+  EXPECT_TRUE(absl::StrContains(text->assembly, "pmaddubsw")) << text->assembly;
 }
 
 TEST(GemmInt8Test, RejectsBadArguments) {
