@@ -650,7 +650,8 @@ llvm::Function* KernelEmitter::Emit(const std::string& name) {
 // halves sign-extended, multiplied, added), which the target lowers as it can. The u8-quad
 // variant (KernelShape::u8_quads) multiplies quads of u8 by i8 with pmaddubsw into i16 pair sums
 // and adds those pairs with pmaddwd by ones: exact for B in [-64, 64], which the driver checks;
-// elsewhere the quad sums as plain IR. The epilogue converts to f32 and applies its steps with
+// elsewhere the quad sums as plain IR. An i8 A comes as A + 128 and the kernel subtracts 128 x
+// B's column sums (KernelShape::signed_a). The epilogue converts to f32 and applies its steps with
 // plain IEEE operations (no contraction into fma: each step rounds, as the IR graph does).
 class Int8KernelEmitter : public SkeletonEmitter {
  public:
@@ -920,10 +921,19 @@ llvm::Function* Int8KernelEmitter::Emit(const std::string& name) {
   // step per iteration, not unrolled: integer adds reassociate, and across unrolled steps LLVM sums
   // the products of several steps before adding them to the accumulators, which needs more
   // registers than there are (spills in the hot loop).
-  const Tile tile = EmitDepthLoop(
+  Tile tile = EmitDepthLoop(
       int64_t{mr} * 4, int64_t{nr} * 4,
       [&](llvm::Value* a, llvm::Value* b, int step, Tile& acc) { EmitDepthStep(a, b, step, acc); },
       /*unroll=*/2, /*keep_unroll=*/true);
+  if (shape_.signed_a) {
+    // A was packed as A + 128: subtract 128 x each column's sum, the row after B's quads.
+    llvm::Value* sums = BytePtr(b_, builder_.CreateMul(depth_, builder_.getInt64(int64_t{nr} * 4)));
+    for (int j = 0; j < shape_.nr_vectors; ++j) {
+      llvm::Value* column_sums = builder_.CreateAlignedLoad(
+          accumulator_, BytePtr(sums, int64_t{j} * shape_.lanes * 4), llvm::Align(VectorBytes()));
+      for (int i = 0; i < mr; ++i) tile[i][j] = builder_.CreateSub(tile[i][j], column_sums);
+    }
+  }
   SpillTile(tile);
   llvm::Value* m_valid =
       builder_.CreateLoad(i64_, builder_.CreateStructGEP(args_type_, args_, 0), "m_valid");

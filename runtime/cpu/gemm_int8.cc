@@ -133,10 +133,14 @@ void PackAPairsOf(DType dtype, const void* a, int64_t row_stride, int64_t col_st
   }
 }
 
-// A[0:rows, 0:k] (u8, strided) into ceil(rows / mr) panels of quads: element (q * mr + i) * 4 + h
-// of a panel is A[i][4q + h], rows past `rows` and depth steps past k zero.
-void PackAQuads(const uint8_t* a, int64_t row_stride, int64_t col_stride, int64_t rows, int64_t k,
-                int mr, uint8_t* dst) {
+// A[0:rows, 0:k] (u8, or i8 stored as A + 128, strided) into ceil(rows / mr) panels of quads:
+// element (q * mr + i) * 4 + h of a panel is A[i][4q + h], rows past `rows` and depth steps past
+// k zero (for an i8 A too: the column sums the kernel subtracts count only B's values).
+template <class T>
+void PackAQuads(const T* a, int64_t row_stride, int64_t col_stride, int64_t rows, int64_t k, int mr,
+                uint8_t* dst) {
+  // x + 128 of an i8 is its byte with the sign bit flipped.
+  constexpr uint32_t kFlip = std::is_same_v<T, int8_t> ? 0x80808080u : 0;
   const int64_t quads = CeilDiv(k, 4), whole = k / 4;
   for (int64_t r0 = 0; r0 < rows; r0 += mr) {
     const int valid = static_cast<int>(std::min<int64_t>(mr, rows - r0));
@@ -147,20 +151,25 @@ void PackAQuads(const uint8_t* a, int64_t row_stride, int64_t col_stride, int64_
         for (int64_t q = 0; q < quads; ++q) std::memset(out + q * mr * 4, 0, 4);
         continue;
       }
-      const uint8_t* src = a + (r0 + i) * row_stride;
+      const T* src = a + (r0 + i) * row_stride;
       for (int64_t q = 0; q < whole; ++q) {
         uint8_t* quad = out + q * mr * 4;
         if (col_stride == 1) {
-          std::memcpy(quad, src + 4 * q, 4);
+          uint32_t bytes;
+          std::memcpy(&bytes, src + 4 * q, 4);
+          bytes ^= kFlip;
+          std::memcpy(quad, &bytes, 4);
         } else {
-          for (int h = 0; h < 4; ++h) quad[h] = src[(4 * q + h) * col_stride];
+          for (int h = 0; h < 4; ++h) {
+            quad[h] = static_cast<uint8_t>(src[(4 * q + h) * col_stride]) ^ (kFlip & 0xff);
+          }
         }
       }
       if (whole < quads) {
         uint8_t* quad = out + whole * mr * 4;
         for (int h = 0; h < 4; ++h) {
           const int64_t kk = 4 * whole + h;
-          quad[h] = kk < k ? src[kk * col_stride] : 0;
+          quad[h] = kk < k ? static_cast<uint8_t>(src[kk * col_stride]) ^ (kFlip & 0xff) : 0;
         }
       }
     }
@@ -221,7 +230,10 @@ const char* PackedRows(const Int8CoreProblem& p, const Int8Plan& plan, const cha
   if (band.generation != plan.generation || band.source != a || band.ic != ic ||
       band.data != data) {
     const char* rows = a + ic * p.a_row_stride * base::DTypeSize(p.a_dtype);
-    if (quads) {
+    if (quads && p.a_dtype == base::DType::kI8) {
+      PackAQuads(reinterpret_cast<const int8_t*>(rows), p.a_row_stride, p.a_col_stride, mcb, p.k,
+                 mr, static_cast<uint8_t*>(data));
+    } else if (quads) {
       PackAQuads(reinterpret_cast<const uint8_t*>(rows), p.a_row_stride, p.a_col_stride, mcb, p.k,
                  mr, static_cast<uint8_t*>(data));
     } else {
@@ -239,7 +251,8 @@ const char* PackedRows(const Int8CoreProblem& p, const Int8Plan& plan, const cha
 void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffsets& batch,
                  int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const int mr = plan.shape.mr, nr = plan.shape.nr();
-  const int64_t pairs = CeilDiv(p.k, 2);
+  const int64_t pairs = CeilDiv(p.k, 2), quad_steps = CeilDiv(p.k, 4);
+  const bool signed_a = p.a_dtype == base::DType::kI8;
   const int64_t a_size = base::DTypeSize(p.a_dtype);
   const int64_t c_size = base::DTypeSize(p.epilogue.output);
   Int8Buffers& buffers = ThreadBuffers();
@@ -256,12 +269,18 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
     const int64_t mcb = std::min(plan.mc, m1 - ic);
     for (int64_t jc = n0; jc < n1; jc += plan.nc) {
       const int64_t ncb = std::min(plan.nc, n1 - jc);
-      // Sized for pairs, which take at least the bytes of quads.
+      // Room for pairs or quads, each 4 bytes per step and column.
+      const int64_t b_steps = std::max(pairs, quad_steps + (signed_a ? 1 : 0));
       void* b_packed =
-          buffers.b.Get(static_cast<size_t>(std::max<int64_t>(1, RoundUp(ncb, nr) * pairs)) * 4);
-      const bool quads = p.b_packer->Pack(b, p.k, jc, ncb, nr, plan.quad_kernel != nullptr,
+          buffers.b.Get(static_cast<size_t>(std::max<int64_t>(1, RoundUp(ncb, nr) * b_steps)) * 4);
+      const bool quads = p.b_packer->Pack(b, p.k, jc, ncb, nr,
+                                          plan.quad_kernel == nullptr ? Int8BPacker::Quads::kNo
+                                          : signed_a ? Int8BPacker::Quads::kForSignedA
+                                                     : Int8BPacker::Quads::kForUnsignedA,
                                           b_packed, buffers.scratch);
-      const int64_t k_steps = quads ? CeilDiv(p.k, 4) : pairs;
+      const int64_t k_steps = quads ? quad_steps : pairs;
+      // A panel of B: its steps, then for a signed A the row of column sums.
+      const int64_t b_panel_steps = quads && signed_a ? k_steps + 1 : k_steps;
       const Int8MicroKernelFn kernel = quads ? plan.quad_kernel : plan.kernel;
       const char* a_packed =
           PackedRows(p, plan, a, ic, mcb, quads, quads ? buffers.quads : buffers.pairs);
@@ -282,7 +301,7 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
               args.operands[s] = steps[s].vector + column;
             }
           }
-          kernel(k_steps, a_panel, static_cast<const char*>(b_packed) + jr * k_steps * 4,
+          kernel(k_steps, a_panel, static_cast<const char*>(b_packed) + jr * b_panel_steps * 4,
                  c + (row * p.ldc + column) * c_size, p.ldc, &args);
         }
       }
@@ -377,7 +396,10 @@ absl::StatusOr<KernelShape> ChooseInt8KernelShape(const GemmTuning& tuning,
 
 std::string Int8MicroKernelName(const KernelShape& shape, const Int8EpilogueVariant& variant) {
   return absl::StrCat("kiln_qgemm_", shape.mr, "x", shape.nr(), "_v", shape.vector_bits,
-                      shape.u8_quads ? "_u8q_" : "_", variant.Name());
+                      !shape.u8_quads  ? "_"
+                      : shape.signed_a ? "_s8q_"
+                                       : "_u8q_",
+                      variant.Name());
 }
 
 namespace {
@@ -433,12 +455,16 @@ void InterleavePairs(const T* narrow, int64_t panels, int64_t k, int nr, int16_t
   }
 }
 
-void InterleaveQuads(const int8_t* narrow, int64_t panels, int64_t k, int nr, int8_t* dst) {
+// With column_sums, each panel's quads are followed by NR i32: 128 x the sum of the column
+// (mod 2^32, as the kernel's sums wrap).
+void InterleaveQuads(const int8_t* narrow, int64_t panels, int64_t k, int nr, bool column_sums,
+                     int8_t* dst) {
   const int64_t quads = CeilDiv(k, 4);
   const std::vector<int8_t> zeros(static_cast<size_t>(nr), 0);
+  std::vector<uint32_t> sums(static_cast<size_t>(nr));
   for (int64_t q = 0; q < panels; ++q) {
     const int8_t* src = narrow + q * k * nr;
-    int8_t* out = dst + q * quads * nr * 4;
+    int8_t* out = dst + q * (quads + (column_sums ? 1 : 0)) * nr * 4;
     for (int64_t s = 0; s < quads; ++s) {
       const int8_t* depth[4];
       for (int h = 0; h < 4; ++h) depth[h] = 4 * s + h < k ? src + (4 * s + h) * nr : zeros.data();
@@ -451,21 +477,105 @@ void InterleaveQuads(const int8_t* narrow, int64_t panels, int64_t k, int nr, in
         std::memcpy(row + 4 * j, &quad, 4);  // little-endian: depth step 4s + h at byte h
       }
     }
+    if (!column_sums) continue;
+    std::fill(sums.begin(), sums.end(), 0u);
+    for (int64_t kk = 0; kk < k; ++kk) {
+      for (int j = 0; j < nr; ++j) sums[j] += static_cast<uint32_t>(int32_t{src[kk * nr + j]});
+    }
+    for (uint32_t& sum : sums) sum *= 128u;
+    std::memcpy(out + quads * nr * 4, sums.data(), sums.size() * 4);
   }
 }
+
+// A B whose columns are contiguous (row stride 1: a Linear layer's [N, K] weight used as
+// B = W^T) packed straight from its columns, without narrow panels: a pair is two consecutive
+// values of a column widened to i16, a quad (i8 only) four consecutive bytes.
+template <class T>
+class ColumnInt8Packer final : public Int8BPacker {
+ public:
+  explicit ColumnInt8Packer(int64_t col_stride) : col_stride_(col_stride) {}
+
+  bool Pack(const void* base, int64_t k, int64_t n0, int64_t nc, int nr, Quads quads, void* dst,
+            AlignedBuffer&) const override {
+    const auto* b = static_cast<const T*>(base) + n0 * col_stride_;
+    bool within = false;
+    if constexpr (std::is_same_v<T, int8_t>) {
+      within = quads != Quads::kNo;
+      for (int64_t j = 0; j < nc && within; ++j) within = WithinQuadRange(b + j * col_stride_, k);
+    }
+    if (within) {
+      PackQuads(b, k, nc, nr, quads == Quads::kForSignedA, static_cast<uint8_t*>(dst));
+    } else {
+      PackPairs(b, k, nc, nr, static_cast<int16_t*>(dst));
+    }
+    return within;
+  }
+
+ private:
+  void PackPairs(const T* b, int64_t k, int64_t nc, int nr, int16_t* dst) const {
+    const int64_t pairs = CeilDiv(k, 2), panels = CeilDiv(nc, nr);
+    for (int64_t q = 0; q < panels; ++q) {
+      int16_t* panel = dst + q * pairs * nr * 2;
+      for (int jj = 0; jj < nr; ++jj) {
+        const int64_t j = q * nr + jj;
+        const T* src = b + j * col_stride_;
+        for (int64_t p = 0; p < pairs; ++p) {
+          int16_t* pair = panel + (p * nr + jj) * 2;
+          pair[0] = j < nc ? static_cast<int16_t>(src[2 * p]) : int16_t{0};
+          pair[1] = j < nc && 2 * p + 1 < k ? static_cast<int16_t>(src[2 * p + 1]) : int16_t{0};
+        }
+      }
+    }
+  }
+
+  // With column_sums, each panel's quads are followed by NR i32: 128 x the column's sum.
+  void PackQuads(const T* b, int64_t k, int64_t nc, int nr, bool column_sums, uint8_t* dst) const {
+    const int64_t steps = CeilDiv(k, 4), whole = k / 4, panels = CeilDiv(nc, nr);
+    for (int64_t q = 0; q < panels; ++q) {
+      uint8_t* panel = dst + q * (steps + (column_sums ? 1 : 0)) * nr * 4;
+      for (int jj = 0; jj < nr; ++jj) {
+        const int64_t j = q * nr + jj;
+        uint32_t sum = 0;
+        if (j >= nc) {
+          for (int64_t s = 0; s < steps; ++s) std::memset(panel + (s * nr + jj) * 4, 0, 4);
+        } else {
+          const T* src = b + j * col_stride_;
+          for (int64_t s = 0; s < whole; ++s)
+            std::memcpy(panel + (s * nr + jj) * 4, src + 4 * s, 4);
+          if (whole < steps) {
+            uint8_t* quad = panel + (whole * nr + jj) * 4;
+            for (int h = 0; h < 4; ++h) {
+              quad[h] = 4 * whole + h < k ? static_cast<uint8_t>(src[4 * whole + h]) : 0;
+            }
+          }
+          if (column_sums) {
+            for (int64_t kk = 0; kk < k; ++kk) sum += static_cast<uint32_t>(int32_t{src[kk]});
+          }
+        }
+        if (column_sums) {
+          sum *= 128u;
+          std::memcpy(panel + (steps * nr + jj) * 4, &sum, 4);
+        }
+      }
+    }
+  }
+
+  int64_t col_stride_;
+};
 
 }  // namespace
 
 template <class T>
 bool NarrowInt8Packer<T>::Pack(const void* base, int64_t k, int64_t n0, int64_t nc, int nr,
-                               bool quads, void* dst, AlignedBuffer& scratch) const {
+                               Quads quads, void* dst, AlignedBuffer& scratch) const {
   const int64_t panels = CeilDiv(nc, nr);
   auto* narrow = static_cast<T*>(
       scratch.Get(static_cast<size_t>(std::max<int64_t>(1, panels * nr * k)) * sizeof(T)));
   narrow_.Pack(static_cast<const T*>(base), 0, k, n0, nc, nr, narrow);
   if constexpr (std::is_same_v<T, int8_t>) {
-    if (quads && WithinQuadRange(narrow, panels * nr * k)) {
-      InterleaveQuads(narrow, panels, k, nr, static_cast<int8_t*>(dst));
+    if (quads != Quads::kNo && WithinQuadRange(narrow, panels * nr * k)) {
+      InterleaveQuads(narrow, panels, k, nr, quads == Quads::kForSignedA,
+                      static_cast<int8_t*>(dst));
       return true;
     }
   }
@@ -493,9 +603,10 @@ absl::Status RunInt8Core(const Int8CoreProblem& problem, const GemmTuning& tunin
   plan.kernel = *kernel;
   // Both kernels are fetched before any block is packed, since the layout is chosen per block
   // from its values (and a blob's recording run sees only zeros).
-  if (problem.u8_quads && tuning.int8_quads) {
+  if (problem.quads && tuning.int8_quads) {
     KernelShape quads = plan.shape;
     quads.u8_quads = true;
+    quads.signed_a = problem.a_dtype == DType::kI8;
     absl::StatusOr<Int8MicroKernelFn> quad_kernel = kernels.GetInt8(quads, variant);
     if (quad_kernel.ok()) {
       plan.quad_kernel = *quad_kernel;
@@ -517,6 +628,7 @@ namespace {
 
 using base::DType;
 using gemm_internal::BatchOffsets;
+using gemm_internal::Int8BPacker;
 using gemm_internal::Int8CoreProblem;
 using gemm_internal::NarrowInt8Packer;
 using gemm_internal::StridedBPacker;
@@ -584,8 +696,11 @@ absl::Status ExecuteInt8Gemm(const Int8GemmParams& params,
   return gemm_internal::WithInt8OperandType(params.b_dtype, [&]<class T>(T*) {
     const StridedBPacker<T> narrow(params.b.row_stride, params.b.col_stride);
     const NarrowInt8Packer<T> packer(narrow);
-    problem.b_packer = &packer;
-    problem.u8_quads = params.a_dtype == DType::kU8 && std::is_same_v<T, int8_t>;
+    const gemm_internal::ColumnInt8Packer<T> columns(params.b.col_stride);
+    problem.b_packer =
+        params.b.row_stride == 1 ? static_cast<const Int8BPacker*>(&columns) : &packer;
+    problem.quads =
+        (params.a_dtype == DType::kU8 || params.a_dtype == DType::kI8) && std::is_same_v<T, int8_t>;
     return gemm_internal::RunInt8Core(problem, params.tuning, kernels, pool);
   });
 }

@@ -58,6 +58,9 @@ struct KernelShape {
   /// pairs summed in i16 and then into i32 lanes. Exact when every B value lies in [-64, 64]
   /// (|255 x 64 x 2| fits an i16), which the driver checks per B block; otherwise i16 pairs.
   bool u8_quads = false;
+  /// u8_quads with an i8 A, packed as A + 128 (u8): each B panel ends in a row of NR i32,
+  /// 128 x the column's sum over the depth, which the kernel subtracts from its sums.
+  bool signed_a = false;
   int nr() const { return nr_vectors * lanes; }
 };
 
@@ -110,8 +113,10 @@ struct Int8TileArgs {
 /// pairs, element (p * MR + i) * 2 + h is A[i][2p + h]; `b` an NR-column panel of i16 pairs
 /// (64-byte aligned), element (p * NR + j) * 2 + h is B[2p + h][j]. u8 quads
 /// (KernelShape::u8_quads): bytes, element (q * MR + i) * 4 + h of `a` is A[i][4q + h] (u8) and
-/// (q * NR + j) * 4 + h of `b` is B[4q + h][j] (i8). Both zero-padded. `c` is the tile's first
-/// element and ldc the row stride of C, in elements of the output dtype.
+/// (q * NR + j) * 4 + h of `b` is B[4q + h][j] (i8); with KernelShape::signed_a, a's bytes are
+/// A + 128 and b's k_steps quads are followed by NR i32 (128 x the sum of column j of B). Both
+/// zero-padded. `c` is the tile's first element and ldc the row stride of C, in elements of the
+/// output dtype.
 using Int8MicroKernelFn = void (*)(int64_t k_steps, const void* a, const void* b, void* c,
                                    int64_t ldc, const Int8TileArgs* args);
 
@@ -133,7 +138,7 @@ absl::StatusOr<KernelShape> ChooseInt8KernelShape(const GemmTuning& tuning,
                                                   const TargetVectors& vectors);
 
 /// The symbol of the int8 micro-kernel, e.g. "kiln_qgemm_6x16_v256_f32_mul_c_add_c", or
-/// "kiln_qgemm_5x16_v256_u8q_i32" for a u8-quad kernel.
+/// "kiln_qgemm_5x16_v256_u8q_i32" for a u8-quad kernel ("_s8q_" with signed_a).
 std::string Int8MicroKernelName(const KernelShape& shape, const Int8EpilogueVariant& variant);
 
 /// Where the driver gets its micro-kernels: the JIT (codegen/cpu: generated on first use) or a
@@ -267,11 +272,14 @@ void ForEachRectangle(int64_t m, int64_t n, int64_t k, int64_t count, int mr, in
 class Int8BPacker {
  public:
   virtual ~Int8BPacker() = default;
+  /// How B may be packed: only as i16 pairs, or as quads when its values allow (with the row of
+  /// column sums for a signed A).
+  enum class Quads { kNo, kForUnsignedA, kForSignedA };
   /// B[0:k, n0:n0+nc] of the matrix at `base` into ceil(nc / nr) panels in the layout of
-  /// Int8MicroKernelFn's b: u8 quads when `quads` allows them and every value of the block lies
-  /// in [-64, 64] (then it returns true), i16 pairs otherwise (false). Rows and columns past the
+  /// Int8MicroKernelFn's b: quads when `quads` allows them and every value of the block lies in
+  /// [-64, 64] (then it returns true), i16 pairs otherwise (false). Rows and columns past the
   /// block are zero. `scratch` may be used for narrow panels.
-  virtual bool Pack(const void* base, int64_t k, int64_t n0, int64_t nc, int nr, bool quads,
+  virtual bool Pack(const void* base, int64_t k, int64_t n0, int64_t nc, int nr, Quads quads,
                     void* dst, AlignedBuffer& scratch) const = 0;
 };
 
@@ -281,7 +289,7 @@ template <class T>
 class NarrowInt8Packer final : public Int8BPacker {
  public:
   explicit NarrowInt8Packer(const BPacker<T>& narrow) : narrow_(narrow) {}
-  bool Pack(const void* base, int64_t k, int64_t n0, int64_t nc, int nr, bool quads, void* dst,
+  bool Pack(const void* base, int64_t k, int64_t n0, int64_t nc, int nr, Quads quads, void* dst,
             AlignedBuffer& scratch) const override;
 
  private:
@@ -296,8 +304,8 @@ struct Int8CoreProblem {
   const void* b = nullptr;
   const Int8BPacker* b_packer = nullptr;
   int64_t b_element_size = 1;
-  /// A is u8 and b_packer's B is i8: blocks of B in [-64, 64] may run on the u8-quad kernels.
-  bool u8_quads = false;
+  /// A is u8 or i8 and b_packer's B is i8: blocks of B in [-64, 64] may run on the quad kernels.
+  bool quads = false;
   void* c = nullptr;
   int64_t ldc = 0;
   Int8Epilogue epilogue;

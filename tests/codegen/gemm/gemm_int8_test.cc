@@ -389,25 +389,35 @@ TEST(GemmInt8Test, SevenBitWeightsOnQuadsEqualTheScalarLoop) {
   // 255 x 64 x 2 = 32640 and 255 x -64 x 2 = -32640: the pair sums of pmaddubsw at their largest,
   // still inside i16. Depths around multiples of 4 (the quads' zero padding), edges, strides,
   // batches, a broadcast B, small blocks, threads and every epilogue.
+  // An i8 A (A + 128 in the kernel, minus 128 x B's column sums) the same, through -128 and 127.
   const Int8Epilogue sums;
-  for (int64_t k : {1, 2, 3, 4, 5, 7, 8, 9, 64, 1027}) {
-    RunCase({DType::kU8, DType::kI8, 1, 7, 19, k, false, false, false, 1}, sums, {}, 64);
-  }
-  RunCase({DType::kU8, DType::kI8, 1, 1, 53, 33, false, false, false, 1}, sums, {}, 64);
-  RunCase({DType::kU8, DType::kI8, 3, 17, 9, 40, true, true, false, 2}, sums, {}, 64);
-  RunCase({DType::kU8, DType::kI8, 4, 8, 24, 12, false, true, true, 2}, sums, {}, 64);
-  RunCase({DType::kU8, DType::kI8, 1, 130, 150, 300, false, true, false, 2}, sums, {}, 64);
-  GemmTuning small;
-  small.mc = 7;
-  small.nc = 20;
-  RunCase({DType::kU8, DType::kI8, 2, 45, 77, 31, false, true, false, 1}, sums, small, 64);
-  for (DType output : {DType::kF32, DType::kU8, DType::kI8}) {
-    for (int variant : {0, 1}) {
-      const Case tc{DType::kU8, DType::kI8, 2, 9, 21, 35, false, true, false, 2};
-      std::mt19937 rng(static_cast<uint32_t>(variant * 10 + static_cast<int>(output)));
-      RunCase(tc, MakeEpilogues(tc.m, tc.n, rng).Make(output, variant), {}, 64);
+  for (DType a : {DType::kU8, DType::kI8}) {
+    for (int64_t k : {1, 2, 3, 4, 5, 7, 8, 9, 64, 1027}) {
+      RunCase({a, DType::kI8, 1, 7, 19, k, false, false, false, 1}, sums, {}, 64);
+    }
+    RunCase({a, DType::kI8, 1, 1, 53, 33, false, false, false, 1}, sums, {}, 64);
+    RunCase({a, DType::kI8, 3, 17, 9, 40, true, true, false, 2}, sums, {}, 64);
+    RunCase({a, DType::kI8, 4, 8, 24, 12, false, true, true, 2}, sums, {}, 64);
+    RunCase({a, DType::kI8, 1, 130, 150, 300, false, true, false, 2}, sums, {}, 64);
+    GemmTuning small;
+    small.mc = 7;
+    small.nc = 20;
+    RunCase({a, DType::kI8, 2, 45, 77, 31, false, true, false, 1}, sums, small, 64);
+    for (DType output : {DType::kF32, DType::kU8, DType::kI8}) {
+      for (int variant : {0, 1}) {
+        const Case tc{a, DType::kI8, 2, 9, 21, 35, false, true, false, 2};
+        std::mt19937 rng(static_cast<uint32_t>(variant * 10 + static_cast<int>(output)));
+        RunCase(tc, MakeEpilogues(tc.m, tc.n, rng).Make(output, variant), {}, 64);
+      }
     }
   }
+  // A partial last panel of a transposed B (the column packer's zero columns).
+  RunCase({DType::kI8, DType::kI8, 1, 11, 43, 70, false, true, false, 1}, sums, {}, 64);
+  // An i16 A stays on pairs (its values do not fit a byte).
+  RunCase({DType::kI16, DType::kI8, 1, 7, 19, 37, false, false, false, 1}, sums, {}, 64);
+  // Column sums large enough to wrap i32 (64 x 128 x 2^18): the kernel's sums wrap alike.
+  RunCase({DType::kI8, DType::kI8, 1, 2, 17, (int64_t{1} << 18) + 3, false, false, false, 2}, sums,
+          {}, 64);
 }
 
 // The JIT's kernels with the u8-quad ones replaced by a kernel that writes nothing (or, without
@@ -441,7 +451,8 @@ class QuadProbeKernels final : public gi::MicroKernelProvider {
 // Every touched element must be exact.
 std::vector<bool> ColumnsWithSums(const gi::MicroKernelProvider& kernels, int64_t n, int64_t k,
                                   const std::vector<std::tuple<int64_t, int64_t, int>>& outside,
-                                  bool quads = true) {
+                                  bool quads = true, DType a_dtype = DType::kU8,
+                                  bool transposed_b = false) {
   absl::StatusOr<gi::KernelShape> shape =
       gi::ChooseInt8KernelShape({}, gemm_internal::JitMicroKernels().vectors());
   EXPECT_TRUE(shape.ok());
@@ -449,21 +460,28 @@ std::vector<bool> ColumnsWithSums(const gi::MicroKernelProvider& kernels, int64_
   std::mt19937 rng(static_cast<uint32_t>(n + k));
   std::vector<uint8_t> a(static_cast<size_t>(m * k));
   std::vector<int8_t> b(static_cast<size_t>(k * n));
-  for (uint8_t& v : a) v = static_cast<uint8_t>(Draw(DType::kU8, rng));
+  for (uint8_t& v : a) v = static_cast<uint8_t>(Draw(a_dtype, rng));
   for (int8_t& v : b) v = static_cast<int8_t>(Draw(DType::kI8, rng, 64));
   for (const auto& [depth, column, value] : outside) {
     b[static_cast<size_t>(depth * n + column)] = static_cast<int8_t>(value);
   }
+  // Transposed: B^T [n, k] row-major (a Linear layer's weight), the quads read from its rows.
+  std::vector<int8_t> bt(b.size());
+  for (int64_t kk = 0; kk < k; ++kk) {
+    for (int64_t col = 0; col < n; ++col) {
+      bt[static_cast<size_t>(col * k + kk)] = b[static_cast<size_t>(kk * n + col)];
+    }
+  }
   constexpr int32_t kSentinel = 0x5a5a5a5a;
   std::vector<int32_t> c(static_cast<size_t>(m * n), kSentinel);
   Int8GemmParams p;
-  p.a_dtype = DType::kU8;
+  p.a_dtype = a_dtype;
   p.b_dtype = DType::kI8;
   p.m = m;
   p.n = n;
   p.k = k;
   p.a = DenseMatrix(a.data(), m, k);
-  p.b = DenseMatrix(b.data(), k, n);
+  p.b = transposed_b ? MatrixView{bt.data(), 1, k, {}} : DenseMatrix(b.data(), k, n);
   p.c = DenseMatrix(c.data(), m, n);
   p.tuning.nc = shape->nr();  // one panel per block
   p.tuning.int8_quads = quads;
@@ -475,7 +493,9 @@ std::vector<bool> ColumnsWithSums(const gi::MicroKernelProvider& kernels, int64_
     for (int64_t r = 0; r < m; ++r) {
       int64_t sum = 0;
       for (int64_t kk = 0; kk < k; ++kk) {
-        sum += int64_t{a[static_cast<size_t>(r * k + kk)]} * b[static_cast<size_t>(kk * n + col)];
+        const uint8_t byte = a[static_cast<size_t>(r * k + kk)];
+        const int64_t a_value = a_dtype == DType::kI8 ? int64_t{static_cast<int8_t>(byte)} : byte;
+        sum += a_value * b[static_cast<size_t>(kk * n + col)];
       }
       const int32_t got = c[static_cast<size_t>(r * n + col)];
       EXPECT_EQ(got != kSentinel, with_sums[static_cast<size_t>(col)])
@@ -492,8 +512,13 @@ TEST(GemmInt8Test, BlocksWithinSevenBitsRunOnQuadsTheOthersOnPairs) {
   ASSERT_TRUE(shape.ok());
   const int64_t nr = shape->nr(), n = 3 * nr, k = 300;
   const QuadProbeKernels probe(/*has_quads=*/true);
-  // All within [-64, 64], the bounds included: every block on quads.
-  EXPECT_EQ(ColumnsWithSums(probe, n, k, {}), std::vector<bool>(static_cast<size_t>(n), false));
+  // All within [-64, 64], the bounds included: every block on quads, for a u8 or an i8 A.
+  for (DType a : {DType::kU8, DType::kI8}) {
+    for (bool transposed : {false, true}) {
+      EXPECT_EQ(ColumnsWithSums(probe, n, k, {}, true, a, transposed),
+                std::vector<bool>(static_cast<size_t>(n), false));
+    }
+  }
   EXPECT_GT(probe.quad_requests, 0);
   // One value just outside, at the start, the middle and the last byte of the middle block (its
   // range check reads the block's k x NR bytes in chunks, then a tail): that block on pairs.
@@ -504,6 +529,9 @@ TEST(GemmInt8Test, BlocksWithinSevenBitsRunOnQuadsTheOthersOnPairs) {
       std::vector<bool> want(static_cast<size_t>(n), false);
       for (int64_t col = nr; col < 2 * nr; ++col) want[static_cast<size_t>(col)] = true;
       EXPECT_EQ(ColumnsWithSums(probe, n, k, {{depth, column, value}}), want);
+      // B^T stored by rows: each column's k bytes checked in turn.
+      EXPECT_EQ(ColumnsWithSums(probe, n, k, {{depth, column, value}}, true, DType::kI8, true),
+                want);
     }
   }
 }
@@ -524,13 +552,16 @@ TEST(GemmInt8Test, QuadKernelsUsePmaddubsw) {
   absl::StatusOr<gi::KernelShape> shape = gi::ChooseInt8KernelShape({}, *vectors);
   ASSERT_TRUE(shape.ok());
   shape->u8_quads = true;
-  gi::Int8EpilogueVariant variant;
-  absl::StatusOr<gemm_internal::KernelText> text =
-      gemm_internal::GenerateInt8KernelText(*shape, variant);
-  ASSERT_TRUE(text.ok()) << text.status();
-  EXPECT_EQ(text->name, absl::StrCat("kiln_qgemm_", shape->mr, "x", shape->nr(), "_v",
-                                     shape->vector_bits, "_u8q_i32"));
-  EXPECT_TRUE(absl::StrContains(text->assembly, "pmaddubsw")) << text->assembly;
+  for (bool signed_a : {false, true}) {
+    shape->signed_a = signed_a;
+    gi::Int8EpilogueVariant variant;
+    absl::StatusOr<gemm_internal::KernelText> text =
+        gemm_internal::GenerateInt8KernelText(*shape, variant);
+    ASSERT_TRUE(text.ok()) << text.status();
+    EXPECT_EQ(text->name, absl::StrCat("kiln_qgemm_", shape->mr, "x", shape->nr(), "_v",
+                                       shape->vector_bits, signed_a ? "_s8q_i32" : "_u8q_i32"));
+    EXPECT_TRUE(absl::StrContains(text->assembly, "pmaddubsw")) << text->assembly;
+  }
 }
 
 TEST(GemmInt8Test, RejectsBadArguments) {
