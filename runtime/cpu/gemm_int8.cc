@@ -1,7 +1,7 @@
 // The int8 GEMM driver (runtime/cpu/gemm.h, "int8 inference"): operands of u8, i8 or i16 widened
-// to i16 pairs while they are packed, or a u8 A and an i8 B block within [-64, 64] kept in quads
-// of bytes; the micro-kernels of codegen/cpu/gemm_kernel.cc (pmaddwd, pmaddubsw), i32 sums, the
-// epilogue on each finished tile.
+// to i16 pairs while they are packed, or, for a u8 or i8 A, an i8 B block within [-64, 64] and A
+// kept in quads of bytes; the micro-kernels of codegen/cpu/gemm_kernel.cc (pmaddwd, pmaddubsw), i32
+// sums, the epilogue on each finished tile.
 //
 // Loop nest of one rectangle of the output (the work of one task):
 //   for ic in rows, step MC:                 the A band, MC x K, packed once per layout (L3)
@@ -11,14 +11,14 @@
 // The depth is not cut into blocks: partial sums would need an i32 buffer beside an output of
 // another dtype, and a whole-depth micro-panel of i16 pairs (MR x K x 2 bytes, 24 KiB at K = 2048
 // on AVX2) still fits L1. Widened operands take twice the bytes of f32's per two depth steps, so
-// the blocks are sized from K the way the f32 driver sizes them from KC (quads take half that).
+// the blocks are sized from K the way the f32 driver sizes them from KC (quads fill half of them).
 //
 // Why two layouts: pmaddwd multiplies i16 pairs exactly for any operands, but needs an add per
 // 16 products; pmaddubsw multiplies u8 by i8 into pair sums of 32 products per instruction and
 // saturates them at i16, which |255 x 64 x 2| = 32640 never reaches. On the AVX2 Zen 3 the pairs'
 // inner loop runs 20 pmaddwd and 20 vpaddd in 12.4 cycles, the quads' 20 pmaddubsw, 20 pmaddwd
 // (by ones) and 20 vpaddd per twice the products in 21 (docs/quantization.md). Weights quantized
-// to 7 bits (onnxruntime's reduce_range, kiln::quant's QuantizeOptions::reduce_range) fit.
+// to 7 bits (onnxruntime's reduce_range, kiln::quant's QuantConfig::reduce_range) fit.
 
 #include <algorithm>
 #include <atomic>
@@ -203,7 +203,7 @@ struct Int8Plan {
   KernelShape shape;
   int64_t mc = 0, nc = 0;
   Int8MicroKernelFn kernel = nullptr;       // i16 pairs
-  Int8MicroKernelFn quad_kernel = nullptr;  // u8 quads; null: pairs only
+  Int8MicroKernelFn quad_kernel = nullptr;  // quads (signed_a for an i8 A); null: pairs only
   uint64_t generation = 0;
 };
 
@@ -429,6 +429,14 @@ bool WithinQuadRange(const int8_t* values, int64_t count) {
   return true;
 }
 
+// 128 x the sum of `count` values `stride` apart, mod 2^32 (the kernel's sums wrap alike): what a
+// quad kernel subtracts from a column's sums for an i8 A packed as A + 128.
+uint32_t ScaledColumnSum(const int8_t* values, int64_t count, int64_t stride) {
+  uint32_t sum = 0;
+  for (int64_t i = 0; i < count; ++i) sum += static_cast<uint32_t>(int32_t{values[i * stride]});
+  return sum * 128u;
+}
+
 // The narrow k x nr panels of Pack into pairs of i16 / quads of bytes (Int8MicroKernelFn's b).
 template <class T>
 void InterleavePairs(const T* narrow, int64_t panels, int64_t k, int nr, int16_t* dst) {
@@ -455,13 +463,11 @@ void InterleavePairs(const T* narrow, int64_t panels, int64_t k, int nr, int16_t
   }
 }
 
-// With column_sums, each panel's quads are followed by NR i32: 128 x the sum of the column
-// (mod 2^32, as the kernel's sums wrap).
+// With column_sums, each panel's quads are followed by NR i32, ScaledColumnSum of each column.
 void InterleaveQuads(const int8_t* narrow, int64_t panels, int64_t k, int nr, bool column_sums,
                      int8_t* dst) {
   const int64_t quads = CeilDiv(k, 4);
   const std::vector<int8_t> zeros(static_cast<size_t>(nr), 0);
-  std::vector<uint32_t> sums(static_cast<size_t>(nr));
   for (int64_t q = 0; q < panels; ++q) {
     const int8_t* src = narrow + q * k * nr;
     int8_t* out = dst + q * (quads + (column_sums ? 1 : 0)) * nr * 4;
@@ -478,12 +484,10 @@ void InterleaveQuads(const int8_t* narrow, int64_t panels, int64_t k, int nr, bo
       }
     }
     if (!column_sums) continue;
-    std::fill(sums.begin(), sums.end(), 0u);
-    for (int64_t kk = 0; kk < k; ++kk) {
-      for (int j = 0; j < nr; ++j) sums[j] += static_cast<uint32_t>(int32_t{src[kk * nr + j]});
+    for (int j = 0; j < nr; ++j) {
+      const uint32_t sum = ScaledColumnSum(src + j, k, nr);
+      std::memcpy(out + (quads * nr + j) * 4, &sum, 4);
     }
-    for (uint32_t& sum : sums) sum *= 128u;
-    std::memcpy(out + quads * nr * 4, sums.data(), sums.size() * 4);
   }
 }
 
@@ -498,17 +502,16 @@ class ColumnInt8Packer final : public Int8BPacker {
   bool Pack(const void* base, int64_t k, int64_t n0, int64_t nc, int nr, Quads quads, void* dst,
             AlignedBuffer&) const override {
     const auto* b = static_cast<const T*>(base) + n0 * col_stride_;
-    bool within = false;
     if constexpr (std::is_same_v<T, int8_t>) {
-      within = quads != Quads::kNo;
+      bool within = quads != Quads::kNo;
       for (int64_t j = 0; j < nc && within; ++j) within = WithinQuadRange(b + j * col_stride_, k);
+      if (within) {
+        PackQuads(b, k, nc, nr, quads == Quads::kForSignedA, static_cast<uint8_t*>(dst));
+        return true;
+      }
     }
-    if (within) {
-      PackQuads(b, k, nc, nr, quads == Quads::kForSignedA, static_cast<uint8_t*>(dst));
-    } else {
-      PackPairs(b, k, nc, nr, static_cast<int16_t*>(dst));
-    }
-    return within;
+    PackPairs(b, k, nc, nr, static_cast<int16_t*>(dst));
+    return false;
   }
 
  private:
@@ -518,28 +521,29 @@ class ColumnInt8Packer final : public Int8BPacker {
       int16_t* panel = dst + q * pairs * nr * 2;
       for (int jj = 0; jj < nr; ++jj) {
         const int64_t j = q * nr + jj;
-        const T* src = b + j * col_stride_;
         for (int64_t p = 0; p < pairs; ++p) {
           int16_t* pair = panel + (p * nr + jj) * 2;
-          pair[0] = j < nc ? static_cast<int16_t>(src[2 * p]) : int16_t{0};
-          pair[1] = j < nc && 2 * p + 1 < k ? static_cast<int16_t>(src[2 * p + 1]) : int16_t{0};
+          const T* src = j < nc ? b + j * col_stride_ + 2 * p : nullptr;
+          pair[0] = src != nullptr ? static_cast<int16_t>(src[0]) : int16_t{0};
+          pair[1] = src != nullptr && 2 * p + 1 < k ? static_cast<int16_t>(src[1]) : int16_t{0};
         }
       }
     }
   }
 
-  // With column_sums, each panel's quads are followed by NR i32: 128 x the column's sum.
-  void PackQuads(const T* b, int64_t k, int64_t nc, int nr, bool column_sums, uint8_t* dst) const {
+  // With column_sums, each panel's quads are followed by NR i32, ScaledColumnSum of each column.
+  void PackQuads(const int8_t* b, int64_t k, int64_t nc, int nr, bool column_sums,
+                 uint8_t* dst) const {
     const int64_t steps = CeilDiv(k, 4), whole = k / 4, panels = CeilDiv(nc, nr);
     for (int64_t q = 0; q < panels; ++q) {
       uint8_t* panel = dst + q * (steps + (column_sums ? 1 : 0)) * nr * 4;
       for (int jj = 0; jj < nr; ++jj) {
         const int64_t j = q * nr + jj;
-        uint32_t sum = 0;
+        uint32_t sum = 0;  // a column past nc sums to 0
         if (j >= nc) {
           for (int64_t s = 0; s < steps; ++s) std::memset(panel + (s * nr + jj) * 4, 0, 4);
         } else {
-          const T* src = b + j * col_stride_;
+          const int8_t* src = b + j * col_stride_;
           for (int64_t s = 0; s < whole; ++s)
             std::memcpy(panel + (s * nr + jj) * 4, src + 4 * s, 4);
           if (whole < steps) {
@@ -548,14 +552,9 @@ class ColumnInt8Packer final : public Int8BPacker {
               quad[h] = 4 * whole + h < k ? static_cast<uint8_t>(src[4 * whole + h]) : 0;
             }
           }
-          if (column_sums) {
-            for (int64_t kk = 0; kk < k; ++kk) sum += static_cast<uint32_t>(int32_t{src[kk]});
-          }
+          if (column_sums) sum = ScaledColumnSum(src, k, 1);
         }
-        if (column_sums) {
-          sum *= 128u;
-          std::memcpy(panel + (steps * nr + jj) * 4, &sum, 4);
-        }
+        if (column_sums) std::memcpy(panel + (steps * nr + jj) * 4, &sum, 4);
       }
     }
   }

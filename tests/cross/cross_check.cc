@@ -52,6 +52,9 @@ int Prepare(const kiln::ir::Graph& graph, const std::string& dir) {
         t.SetDouble(k, uniform(rng));
       } else if (type.dtype == kiln::ir::DType::kU8) {
         t.SetInt64(k, static_cast<int64_t>(rng() % 256));
+      } else if (type.dtype == kiln::ir::DType::kI8) {
+        // Within [-64, 64]: an int8 matmul's B takes the quad kernels (docs/quantization.md).
+        t.SetInt64(k, static_cast<int64_t>(rng() % 129) - 64);
       } else {
         // i32/i64 are gather/scatter indices in the test graphs: 0 and 1 are in range for them.
         t.SetInt64(k, static_cast<int64_t>(rng() % 2));

@@ -33,9 +33,11 @@ echo "   built in $((SECONDS - start)) s"
 file "$WORK/aarch64/kiln_cross_runner" "$WORK/aarch64/runtime/libkiln_runtime.so" 2>/dev/null || true
 
 # The MLP (GEMM, weights, fused kernels) and single-op graphs from the IR seed corpus that take
-# other paths of the runtime: convolution, gather, scatter, windows on u8.
+# other paths of the runtime: convolution, gather, scatter, windows on u8, the int8 GEMM's quad
+# kernels (u8 and i8 A; plain IR on aarch64, pmaddubsw on x86).
 GRAPHS=(tests/tools/graphs/mlp.kir tests/tools/corpus/ir/conv.kir tests/tools/corpus/ir/gather.kir
-        tests/tools/corpus/ir/scatter_add.kir tests/tools/corpus/ir/window_max.kir)
+        tests/tools/corpus/ir/scatter_add.kir tests/tools/corpus/ir/window_max.kir
+        tests/tools/corpus/ir/matmul_int8.kir)
 for graph in "${GRAPHS[@]}"; do
   name="$(basename "$graph" .kir)"
   run="$WORK/run/$name"
