@@ -192,10 +192,16 @@ class Expander : public KernelRewriter {
     const ValueId p45 = Fma(F(1.6666665459E-1), r, F(5.0000001201E-1));
     const ValueId p = Fma(Fma(p01, r2, p23), r2, p45);
     const ValueId q = Fma(p, r2, r);  // exp(r) = 1 + q
-    // n in [-150, 128]: scale in two steps, 2^(n/2) * 2^(n - n/2), each a normal float, so
-    // subnormal results are rounded once (by the last multiply) and 2^128 * y can overflow.
-    // (1 + q) 2^(n/2) is one fma: scaling by a power of two that keeps the result normal is
-    // exact, so it rounds as adding 1 did, a step shorter.
+    // n in [-150, 128]: scale in two steps, each by a normal float, so subnormal results are
+    // rounded once (by the last multiply) and 2^128 * y can overflow. (1 + q) 2^a is one fma:
+    // scaling by a power of two that keeps the result normal is exact, so it rounds as adding 1
+    // did, a step shorter. For x <= 0, n in [-150, 0]: 2^(n + 64) then the constant 2^-64 (two
+    // integer operations instead of seven); otherwise 2^(n/2) then 2^(n - n/2). Both give the
+    // bits of (1 + q) 2^n rounded once.
+    if (nonpositive) {
+      const ValueId scale = Pow2(Bin(ExprOp::kAdd, k, I(64)));
+      return Bin(ExprOp::kMul, Fma(q, scale, scale), F(0x1p-64));
+    }
     const ValueId k1 = Bin(ExprOp::kShr, k, I(1));
     const ValueId k2 = Bin(ExprOp::kSub, k, k1);
     const ValueId scale1 = Pow2(k1);
