@@ -410,23 +410,21 @@ namespace {
 bool WithinQuadRange(const int8_t* values, int64_t count) {
   constexpr uint64_t kHigh = 0x8080808080808080u, kLow = 0x7f7f7f7f7f7f7f7fu;
   constexpr uint64_t kPlus64 = 0x4040404040404040u;
-  constexpr int64_t kChunk = 256;
+  constexpr int64_t kChunk = 256;  // bytes between the early exits
+  uint64_t outside = 0;
   int64_t i = 0;
-  for (; i + kChunk <= count; i += kChunk) {
-    uint64_t outside = 0;
-    for (int64_t j = 0; j < kChunk; j += 8) {
-      uint64_t x;
-      std::memcpy(&x, values + i + j, 8);
-      const uint64_t shifted = ((x & kLow) + kPlus64) ^ (x & kHigh);
-      // Above 128: the high bit set and any of the low seven.
-      outside |= shifted & kHigh & ((shifted & kLow) + kLow);
-    }
-    if (outside != 0) return false;
+  for (; i + 8 <= count; i += 8) {
+    uint64_t x;
+    std::memcpy(&x, values + i, 8);
+    const uint64_t shifted = ((x & kLow) + kPlus64) ^ (x & kHigh);
+    // Above 128: the high bit set and any of the low seven.
+    outside |= shifted & kHigh & ((shifted & kLow) + kLow);
+    if ((i + 8) % kChunk == 0 && outside != 0) return false;
   }
   for (; i < count; ++i) {
     if (static_cast<uint8_t>(values[i] + 64) > 128) return false;
   }
-  return true;
+  return outside == 0;
 }
 
 // 128 x the sum of `count` values `stride` apart, mod 2^32 (the kernel's sums wrap alike): what a
@@ -696,6 +694,8 @@ absl::Status ExecuteInt8Gemm(const Int8GemmParams& params,
     const StridedBPacker<T> narrow(params.b.row_stride, params.b.col_stride);
     const NarrowInt8Packer<T> packer(narrow);
     const gemm_internal::ColumnInt8Packer<T> columns(params.b.col_stride);
+    // A row-major B goes through the narrow panels: gathering each quad from four rows straight
+    // from B ran 2-4% slower at 2048^3 (rows 339-347 against narrow 353-355 GOP/s, alternated).
     problem.b_packer =
         params.b.row_stride == 1 ? static_cast<const Int8BPacker*>(&columns) : &packer;
     problem.quads =

@@ -446,13 +446,16 @@ class QuadProbeKernels final : public gi::MicroKernelProvider {
   bool has_quads_;
 };
 
+// How B lies in memory: row-major, column-major (row stride 1), or neither stride 1.
+enum class BLayout { kRows, kColumns, kStrided };
+
 // A u8 [m, k] x B i8 [k, n], B within [-64, 64] but for `outside` (depth, column, value) entries,
 // one B block per NR panel; returns for each column whether C holds its sums (false: untouched).
 // Every touched element must be exact.
 std::vector<bool> ColumnsWithSums(const gi::MicroKernelProvider& kernels, int64_t n, int64_t k,
                                   const std::vector<std::tuple<int64_t, int64_t, int>>& outside,
                                   bool quads = true, DType a_dtype = DType::kU8,
-                                  bool transposed_b = false) {
+                                  BLayout layout = BLayout::kRows) {
   absl::StatusOr<gi::KernelShape> shape =
       gi::ChooseInt8KernelShape({}, gemm_internal::JitMicroKernels().vectors());
   EXPECT_TRUE(shape.ok());
@@ -465,11 +468,13 @@ std::vector<bool> ColumnsWithSums(const gi::MicroKernelProvider& kernels, int64_
   for (const auto& [depth, column, value] : outside) {
     b[static_cast<size_t>(depth * n + column)] = static_cast<int8_t>(value);
   }
-  // Transposed: B^T [n, k] row-major (a Linear layer's weight), the quads read from its rows.
-  std::vector<int8_t> bt(b.size());
+  // kColumns: B^T [n, k] row-major (a Linear layer's weight); kStrided: the even columns of a
+  // [k, 2n] matrix (neither stride 1: the packer that gathers narrow panels first).
+  std::vector<int8_t> bt(b.size()), wide(2 * b.size());
   for (int64_t kk = 0; kk < k; ++kk) {
     for (int64_t col = 0; col < n; ++col) {
       bt[static_cast<size_t>(col * k + kk)] = b[static_cast<size_t>(kk * n + col)];
+      wide[static_cast<size_t>(kk * 2 * n + 2 * col)] = b[static_cast<size_t>(kk * n + col)];
     }
   }
   constexpr int32_t kSentinel = 0x5a5a5a5a;
@@ -481,7 +486,9 @@ std::vector<bool> ColumnsWithSums(const gi::MicroKernelProvider& kernels, int64_
   p.n = n;
   p.k = k;
   p.a = DenseMatrix(a.data(), m, k);
-  p.b = transposed_b ? MatrixView{bt.data(), 1, k, {}} : DenseMatrix(b.data(), k, n);
+  p.b = layout == BLayout::kColumns   ? MatrixView{bt.data(), 1, k, {}}
+        : layout == BLayout::kStrided ? MatrixView{wide.data(), 2 * n, 2, {}}
+                                      : DenseMatrix(b.data(), k, n);
   p.c = DenseMatrix(c.data(), m, n);
   p.tuning.nc = shape->nr();  // one panel per block
   p.tuning.int8_quads = quads;
@@ -514,8 +521,8 @@ TEST(GemmInt8Test, BlocksWithinSevenBitsRunOnQuadsTheOthersOnPairs) {
   const QuadProbeKernels probe(/*has_quads=*/true);
   // All within [-64, 64], the bounds included: every block on quads, for a u8 or an i8 A.
   for (DType a : {DType::kU8, DType::kI8}) {
-    for (bool transposed : {false, true}) {
-      EXPECT_EQ(ColumnsWithSums(probe, n, k, {}, true, a, transposed),
+    for (BLayout layout : {BLayout::kRows, BLayout::kColumns, BLayout::kStrided}) {
+      EXPECT_EQ(ColumnsWithSums(probe, n, k, {}, true, a, layout),
                 std::vector<bool>(static_cast<size_t>(n), false));
     }
   }
@@ -529,9 +536,12 @@ TEST(GemmInt8Test, BlocksWithinSevenBitsRunOnQuadsTheOthersOnPairs) {
       std::vector<bool> want(static_cast<size_t>(n), false);
       for (int64_t col = nr; col < 2 * nr; ++col) want[static_cast<size_t>(col)] = true;
       EXPECT_EQ(ColumnsWithSums(probe, n, k, {{depth, column, value}}), want);
-      // B^T stored by rows: each column's k bytes checked in turn.
-      EXPECT_EQ(ColumnsWithSums(probe, n, k, {{depth, column, value}}, true, DType::kI8, true),
-                want);
+      // B^T stored by rows (each column's k bytes checked in turn), and a B of neither stride 1
+      // (its narrow panels checked).
+      for (BLayout layout : {BLayout::kColumns, BLayout::kStrided}) {
+        EXPECT_EQ(ColumnsWithSums(probe, n, k, {{depth, column, value}}, true, DType::kI8, layout),
+                  want);
+      }
     }
   }
 }
