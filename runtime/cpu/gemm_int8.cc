@@ -90,10 +90,10 @@ int64_t RoundUp(int64_t value, int64_t multiple) { return CeilDiv(value, multipl
 
 // A[0:rows, 0:k] (strided, any of the operand dtypes) into ceil(rows / mr) panels of i16 pairs:
 // element (p * mr + i) * 2 + h of a panel is A[i][2p + h], rows past `rows` and the depth step
-// past an odd k zero.
+// past an odd k zero. Also B^T's rows, i.e. B's contiguous columns, into NR-column panels.
 template <class T>
-void PackAPairs(const T* a, int64_t row_stride, int64_t col_stride, int64_t rows, int64_t k, int mr,
-                int16_t* dst) {
+void PackRowsAsPairs(const T* a, int64_t row_stride, int64_t col_stride, int64_t rows, int64_t k,
+                     int mr, int16_t* dst) {
   const int64_t pairs = CeilDiv(k, 2);
   for (int64_t r0 = 0; r0 < rows; r0 += mr) {
     const int valid = static_cast<int>(std::min<int64_t>(mr, rows - r0));
@@ -125,26 +125,30 @@ void PackAPairsOf(DType dtype, const void* a, int64_t row_stride, int64_t col_st
                   int64_t k, int mr, int16_t* dst) {
   switch (dtype) {
     case DType::kU8:
-      return PackAPairs(static_cast<const uint8_t*>(a), row_stride, col_stride, rows, k, mr, dst);
+      return PackRowsAsPairs(static_cast<const uint8_t*>(a), row_stride, col_stride, rows, k, mr,
+                             dst);
     case DType::kI8:
-      return PackAPairs(static_cast<const int8_t*>(a), row_stride, col_stride, rows, k, mr, dst);
+      return PackRowsAsPairs(static_cast<const int8_t*>(a), row_stride, col_stride, rows, k, mr,
+                             dst);
     default:
-      return PackAPairs(static_cast<const int16_t*>(a), row_stride, col_stride, rows, k, mr, dst);
+      return PackRowsAsPairs(static_cast<const int16_t*>(a), row_stride, col_stride, rows, k, mr,
+                             dst);
   }
 }
 
-// A[0:rows, 0:k] (u8, or i8 stored as A + 128, strided) into ceil(rows / mr) panels of quads:
-// element (q * mr + i) * 4 + h of a panel is A[i][4q + h], rows past `rows` and depth steps past
-// k zero (for an i8 A too: the column sums the kernel subtracts count only B's values).
+// A[0:rows, 0:k] (u8, or i8 stored as A + 128, strided) into ceil(rows / mr) panels of quads,
+// `panel_bytes` apart: element (q * mr + i) * 4 + h of a panel is A[i][4q + h], rows past `rows`
+// and depth steps past k zero (for an i8 A too: the column sums the kernel subtracts count only
+// B's values). Also B's contiguous i8 columns, as u8 (no flip), into NR-column panels.
 template <class T>
-void PackAQuads(const T* a, int64_t row_stride, int64_t col_stride, int64_t rows, int64_t k, int mr,
-                uint8_t* dst) {
+void PackRowsAsQuads(const T* a, int64_t row_stride, int64_t col_stride, int64_t rows, int64_t k,
+                     int mr, int64_t panel_bytes, uint8_t* dst) {
   // x + 128 of an i8 is its byte with the sign bit flipped.
   constexpr uint32_t kFlip = std::is_same_v<T, int8_t> ? 0x80808080u : 0;
   const int64_t quads = CeilDiv(k, 4), whole = k / 4;
   for (int64_t r0 = 0; r0 < rows; r0 += mr) {
     const int valid = static_cast<int>(std::min<int64_t>(mr, rows - r0));
-    uint8_t* panel = dst + r0 * quads * 4;
+    uint8_t* panel = dst + r0 / mr * panel_bytes;
     for (int i = 0; i < mr; ++i) {
       uint8_t* out = panel + 4 * i;
       if (i >= valid) {
@@ -230,12 +234,13 @@ const char* PackedRows(const Int8CoreProblem& p, const Int8Plan& plan, const cha
   if (band.generation != plan.generation || band.source != a || band.ic != ic ||
       band.data != data) {
     const char* rows = a + ic * p.a_row_stride * base::DTypeSize(p.a_dtype);
+    const int64_t panel_bytes = steps * mr * 4;
     if (quads && p.a_dtype == base::DType::kI8) {
-      PackAQuads(reinterpret_cast<const int8_t*>(rows), p.a_row_stride, p.a_col_stride, mcb, p.k,
-                 mr, static_cast<uint8_t*>(data));
+      PackRowsAsQuads(reinterpret_cast<const int8_t*>(rows), p.a_row_stride, p.a_col_stride, mcb,
+                      p.k, mr, panel_bytes, static_cast<uint8_t*>(data));
     } else if (quads) {
-      PackAQuads(reinterpret_cast<const uint8_t*>(rows), p.a_row_stride, p.a_col_stride, mcb, p.k,
-                 mr, static_cast<uint8_t*>(data));
+      PackRowsAsQuads(reinterpret_cast<const uint8_t*>(rows), p.a_row_stride, p.a_col_stride, mcb,
+                      p.k, mr, panel_bytes, static_cast<uint8_t*>(data));
     } else {
       PackAPairsOf(p.a_dtype, rows, p.a_row_stride, p.a_col_stride, mcb, p.k, mr,
                    static_cast<int16_t*>(data));
@@ -253,6 +258,8 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
   const int mr = plan.shape.mr, nr = plan.shape.nr();
   const int64_t pairs = CeilDiv(p.k, 2), quad_steps = CeilDiv(p.k, 4);
   const bool signed_a = p.a_dtype == base::DType::kI8;
+  // Room in a packed B block for pairs or quads, each 4 bytes per step and column.
+  const int64_t b_steps = std::max(pairs, quad_steps + (signed_a ? 1 : 0));
   const int64_t a_size = base::DTypeSize(p.a_dtype);
   const int64_t c_size = base::DTypeSize(p.epilogue.output);
   Int8Buffers& buffers = ThreadBuffers();
@@ -269,8 +276,6 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
     const int64_t mcb = std::min(plan.mc, m1 - ic);
     for (int64_t jc = n0; jc < n1; jc += plan.nc) {
       const int64_t ncb = std::min(plan.nc, n1 - jc);
-      // Room for pairs or quads, each 4 bytes per step and column.
-      const int64_t b_steps = std::max(pairs, quad_steps + (signed_a ? 1 : 0));
       void* b_packed =
           buffers.b.Get(static_cast<size_t>(std::max<int64_t>(1, RoundUp(ncb, nr) * b_steps)) * 4);
       const bool quads = p.b_packer->Pack(b, p.k, jc, ncb, nr,
@@ -490,8 +495,8 @@ void InterleaveQuads(const int8_t* narrow, int64_t panels, int64_t k, int nr, bo
 }
 
 // A B whose columns are contiguous (row stride 1: a Linear layer's [N, K] weight used as
-// B = W^T) packed straight from its columns, without narrow panels: a pair is two consecutive
-// values of a column widened to i16, a quad (i8 only) four consecutive bytes.
+// B = W^T) packed straight from its columns, without narrow panels: the rows of B^T packed as A's
+// rows are (pairs, or for i8 quads with, for a signed A, a row of column sums after each panel).
 template <class T>
 class ColumnInt8Packer final : public Int8BPacker {
  public:
@@ -504,59 +509,26 @@ class ColumnInt8Packer final : public Int8BPacker {
       bool within = quads != Quads::kNo;
       for (int64_t j = 0; j < nc && within; ++j) within = WithinQuadRange(b + j * col_stride_, k);
       if (within) {
-        PackQuads(b, k, nc, nr, quads == Quads::kForSignedA, static_cast<uint8_t*>(dst));
+        const bool column_sums = quads == Quads::kForSignedA;
+        const int64_t steps = CeilDiv(k, 4);
+        const int64_t panel_bytes = (steps + (column_sums ? 1 : 0)) * nr * 4;
+        auto* out = static_cast<uint8_t*>(dst);
+        PackRowsAsQuads(reinterpret_cast<const uint8_t*>(b), col_stride_, 1, nc, k, nr, panel_bytes,
+                        out);
+        if (column_sums) {
+          for (int64_t j = 0; j < RoundUp(nc, nr); ++j) {
+            const uint32_t sum = j < nc ? ScaledColumnSum(b + j * col_stride_, k, 1) : 0;
+            std::memcpy(out + j / nr * panel_bytes + (steps * nr + j % nr) * 4, &sum, 4);
+          }
+        }
         return true;
       }
     }
-    PackPairs(b, k, nc, nr, static_cast<int16_t*>(dst));
+    PackRowsAsPairs(b, col_stride_, 1, nc, k, nr, static_cast<int16_t*>(dst));
     return false;
   }
 
  private:
-  void PackPairs(const T* b, int64_t k, int64_t nc, int nr, int16_t* dst) const {
-    const int64_t pairs = CeilDiv(k, 2), panels = CeilDiv(nc, nr);
-    for (int64_t q = 0; q < panels; ++q) {
-      int16_t* panel = dst + q * pairs * nr * 2;
-      for (int jj = 0; jj < nr; ++jj) {
-        const int64_t j = q * nr + jj;
-        for (int64_t p = 0; p < pairs; ++p) {
-          int16_t* pair = panel + (p * nr + jj) * 2;
-          const T* src = j < nc ? b + j * col_stride_ + 2 * p : nullptr;
-          pair[0] = src != nullptr ? static_cast<int16_t>(src[0]) : int16_t{0};
-          pair[1] = src != nullptr && 2 * p + 1 < k ? static_cast<int16_t>(src[1]) : int16_t{0};
-        }
-      }
-    }
-  }
-
-  // With column_sums, each panel's quads are followed by NR i32, ScaledColumnSum of each column.
-  void PackQuads(const int8_t* b, int64_t k, int64_t nc, int nr, bool column_sums,
-                 uint8_t* dst) const {
-    const int64_t steps = CeilDiv(k, 4), whole = k / 4, panels = CeilDiv(nc, nr);
-    for (int64_t q = 0; q < panels; ++q) {
-      uint8_t* panel = dst + q * (steps + (column_sums ? 1 : 0)) * nr * 4;
-      for (int jj = 0; jj < nr; ++jj) {
-        const int64_t j = q * nr + jj;
-        uint32_t sum = 0;  // a column past nc sums to 0
-        if (j >= nc) {
-          for (int64_t s = 0; s < steps; ++s) std::memset(panel + (s * nr + jj) * 4, 0, 4);
-        } else {
-          const int8_t* src = b + j * col_stride_;
-          for (int64_t s = 0; s < whole; ++s)
-            std::memcpy(panel + (s * nr + jj) * 4, src + 4 * s, 4);
-          if (whole < steps) {
-            uint8_t* quad = panel + (whole * nr + jj) * 4;
-            for (int h = 0; h < 4; ++h) {
-              quad[h] = 4 * whole + h < k ? static_cast<uint8_t>(src[4 * whole + h]) : 0;
-            }
-          }
-          if (column_sums) sum = ScaledColumnSum(src, k, 1);
-        }
-        if (column_sums) std::memcpy(panel + (steps * nr + jj) * 4, &sum, 4);
-      }
-    }
-  }
-
   int64_t col_stride_;
 };
 
