@@ -114,9 +114,9 @@ struct GemmTuning {
     kInPlace,  // in place whenever the column stride is 1
   };
   ARead a_read = ARead::kAuto;
-  /// int8 GEMMs of a u8 A and an i8 B: a B block whose values all lie in [-64, 64] runs on the
-  /// u8-quad micro-kernels (pmaddubsw, exact in that range; KernelShape::u8_quads) instead of the
-  /// i16 pairs. false: always the pairs (to compare the two).
+  /// int8 GEMMs of a u8 or i8 A and an i8 B: a B block whose values all lie in [-64, 64] runs on
+  /// the quad micro-kernels (pmaddubsw, exact in that range; KernelShape::u8_quads) instead of
+  /// the i16 pairs. false: always the pairs (to compare the two).
   bool int8_quads = true;
 };
 
