@@ -3,7 +3,7 @@
 //
 //   gemm_int8_bench [--sizes=1024,2048] [--shapes=MxNxK[t],...] [--threads=2] [--rounds=5]
 //                   [--min_time=0.3] [--output=i32|f32|u8] [--weights=8bit|7bit] [--pairs]
-//                   [--json] [--asm]
+//                   [--prepack] [--json] [--asm]
 //
 // The two take turns in batches of about 20 ms until each has run for rounds x min_time seconds;
 // the table shows each one's best batch in GOP/s (2 M N K operations per call) and the ratios
@@ -12,7 +12,10 @@
 // column (f32) and requantised (u8), as a quantized Linear layer computes them (QLinearMatMul).
 // --weights picks B's values: uniform over all of i8, or over [-64, 64] (weights quantized to 7
 // bits, onnxruntime's reduce_range), where the driver runs the u8-quad kernels (pmaddubsw) unless
-// --pairs keeps it on the i16 pairs (pmaddwd) for comparison.
+// --pairs keeps it on the i16 pairs (pmaddwd) for comparison. On a host with VNNI the quads run
+// on vpdpbusd, which takes every i8 B. --prepack packs B once before
+// timing (PackInt8B: a constant weight, as onnxruntime prepacks its initializers) instead of in
+// every call; the f32 GEMM packs B in every call either way.
 // The i32 sums are checked against a scalar loop on a sample of elements. --json prints one JSON
 // object per shape instead of the table (benchmarks/peers/int8_peers.py reads it).
 
@@ -21,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -47,6 +51,7 @@ struct Options {
   DType output = DType::kI32;
   bool seven_bit_weights = false;
   bool pairs_only = false;
+  bool prepack = false;
   bool json = false;
   bool print_assembly = false;
 };
@@ -85,6 +90,8 @@ Options ParseOptions(int argc, char** argv) {
       options.seven_bit_weights = value == "7bit";
     } else if (std::strcmp(argv[i], "--pairs") == 0) {
       options.pairs_only = true;
+    } else if (std::strcmp(argv[i], "--prepack") == 0) {
+      options.prepack = true;
     } else if (std::strcmp(argv[i], "--json") == 0) {
       options.json = true;
     } else if (std::strcmp(argv[i], "--asm") == 0) {
@@ -110,17 +117,22 @@ int Run(const Options& options) {
   Check(vectors.status());
   absl::StatusOr<gi::KernelShape> shape = gi::ChooseInt8KernelShape({}, *vectors);
   Check(shape.status());
-  shape->u8_quads = options.seven_bit_weights && !options.pairs_only;
+  // The kernel the driver picks: quads (pmaddubsw) for B within [-64, 64], or for any B where the
+  // host has VNNI (vpdpbusd); else the i16 pairs.
+  shape->vnni = vectors->vnni;
+  shape->u8_quads = (options.seven_bit_weights || shape->vnni) && !options.pairs_only;
   if (!options.json) {
     std::printf(
         "kiln int8 micro-kernel %d x %d on %d-bit vectors (u8 x i8 -> i32, output %s; %s); "
-        "threads %d; best ~20 ms batch of %.1f s per kernel\n\n",
+        "B packed %s; threads %d; best ~20 ms batch of %.1f s per kernel\n\n",
         shape->mr, shape->nr(), shape->vector_bits,
         std::string(kiln::base::DTypeName(options.output)).c_str(),
-        shape->u8_quads             ? "B in [-64, 64]: u8 quads, pmaddubsw"
-        : options.seven_bit_weights ? "B in [-64, 64], i16 pairs (--pairs), pmaddwd"
-                                    : "B over all of i8: i16 pairs, pmaddwd",
-        pool.num_threads(), options.rounds * options.min_time);
+        shape->u8_quads && shape->vnni ? "u8 quads, vpdpbusd (VNNI)"
+        : shape->u8_quads              ? "B in [-64, 64]: u8 quads, pmaddubsw"
+        : options.pairs_only           ? "i16 pairs (--pairs), pmaddwd"
+                                       : "B over all of i8: i16 pairs, pmaddwd",
+        options.prepack ? "once (--prepack)" : "in every call", pool.num_threads(),
+        options.rounds * options.min_time);
     if (options.print_assembly) {
       gi::Int8EpilogueVariant variant;
       variant.output = options.output;
@@ -173,6 +185,12 @@ int Run(const Options& options) {
         q.epilogue.steps.push_back({Int8EpilogueOp::kMin, Int8Operand::kScalar, 255.0f, nullptr});
       }
     }
+    if (options.prepack) {
+      absl::StatusOr<std::shared_ptr<const kiln::runtime::cpu::PackedInt8B>> packed =
+          kiln::runtime::cpu::PackInt8B(q, gemm_internal::JitMicroKernels());
+      Check(packed.status());
+      q.packed_b = *packed;
+    }
     GemmParams f;
     f.dtype = DType::kF32;
     f.m = m;
@@ -213,14 +231,18 @@ int Run(const Options& options) {
     if (options.json) {
       std::printf(
           "{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"b_transposed\": %s, \"output\": \"%s\", "
-          "\"weights\": \"%s\", \"kernel\": \"%s\", "
+          "\"weights\": \"%s\", \"kernel\": \"%s\", \"prepacked\": %s, "
           "\"int8_gops\": %.3f, \"f32_gflops\": %.3f, \"int8_ms\": %.4f, \"f32_ms\": %.4f, "
           "\"median_ratio\": %.4f}\n",
           static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
           s.b_transposed ? "true" : "false",
           std::string(kiln::base::DTypeName(options.output)).c_str(),
-          options.seven_bit_weights ? "7bit" : "8bit", shape->u8_quads ? "u8_quads" : "pairs",
-          best_int8, best_f32, ops / best_int8 * 1e-6, ops / best_f32 * 1e-6, median);
+          options.seven_bit_weights ? "7bit" : "8bit",
+          !shape->u8_quads ? "pairs"
+          : shape->vnni    ? "u8_quads_vnni"
+                           : "u8_quads",
+          options.prepack ? "true" : "false", best_int8, best_f32, ops / best_int8 * 1e-6,
+          ops / best_f32 * 1e-6, median);
     } else {
       std::printf("| %lldx%lldx%lld%s | %.1f | %.1f | %.2f | %.2f |\n", static_cast<long long>(m),
                   static_cast<long long>(n), static_cast<long long>(k), s.b_transposed ? "t" : "",

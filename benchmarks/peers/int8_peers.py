@@ -5,7 +5,7 @@
     cmake --build --preset default --target gemm_int8_bench
     benchmarks/peers/make_peers_venv.sh                  # build/peers-venv: onnxruntime, onnx
     build/peers-venv/bin/python benchmarks/peers/int8_peers.py [--build build/default]
-        [--sizes 1024,2048] [--weights 8bit,7bit]
+        [--sizes 1024,2048] [--weights 8bit,7bit] [--b-packing once|per-call]
 
 Rows (each the best of --rounds alternating rounds; kiln's binary alternates int8 and f32 calls
 itself, in ~20 ms batches):
@@ -21,6 +21,10 @@ full-range inputs show it; kiln's sums are exact (gemm_int8_bench checks them).
 --weights: B uniform over all of i8 ("8bit"), or over [-64, 64] ("7bit": weights quantized with
 onnxruntime's reduce_range or kiln's QuantizeOptions::reduce_range), where onnxruntime's sums are
 exact too and kiln runs its u8-quad kernels (pmaddubsw) instead of the i16 pairs (pmaddwd).
+--b-packing: "once" (the default) packs kiln's B before timing (gemm_int8_bench --prepack,
+PackInt8B: what a blob or a graph does with a constant weight), as onnxruntime packs its B
+initializer at session creation; "per-call" packs it in every call (a B that is a graph input).
+kiln's f32 GEMM packs B in every call either way.
 """
 import argparse
 import json
@@ -75,12 +79,12 @@ def qlinear_matmul(b):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def kiln_rows(build, size, weights, output, rounds, min_time):
+def kiln_rows(build, size, weights, output, rounds, min_time, prepack):
     binary = pathlib.Path(build) / "benchmarks" / "gemm_int8_bench"
     env = dict(os.environ, KILN_NUM_THREADS=str(THREADS))
     out = subprocess.run([str(binary), f"--sizes={size}", f"--threads={THREADS}", "--json",
                           f"--weights={weights}", f"--output={output}", f"--rounds={rounds}",
-                          f"--min_time={min_time}"],
+                          f"--min_time={min_time}"] + (["--prepack"] if prepack else []),
                          check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -92,8 +96,11 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--min-time", type=float, default=0.5)
     parser.add_argument("--weights", default="8bit,7bit")
+    parser.add_argument("--b-packing", choices=("once", "per-call"), default="once")
     args = parser.parse_args()
-    print(f"onnxruntime {ort.__version__}, {THREADS} threads each; load {os.getloadavg()}")
+    prepack = args.b_packing == "once"
+    print(f"onnxruntime {ort.__version__}, {THREADS} threads each; kiln packs B "
+          f"{'once' if prepack else 'in every call'}; load {os.getloadavg()}")
     rng = np.random.default_rng(0)
     rows = []
     for weights, size in [(w, int(s)) for w in args.weights.split(",")
@@ -111,7 +118,7 @@ def main():
         for _ in range(args.rounds):
             # Alternating rounds: kiln's binary (int8 and f32 alternating inside), then onnxruntime.
             for output, name in (("i32", "kiln int8 (i32)"), ("u8", "kiln int8 (u8)")):
-                r = kiln_rows(args.build, size, weights, output, 2, args.min_time / 2)
+                r = kiln_rows(args.build, size, weights, output, 2, args.min_time / 2, prepack)
                 best[name] = min(best[name], r["int8_ms"])
                 best["kiln f32"] = min(best["kiln f32"], r["f32_ms"])
             best["ort MatMulInteger"] = min(best["ort MatMulInteger"],

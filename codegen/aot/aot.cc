@@ -606,6 +606,7 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
           d["beta"] = 0.0;
           recorded = record([&](RecordingProvider& r) {
             runtime::cpu::Int8GemmParams q = p;
+            q.packed_b = nullptr;  // packed for the host's kernels; the loader packs its own
             q.a.data = args[0];
             q.b.data = args[1];
             q.c.data = args[2];
@@ -753,6 +754,7 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
             {"vector_bits", target.vectors.bits},
             {"vector_registers", target.vectors.registers},
             {"fma", target.vectors.fma},
+            {"vnni", target.vectors.vnni},
             {"micro_kernels", micro_names},
             {"payload", payload}};
     plan["targets"].push_back(std::move(tj));

@@ -643,6 +643,17 @@ llvm::Function* KernelEmitter::Emit(const std::string& name) {
   return function_;
 }
 
+// Whether an x86 target with these LLVM features ("+avx2,+avx512vnni,...") has vpdpbusd on
+// vectors of `bits`: AVX-512 VNNI (with VL below 512 bits) or AVX-VNNI (VEX, up to 256 bits).
+bool VnniAt(const std::string& features, int bits) {
+  const std::string list = absl::StrCat(features, ",");
+  const auto has = [&](const char* f) {
+    return absl::StrContains(list, absl::StrCat("+", f, ","));
+  };
+  if (has("avx512vnni") && (bits == 512 || has("avx512vl"))) return true;
+  return bits <= 256 && has("avxvnni");
+}
+
 // The int8 micro-kernel: i16 pairs of depth steps multiplied and summed into i32 lanes
 // (Int8MicroKernelFn): pmaddwd on x86 (its intrinsic at the kernel's width; LLVM turns it and the
 // accumulating add into vpdpwssd where the target has AVX-512 VNNI or AVX-VNNI, which computes
@@ -650,7 +661,9 @@ llvm::Function* KernelEmitter::Emit(const std::string& name) {
 // halves sign-extended, multiplied, added), which the target lowers as it can. The u8-quad
 // variant (KernelShape::u8_quads) multiplies quads of u8 by i8 with pmaddubsw into i16 pair sums
 // and adds those pairs with pmaddwd by ones: exact for B in [-64, 64], which the driver checks;
-// elsewhere the quad sums as plain IR. An i8 A comes as A + 128 and the kernel subtracts 128 x
+// with KernelShape::vnni, vpdpbusd multiplies the quads and adds them to the accumulators in one
+// instruction without saturating, exact for every B; elsewhere the quad sums as plain IR (exact
+// too). An i8 A comes as A + 128 and the kernel subtracts 128 x
 // B's column sums (KernelShape::signed_a). The epilogue converts to f32 and applies its steps with
 // plain IEEE operations (no contraction into fma: each step rounds, as the IR graph does).
 class Int8KernelEmitter : public SkeletonEmitter {
@@ -669,7 +682,9 @@ class Int8KernelEmitter : public SkeletonEmitter {
         quads_(llvm::FixedVectorType::get(builder_.getInt8Ty(),
                                           static_cast<unsigned>(4 * shape.lanes))),
         pmaddwd_(X86MultiplyAdd(module, shape, target_features, /*bytes=*/false)),
-        pmaddubsw_(X86MultiplyAdd(module, shape, target_features, /*bytes=*/true)) {}
+        pmaddubsw_(X86MultiplyAdd(module, shape, target_features, /*bytes=*/true)),
+        vpdpbusd_(shape.vnni ? X86DotQuads(module, shape, target_features)
+                             : llvm::Intrinsic::not_intrinsic) {}
 
   llvm::Function* Emit(const std::string& name);
 
@@ -678,7 +693,8 @@ class Int8KernelEmitter : public SkeletonEmitter {
   void EmitDepthStep(llvm::Value* a, llvm::Value* b, int step, Tile& acc);
   // x.even * y.even + x.odd * y.odd per i32 lane of two vectors of i16 pairs.
   llvm::Value* MultiplyPairs(llvm::Value* x, llvm::Value* y);
-  // The sum of the four products of u8 x and i8 y per i32 lane (y's values in [-64, 64]).
+  // The sum of the four products of u8 x and i8 y per i32 lane (y's values in [-64, 64] unless
+  // the shape is vnni).
   llvm::Value* MultiplyQuads(llvm::Value* x, llvm::Value* y);
   // The operands of the epilogue steps that do not depend on the row: scalars splatted, column
   // vectors per vector of the row (masked on the edge path); row operands are null here.
@@ -693,16 +709,29 @@ class Int8KernelEmitter : public SkeletonEmitter {
   llvm::Value* ApplyStep(Int8EpilogueOp op, llvm::Value* v, llvm::Value* x);
   llvm::Value* Operand(int step, const std::string& name);
 
+  static bool HasFeature(const std::string& features, const char* feature) {
+    return absl::StrContains(absl::StrCat(features, ","), absl::StrCat("+", feature, ","));
+  }
+
+  // The x86 intrinsic of vpdpbusd at this width when the target has it, else not_intrinsic.
+  static llvm::Intrinsic::ID X86DotQuads(const llvm::Module& module, const KernelShape& shape,
+                                         const std::string& features) {
+    if (!absl::StartsWith(module.getTargetTriple(), "x86_64") ||
+        !VnniAt(features, shape.vector_bits)) {
+      return llvm::Intrinsic::not_intrinsic;
+    }
+    return shape.vector_bits == 512   ? llvm::Intrinsic::x86_avx512_vpdpbusd_512
+           : shape.vector_bits == 256 ? llvm::Intrinsic::x86_avx512_vpdpbusd_256
+                                      : llvm::Intrinsic::x86_avx512_vpdpbusd_128;
+  }
+
   // The x86 intrinsic of pmaddwd (bytes: pmaddubsw) at this width when the target has it, else
   // not_intrinsic.
   static llvm::Intrinsic::ID X86MultiplyAdd(const llvm::Module& module, const KernelShape& shape,
                                             const std::string& features, bool bytes) {
     if (!absl::StartsWith(module.getTargetTriple(), "x86_64"))
       return llvm::Intrinsic::not_intrinsic;
-    const std::string list = absl::StrCat(features, ",");
-    const auto has = [&](const char* f) {
-      return absl::StrContains(list, absl::StrCat("+", f, ","));
-    };
+    const auto has = [&](const char* f) { return HasFeature(features, f); };
     const auto if_has = [&](const char* f, llvm::Intrinsic::ID id) {
       return has(f) ? id : llvm::Intrinsic::not_intrinsic;
     };
@@ -728,6 +757,7 @@ class Int8KernelEmitter : public SkeletonEmitter {
   llvm::FixedVectorType* const quads_;
   const llvm::Intrinsic::ID pmaddwd_;
   const llvm::Intrinsic::ID pmaddubsw_;
+  const llvm::Intrinsic::ID vpdpbusd_;
   llvm::StructType* args_type_ = nullptr;
 };
 
@@ -753,7 +783,7 @@ llvm::Value* Int8KernelEmitter::MultiplyPairs(llvm::Value* x, llvm::Value* y) {
 }
 
 llvm::Value* Int8KernelEmitter::MultiplyQuads(llvm::Value* x, llvm::Value* y) {
-  if (pmaddubsw_ != llvm::Intrinsic::not_intrinsic) {
+  if (pmaddubsw_ != llvm::Intrinsic::not_intrinsic && !shape_.vnni) {
     // |255 x 64 x 2| = 32640: the i16 pair sums never saturate for B in [-64, 64].
     llvm::Value* pair_sums = builder_.CreateIntrinsic(pmaddubsw_, {}, {x, y});
     return builder_.CreateIntrinsic(pmaddwd_, {}, {pair_sums, llvm::ConstantInt::get(pairs_, 1)});
@@ -788,6 +818,14 @@ void Int8KernelEmitter::EmitDepthStep(llvm::Value* a, llvm::Value* b, int step, 
         i32_, BytePtr(a, (static_cast<int64_t>(step) * mr + i) * 4), llvm::Align(4));
     llvm::Value* broadcast = builder_.CreateBitCast(Splat(group), vector);
     for (int j = 0; j < nv; ++j) {
+      if (vpdpbusd_ != llvm::Intrinsic::not_intrinsic) {
+        // acc + the four products of u8 A and i8 B per lane, in i32 (no saturation).
+        llvm::Function* dot = llvm::Intrinsic::getDeclaration(&module_, vpdpbusd_);
+        llvm::Type* operand = dot->getFunctionType()->getParamType(1);
+        acc[i][j] = builder_.CreateCall(dot, {acc[i][j], builder_.CreateBitCast(broadcast, operand),
+                                              builder_.CreateBitCast(bv[j], operand)});
+        continue;
+      }
       llvm::Value* products =
           shape_.u8_quads ? MultiplyQuads(broadcast, bv[j]) : MultiplyPairs(broadcast, bv[j]);
       acc[i][j] = builder_.CreateAdd(acc[i][j], products);
@@ -1124,11 +1162,14 @@ TargetVectors VectorsFor(const HostTarget& target) {
     vectors.bits = 512;
     vectors.registers = 32;
     vectors.fma = true;
+    vectors.vnni = VnniAt(target.features, 512);
   } else if (has("avx")) {
     vectors.bits = 256;
     vectors.fma = has("fma");
+    vectors.vnni = VnniAt(target.features, 256);
   } else {
     vectors.fma = has("fma");
+    vectors.vnni = VnniAt(target.features, 128);
   }
   return vectors;
 }

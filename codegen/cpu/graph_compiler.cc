@@ -120,8 +120,8 @@ class Compiler : public GraphCompiler {
     Dump("executable.txt", executable->ToString());
     compiled_ = std::make_shared<CompiledGraph>(
         CompiledGraph{source(), *std::move(executable), parameter_types(), output_types(),
-                      num_kernels_, num_gemm_steps_, dump().directory(), donatable_,
-                      std::move(donor_of_output_), std::move(kernel_of_step_)});
+                      num_kernels_, num_gemm_steps_, num_packed_weights_, dump().directory(),
+                      donatable_, std::move(donor_of_output_), std::move(kernel_of_step_)});
     return absl::OkStatus();
   }
 
@@ -613,12 +613,35 @@ class Compiler : public GraphCompiler {
               ? SlotFor(group.root)
               : NewArenaSlot(root, absl::StrCat("%", group.root, " (int8 gemm result)"));
     }
+    if (!desc->is_conv) {
+      if (absl::Status s = PackConstantInt8B(g, desc->int8_gemm); !s.ok()) return s;
+    }
     if (absl::Status s = AppendContractionStep(g, std::move(desc), result_slot, vector_slots);
         !s.ok()) {
       return s;
     }
     if (match.has_value() || !has_epilogue) return absl::OkStatus();
     return CompileEpilogue(g, result_slot);
+  }
+
+  // A constant B (a weight bound into the graph: aot::Compile's weights, an ONNX initializer) is
+  // packed once here, as onnxruntime prepacks constant initializers, instead of on every call.
+  absl::Status PackConstantInt8B(int g, runtime::cpu::Int8GemmParams& q) {
+    const ir::NodeId b_id = OperandSource(graph().node(plan().groups[g].root).inputs[1]);
+    const ir::Node& b = graph().node(b_id);
+    if (b.op != ir::Op::kConstant || b.attrs.literal == nullptr) return absl::OkStatus();
+    for (const int64_t stride : q.b.batch_strides) {
+      if (stride != 0) return absl::OkStatus();  // a batch of B matrices
+    }
+    runtime::cpu::Int8GemmParams params = q;
+    params.b.data = b.attrs.literal->data();
+    absl::StatusOr<std::shared_ptr<const runtime::cpu::PackedInt8B>> packed =
+        runtime::cpu::PackInt8B(params, gemm_internal::JitMicroKernels());
+    if (!packed.ok()) return GroupError(g, packed.status());
+    q.packed_b = *std::move(packed);
+    ++num_packed_weights_;
+    AddFusionNote(absl::StrCat("gemm: group ", g, " int8 B (constant %", b_id, ") packed once"));
+    return absl::OkStatus();
   }
 
   // The contraction step of group g: `desc` kept alive and bound through a descriptor slot, its
@@ -944,6 +967,7 @@ class Compiler : public GraphCompiler {
   std::shared_ptr<const CompiledGraph> compiled_;
   int num_kernels_ = 0;
   int num_gemm_steps_ = 0;
+  int num_packed_weights_ = 0;
   int num_in_place_ = 0;  // kernels rebuilt for donation (dump names)
 };
 

@@ -46,6 +46,9 @@ struct CompiledGraph {
   /// Number of kernels launched per run and of groups that went to the GEMM.
   int num_kernels = 0;
   int num_gemm_steps = 0;
+  /// Of those, the int8 GEMMs whose B is a constant of the graph, packed once at compile time
+  /// (runtime::cpu::PackInt8B) instead of on every run.
+  int num_packed_weights = 0;
   /// The dump folder of this compile ("" when KILN_DUMP was unset).
   std::string dump_directory;
   /// Per parameter: whether it was compiled as donatable (part of the cache key).

@@ -511,6 +511,27 @@ class BlobMicroKernels final : public gi::MicroKernelProvider {
   std::map<std::string, gi::MicroKernelFn> kernels_;
 };
 
+// An int8 GEMM whose B is a constant of the weights section (a quantized layer's weight) gets it
+// packed once, at load, as onnxruntime prepacks constant initializers at session creation.
+absl::Status PackConstantInt8B(const PlanSlot& b_slot, const std::byte* weights,
+                               const std::string& step_name, ContractionStep& c) {
+  if (!c.is_int8 || c.is_conv || b_slot.kind != SlotKind::kConstant || b_slot.descriptor) {
+    return absl::OkStatus();
+  }
+  Int8GemmParams params = c.int8_gemm;
+  for (const int64_t stride : params.b.batch_strides) {
+    if (stride != 0) return absl::OkStatus();  // a batch of B matrices
+  }
+  params.b.data = weights + b_slot.weights_offset;
+  absl::StatusOr<std::shared_ptr<const PackedInt8B>> packed = PackInt8B(params, *c.kernels);
+  if (!packed.ok()) {
+    return absl::Status(packed.status().code(), absl::StrCat("blob: launch plan: step ", step_name,
+                                                             ": ", packed.status().message()));
+  }
+  c.int8_gemm.packed_b = *std::move(packed);
+  return absl::OkStatus();
+}
+
 bool TripleMatchesHost(const std::string& triple) {
   const std::string arch = HostArchitecture();
   const std::string head = triple.substr(0, triple.find('-'));
@@ -566,6 +587,10 @@ class CpuTargetDriver final : public blob::TargetDriver {
       target.vector_bits = static_cast<int>(bits);
       target.vector_registers = static_cast<int>(registers);
       target.fma = fma;
+      if (t.is_object() && t.contains("vnni")) {  // absent before the vpdpbusd kernels
+        KILN_ASSIGN(vnni, r.Bool(t, path, "vnni"));
+        target.vnni = vnni;
+      }
       KILN_ASSIGN(kernels, r.Array(t, path, "micro_kernels", 4096));
       for (size_t k = 0; k < kernels->size(); ++k) {
         if (!(*kernels)[k].is_string() || !ValidSymbol((*kernels)[k].get<std::string>())) {
@@ -675,7 +700,8 @@ class CpuTargetDriver final : public blob::TargetDriver {
       return address;
     };
     auto micro = std::make_shared<BlobMicroKernels>();
-    micro->vectors_ = gi::TargetVectors{target->vector_bits, target->vector_registers, target->fma};
+    micro->vectors_ =
+        gi::TargetVectors{target->vector_bits, target->vector_registers, target->fma, target->vnni};
     for (const std::string& name : target->micro_kernels) {
       KILN_ASSIGN(address, resolve(name));
       micro->kernels_[name] = reinterpret_cast<gi::MicroKernelFn>(address);
@@ -734,6 +760,10 @@ class CpuTargetDriver final : public blob::TargetDriver {
           auto c = std::make_unique<ContractionStep>(p.contraction);
           c->pool = &DefaultThreadPool();
           c->kernels = micro.get();
+          if (absl::Status s = PackConstantInt8B(parsed.slots[p.args[1]], weights, p.name, *c);
+              !s.ok()) {
+            return s;
+          }
           const ContractionStep* address = c.get();
           Slot& descriptor = spec.slots[p.args[3]];
           descriptor.constant.resize(sizeof(address));
@@ -778,7 +808,7 @@ std::string CpuBlobPlan::Describe() const {
   for (const CodeTarget& t : code) {
     absl::StrAppend(&text, "target ", t.triple, " cpu ", t.cpu, " (", t.vector_bits,
                     "-bit vectors, ", t.vector_registers, " registers", t.fma ? ", fma" : "",
-                    ") in section ", t.section, "\n");
+                    t.vnni ? ", vnni" : "", ") in section ", t.section, "\n");
   }
   return text;
 }

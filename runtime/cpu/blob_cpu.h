@@ -24,6 +24,7 @@ struct CodeTarget {
   int vector_bits = 128;      // the GEMM micro-kernels' vector width ...
   int vector_registers = 16;  // ... and register count (they pick the tile shape)
   bool fma = false;
+  bool vnni = false;  // the int8 quad kernels use vpdpbusd (exact for any i8 B)
   /// The GEMM micro-kernel symbols the code exports (MicroKernelName).
   std::vector<std::string> micro_kernels;
   int section = -1;  // index into BlobView::sections: the payload ("cpu:<triple>[@k]")

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -193,8 +194,10 @@ absl::Status ExecuteConv(const ConvParams& params,
 // i16 while they are packed (a u8 or i8 panel element becomes one i16), and the micro-kernel
 // multiplies pairs of depth steps into i32 and adds them: LLVM selects pmaddwd for it on SSE2 /
 // AVX2 / AVX-512 (vpdpwssd where the target has AVX-512 VNNI or AVX-VNNI), each exact, so every
-// CPU level computes the same bits. (vpmaddubsw would take u8 x i8 in one step but saturates its
-// i16 pair sums: 255 * -128 * 2 does not fit, so it is not used.)
+// CPU level computes the same bits. A u8 or i8 A times an i8 B runs on quads of bytes instead
+// where that is exact too: with vpdpbusd on a CPU with VNNI (any B), else with pmaddubsw for the
+// B blocks whose values lie in [-64, 64] (its i16 pair sums saturate beyond: 255 * -128 * 2 does
+// not fit).
 //
 // The epilogue runs on each finished tile in registers: the i32 sum is stored as it is, or
 // converted to f32 and taken through a list of f32 steps (a dequantisation scale per output
@@ -248,6 +251,13 @@ struct Int8Epilogue {
   base::DType output = base::DType::kI32;
 };
 
+/// The B of an int8 GEMM packed once (PackInt8B), for a B that stays the same over many calls:
+/// a quantized layer's constant weight, which onnxruntime (constant initializers) and MLAS
+/// (MlasGemmPackB) prepack the same way. Each NR-column panel holds the whole depth as quads
+/// when its values lie in [-64, 64] (and the A dtype allows them) or as i16 pairs otherwise, so
+/// the choice is per panel rather than per B block. Immutable: calls on any threads may share it.
+class PackedInt8B;
+
 /// One int8 GEMM: C = epilogue(A * B) per batch entry, A [M, K] and B [K, N] of u8, i8 or i16
 /// (strided views, as GemmParams), C [M, N] of epilogue.output (col_stride 1).
 struct Int8GemmParams {
@@ -258,11 +268,24 @@ struct Int8GemmParams {
   MatrixView a, b, c;
   Int8Epilogue epilogue;
   GemmTuning tuning;  // mc, nc and the tile shape (kc is not used: the depth is one block)
+  /// B packed by PackInt8B for these dtypes, k and n, with the same provider and tile width.
+  /// When set, every batch entry uses it and b is not read (its data may be null); a packed B
+  /// that does not fit the call is InvalidArgument.
+  std::shared_ptr<const PackedInt8B> packed_b;
 };
 
 absl::Status ExecuteInt8Gemm(const Int8GemmParams& params,
                              const gemm_internal::MicroKernelProvider& kernels,
                              runtime::ThreadPool* pool = nullptr);
+
+/// Packs the B of `params` for ExecuteInt8Gemm with `kernels`, which it asks for the kernels
+/// the calls will run (so a missing one fails here): it reads the dtypes, m (the kernels' tile
+/// height follows it), k, n, the B view, the epilogue's dtype and steps (not their vectors) and
+/// the tuning, not a or c. B must be the same matrix for every batch entry (batch strides 0).
+/// The packed bytes are about B's (quads, plus a row of column sums per panel for an i8 A) or
+/// twice them (pairs). Calls with another m may share the result.
+absl::StatusOr<std::shared_ptr<const PackedInt8B>> PackInt8B(
+    const Int8GemmParams& params, const gemm_internal::MicroKernelProvider& kernels);
 
 /// One int8 convolution (the IR's conv {accumulate=i32}): `conv` gives the geometry and the
 /// input / weight / output pointers (its dtype, bias, residual and activation must keep their

@@ -1,7 +1,8 @@
 // The int8 GEMM driver (runtime/cpu/gemm.h, "int8 inference"): operands of u8, i8 or i16 widened
-// to i16 pairs while they are packed, or, for a u8 or i8 A, an i8 B block within [-64, 64] and A
-// kept in quads of bytes; the micro-kernels of codegen/cpu/gemm_kernel.cc (pmaddwd, pmaddubsw), i32
-// sums, the epilogue on each finished tile.
+// to i16 pairs while they are packed, or, for a u8 or i8 A and an i8 B, A and B kept in quads of
+// bytes (any B block with VNNI, a block within [-64, 64] without); the micro-kernels of
+// codegen/cpu/gemm_kernel.cc (pmaddwd, pmaddubsw, vpdpbusd), i32 sums, the epilogue on each
+// finished tile. A constant B may be packed once (PackInt8B), each panel in its own layout.
 //
 // Loop nest of one rectangle of the output (the work of one task):
 //   for ic in rows, step MC:                 the A band, MC x K, packed once per layout (L3)
@@ -18,12 +19,15 @@
 // saturates them at i16, which |255 x 64 x 2| = 32640 never reaches. On the AVX2 Zen 3 the pairs'
 // inner loop runs 20 pmaddwd and 20 vpaddd in 12.4 cycles, the quads' 20 pmaddubsw, 20 pmaddwd
 // (by ones) and 20 vpaddd per twice the products in 21 (docs/quantization.md). Weights quantized
-// to 7 bits (onnxruntime's reduce_range, kiln::quant's QuantConfig::reduce_range) fit.
+// to 7 bits (onnxruntime's reduce_range, kiln::quant's QuantConfig::reduce_range) fit. vpdpbusd
+// (AVX-512 VNNI, AVX-VNNI) multiplies and adds quads into the i32 lanes without saturating, in
+// one instruction per 16 (x 4) products where the pairs take one per 16 (x 2).
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -79,6 +83,21 @@ const char* Int8OperandName(Int8Operand operand) {
   }
   return "unknown";
 }
+
+// What PackInt8B made: the panels of B one after another, each in its own layout.
+class PackedInt8B {
+ public:
+  base::DType a_dtype = base::DType::kU8, b_dtype = base::DType::kI8;
+  int64_t k = 0, n = 0;
+  int nr = 0, vector_bits = 0;
+  gemm_internal::AlignedBuffer buffer;
+  const char* data = nullptr;    // the buffer's bytes
+  std::vector<int64_t> offsets;  // panel t at data + offsets[t]
+  std::vector<uint8_t> quads;    // panel t is quads (1) or pairs (0)
+  bool any_quads = false;
+
+  const char* Panel(int64_t t) const { return data + offsets[static_cast<size_t>(t)]; }
+};
 
 namespace gemm_internal {
 namespace {
@@ -208,7 +227,12 @@ struct Int8Plan {
   int64_t mc = 0, nc = 0;
   Int8MicroKernelFn kernel = nullptr;       // i16 pairs
   Int8MicroKernelFn quad_kernel = nullptr;  // quads (signed_a for an i8 A); null: pairs only
+  bool vnni_quads = false;                  // quad_kernel takes any i8 B
   uint64_t generation = 0;
+
+  Int8BPacker::Quads QuadUse(base::DType a_dtype) const {
+    return {quad_kernel != nullptr, a_dtype == base::DType::kI8, vnni_quads};
+  }
 };
 
 // Blocks from the host's caches: the B block (K x NC i16) in half of L2, the A band (MC x K i16)
@@ -222,6 +246,38 @@ void ChooseInt8Blocking(Int8Plan& plan, int64_t k, const GemmTuning& tuning) {
   const int64_t l3_share = caches.l3 / std::max(1, caches.l3_sharing);
   plan.mc = tuning.mc > 0 ? RoundUp(tuning.mc, mr)
                           : std::max<int64_t>(mr, l3_share / 2 / row_bytes / mr * mr);
+}
+
+// Fetches the pairs kernel of plan.shape for `variant` and, when `quads` (a u8 or i8 A, an i8 B)
+// and the tuning allow, the quads one (a provider without it, a blob compiled before the quad
+// kernels, leaves quad_kernel null: pairs only). Both are fetched before any block is packed,
+// since the layout is chosen per block from its values (and a blob's recording run sees only
+// zeros).
+absl::Status FetchInt8Kernels(const Int8EpilogueVariant& variant, DType a_dtype, bool quads,
+                              const GemmTuning& tuning, const MicroKernelProvider& kernels,
+                              Int8Plan& plan) {
+  absl::StatusOr<Int8MicroKernelFn> kernel = kernels.GetInt8(plan.shape, variant);
+  if (!kernel.ok()) return kernel.status();
+  plan.kernel = *kernel;
+  if (!quads || !tuning.int8_quads) return absl::OkStatus();
+  KernelShape shape = plan.shape;
+  shape.u8_quads = true;
+  shape.signed_a = a_dtype == DType::kI8;
+  shape.vnni = kernels.vectors().vnni;
+  absl::StatusOr<Int8MicroKernelFn> quad_kernel = kernels.GetInt8(shape, variant);
+  if (quad_kernel.ok()) {
+    plan.quad_kernel = *quad_kernel;
+    plan.vnni_quads = shape.vnni;
+  } else if (!absl::IsNotFound(quad_kernel.status())) {
+    return quad_kernel.status();
+  }
+  return absl::OkStatus();
+}
+
+// Bytes of one packed B panel (NR columns, the whole depth) in either layout: i16 pairs, or quads
+// followed, for a signed A, by the row of column sums.
+int64_t PanelBytes(int64_t k, int nr, bool quads, bool signed_a) {
+  return (quads ? CeilDiv(k, 4) + (signed_a ? 1 : 0) : CeilDiv(k, 2)) * nr * 4;
 }
 
 // Rows [ic, ic + mcb) of A packed as quads or pairs in `band`: k_steps * 4 bytes per row.
@@ -253,13 +309,28 @@ const char* PackedRows(const Int8CoreProblem& p, const Int8Plan& plan, const cha
   return static_cast<const char*>(data);
 }
 
+// The B panels of one block [jc, jc + ncb): packed for this call (one layout for all) or taken
+// from a PackedInt8B (each its own).
+struct BlockPanels {
+  const char* data = nullptr;
+  int64_t stride = 0;  // bytes per panel, packed for this call
+  bool all_quads = false;
+  const PackedInt8B* packed = nullptr;
+  int64_t first = 0;  // the block's first panel of `packed`
+
+  bool Quads(int64_t t) const {
+    return packed != nullptr ? packed->quads[static_cast<size_t>(first + t)] != 0 : all_quads;
+  }
+  const char* Panel(int64_t t) const {
+    return packed != nullptr ? packed->Panel(first + t) : data + t * stride;
+  }
+};
+
 void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffsets& batch,
                  int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const int mr = plan.shape.mr, nr = plan.shape.nr();
   const int64_t pairs = CeilDiv(p.k, 2), quad_steps = CeilDiv(p.k, 4);
   const bool signed_a = p.a_dtype == base::DType::kI8;
-  // Room in a packed B block for pairs or quads, each 4 bytes per step and column.
-  const int64_t b_steps = std::max(pairs, quad_steps + (signed_a ? 1 : 0));
   const int64_t a_size = base::DTypeSize(p.a_dtype);
   const int64_t c_size = base::DTypeSize(p.epilogue.output);
   Int8Buffers& buffers = ThreadBuffers();
@@ -267,6 +338,7 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
   const char* b = static_cast<const char*>(p.b) + batch.b * p.b_element_size;
   char* c = static_cast<char*>(p.c) + batch.c * c_size;
   const std::vector<Int8EpilogueStep>& steps = p.epilogue.steps;
+  const Int8BPacker::Quads quad_use = plan.QuadUse(p.a_dtype);
 
   Int8TileArgs args;
   for (size_t s = 0; s < steps.size(); ++s) {
@@ -276,19 +348,30 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
     const int64_t mcb = std::min(plan.mc, m1 - ic);
     for (int64_t jc = n0; jc < n1; jc += plan.nc) {
       const int64_t ncb = std::min(plan.nc, n1 - jc);
-      void* b_packed =
-          buffers.b.Get(static_cast<size_t>(std::max<int64_t>(1, RoundUp(ncb, nr) * b_steps)) * 4);
-      const bool quads = p.b_packer->Pack(b, p.k, jc, ncb, nr,
-                                          plan.quad_kernel == nullptr ? Int8BPacker::Quads::kNo
-                                          : signed_a ? Int8BPacker::Quads::kForSignedA
-                                                     : Int8BPacker::Quads::kForUnsignedA,
-                                          b_packed, buffers.scratch);
-      const int64_t k_steps = quads ? quad_steps : pairs;
-      // A panel of B: its steps, then for a signed A the row of column sums.
-      const int64_t b_panel_steps = quads && signed_a ? k_steps + 1 : k_steps;
-      const Int8MicroKernelFn kernel = quads ? plan.quad_kernel : plan.kernel;
-      const char* a_packed =
-          PackedRows(p, plan, a, ic, mcb, quads, quads ? buffers.quads : buffers.pairs);
+      const int64_t panels = CeilDiv(ncb, nr);
+      BlockPanels block;
+      if (p.packed_b != nullptr) {
+        block.packed = p.packed_b;
+        block.first = jc / nr;  // rectangles and blocks start at multiples of NR
+      } else {
+        // Room for either layout.
+        const int64_t bytes =
+            std::max(PanelBytes(p.k, nr, false, signed_a), PanelBytes(p.k, nr, true, signed_a));
+        void* b_packed = buffers.b.Get(static_cast<size_t>(std::max<int64_t>(1, panels * bytes)));
+        block.all_quads =
+            p.b_packer->Pack(b, p.k, jc, ncb, nr, quad_use, b_packed, buffers.scratch);
+        block.data = static_cast<const char*>(b_packed);
+        block.stride = PanelBytes(p.k, nr, block.all_quads, signed_a);
+      }
+      // A's band in each layout the block's panels use ([0] pairs, [1] quads).
+      const char* a_packed[2] = {nullptr, nullptr};
+      for (int64_t t = 0; t < panels; ++t) {
+        const bool quads = block.Quads(t);
+        if (a_packed[quads] == nullptr) {
+          a_packed[quads] =
+              PackedRows(p, plan, a, ic, mcb, quads, quads ? buffers.quads : buffers.pairs);
+        }
+      }
       for (int64_t ir = 0; ir < mcb; ir += mr) {
         const int64_t row = ic + ir;
         args.m_valid = std::min<int64_t>(mr, mcb - ir);
@@ -297,17 +380,19 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
             args.operands[s] = steps[s].vector + batch.row_bias + row;
           }
         }
-        const char* a_panel = a_packed + ir * k_steps * 4;
         for (int64_t jr = 0; jr < ncb; jr += nr) {
           const int64_t column = jc + jr;
+          const bool quads = block.Quads(jr / nr);
+          const int64_t k_steps = quads ? quad_steps : pairs;
           args.n_valid = std::min<int64_t>(nr, ncb - jr);
           for (size_t s = 0; s < steps.size(); ++s) {
             if (steps[s].operand == Int8Operand::kColumn) {
               args.operands[s] = steps[s].vector + column;
             }
           }
-          kernel(k_steps, a_panel, static_cast<const char*>(b_packed) + jr * b_panel_steps * 4,
-                 c + (row * p.ldc + column) * c_size, p.ldc, &args);
+          (quads ? plan.quad_kernel : plan.kernel)(
+              k_steps, a_packed[quads] + ir * k_steps * 4, block.Panel(jr / nr),
+              c + (row * p.ldc + column) * c_size, p.ldc, &args);
         }
       }
     }
@@ -400,11 +485,11 @@ absl::StatusOr<KernelShape> ChooseInt8KernelShape(const GemmTuning& tuning,
 }
 
 std::string Int8MicroKernelName(const KernelShape& shape, const Int8EpilogueVariant& variant) {
-  return absl::StrCat("kiln_qgemm_", shape.mr, "x", shape.nr(), "_v", shape.vector_bits,
-                      !shape.u8_quads  ? "_"
-                      : shape.signed_a ? "_s8q_"
-                                       : "_u8q_",
-                      variant.Name());
+  return absl::StrCat(
+      "kiln_qgemm_", shape.mr, "x", shape.nr(), "_v", shape.vector_bits,
+      !shape.u8_quads ? "_"
+                      : absl::StrCat("_", shape.signed_a ? "s8" : "u8", shape.vnni ? "v_" : "q_"),
+      variant.Name());
 }
 
 namespace {
@@ -506,10 +591,12 @@ class ColumnInt8Packer final : public Int8BPacker {
             AlignedBuffer&) const override {
     const auto* b = static_cast<const T*>(base) + n0 * col_stride_;
     if constexpr (std::is_same_v<T, int8_t>) {
-      bool within = quads != Quads::kNo;
-      for (int64_t j = 0; j < nc && within; ++j) within = WithinQuadRange(b + j * col_stride_, k);
+      bool within = quads.allowed;
+      for (int64_t j = 0; j < nc && within && !quads.any_value; ++j) {
+        within = WithinQuadRange(b + j * col_stride_, k);
+      }
       if (within) {
-        const bool column_sums = quads == Quads::kForSignedA;
+        const bool column_sums = quads.column_sums;
         const int64_t steps = CeilDiv(k, 4);
         const int64_t panel_bytes = (steps + (column_sums ? 1 : 0)) * nr * 4;
         auto* out = static_cast<uint8_t*>(dst);
@@ -542,9 +629,8 @@ bool NarrowInt8Packer<T>::Pack(const void* base, int64_t k, int64_t n0, int64_t 
       scratch.Get(static_cast<size_t>(std::max<int64_t>(1, panels * nr * k)) * sizeof(T)));
   narrow_.Pack(static_cast<const T*>(base), 0, k, n0, nc, nr, narrow);
   if constexpr (std::is_same_v<T, int8_t>) {
-    if (quads != Quads::kNo && WithinQuadRange(narrow, panels * nr * k)) {
-      InterleaveQuads(narrow, panels, k, nr, quads == Quads::kForSignedA,
-                      static_cast<int8_t*>(dst));
+    if (quads.allowed && (quads.any_value || WithinQuadRange(narrow, panels * nr * k))) {
+      InterleaveQuads(narrow, panels, k, nr, quads.column_sums, static_cast<int8_t*>(dst));
       return true;
     }
   }
@@ -566,22 +652,23 @@ absl::Status RunInt8Core(const Int8CoreProblem& problem, const GemmTuning& tunin
   plan.shape.mr = FitTileRows(plan.shape.mr, problem.m, tuning);
   ChooseInt8Blocking(plan, problem.k, tuning);
   plan.generation = next_generation.fetch_add(1, std::memory_order_relaxed);
-  const Int8EpilogueVariant variant = Int8EpilogueVariant::Of(problem.epilogue);
-  absl::StatusOr<Int8MicroKernelFn> kernel = kernels.GetInt8(plan.shape, variant);
-  if (!kernel.ok()) return kernel.status();
-  plan.kernel = *kernel;
-  // Both kernels are fetched before any block is packed, since the layout is chosen per block
-  // from its values (and a blob's recording run sees only zeros).
-  if (problem.quads && tuning.int8_quads) {
-    KernelShape quads = plan.shape;
-    quads.u8_quads = true;
-    quads.signed_a = problem.a_dtype == DType::kI8;
-    absl::StatusOr<Int8MicroKernelFn> quad_kernel = kernels.GetInt8(quads, variant);
-    if (quad_kernel.ok()) {
-      plan.quad_kernel = *quad_kernel;
-    } else if (!absl::IsNotFound(quad_kernel.status())) {
-      return quad_kernel.status();
-    }  // else a blob compiled before the u8-quad kernels: pairs only
+  if (absl::Status s = FetchInt8Kernels(Int8EpilogueVariant::Of(problem.epilogue), problem.a_dtype,
+                                        problem.quads, tuning, kernels, plan);
+      !s.ok()) {
+    return s;
+  }
+  if (const PackedInt8B* packed = problem.packed_b; packed != nullptr) {
+    if (packed->nr != plan.shape.nr() || packed->vector_bits != plan.shape.vector_bits) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gemm int8: packed_b was packed for ", packed->nr, "-column panels of ",
+          packed->vector_bits, "-bit vectors, this call's kernels take ", plan.shape.nr(), " of ",
+          plan.shape.vector_bits, " (another provider or tuning)"));
+    }
+    if (packed->any_quads && plan.quad_kernel == nullptr) {
+      return absl::InvalidArgumentError(
+          "gemm int8: packed_b holds quad panels but this call has no quad kernels (another "
+          "provider, or tuning.int8_quads off)");
+    }
   }
   ForEachRectangle(
       problem.m, problem.n, problem.k, static_cast<int64_t>(problem.batches.size()), plan.shape.mr,
@@ -602,6 +689,34 @@ using gemm_internal::Int8CoreProblem;
 using gemm_internal::NarrowInt8Packer;
 using gemm_internal::StridedBPacker;
 
+absl::Status CheckInt8Operands(const char* what, DType a_dtype, DType b_dtype) {
+  for (auto [name, dtype] : {std::pair{"a", a_dtype}, {"b", b_dtype}}) {
+    if (!gemm_internal::IsInt8Operand(dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": ", name, " dtype ", base::DTypeName(dtype), " is not supported (u8, i8, i16)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Calls run(packer, quads) with the packer for B of `params` (its dtype and view) and whether
+// its blocks may run on the quad kernels (a u8 or i8 A, an i8 B).
+template <class Run>
+absl::Status WithInt8BPacker(const Int8GemmParams& params, Run run) {
+  return gemm_internal::WithInt8OperandType(params.b_dtype, [&]<class T>(T*) {
+    const StridedBPacker<T> narrow(params.b.row_stride, params.b.col_stride);
+    const NarrowInt8Packer<T> packer(narrow);
+    const gemm_internal::ColumnInt8Packer<T> columns(params.b.col_stride);
+    // A row-major B goes through the narrow panels: gathering each quad from four rows straight
+    // from B ran 2-4% slower at 2048^3 (rows 339-347 against narrow 353-355 GOP/s, alternated).
+    const Int8BPacker& chosen =
+        params.b.row_stride == 1 ? static_cast<const Int8BPacker&>(columns) : packer;
+    const bool quads =
+        (params.a_dtype == DType::kU8 || params.a_dtype == DType::kI8) && std::is_same_v<T, int8_t>;
+    return run(chosen, quads);
+  });
+}
+
 }  // namespace
 
 absl::Status ExecuteInt8Gemm(const Int8GemmParams& params,
@@ -610,24 +725,35 @@ absl::Status ExecuteInt8Gemm(const Int8GemmParams& params,
   if (const absl::StatusOr<CpuLevel>& level = ProcessCpuLevel(); !level.ok()) {
     return level.status();
   }
-  for (auto [name, dtype] : {std::pair{"a", params.a_dtype}, {"b", params.b_dtype}}) {
-    if (!gemm_internal::IsInt8Operand(dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat("gemm int8: ", name, " dtype ",
-                                                     base::DTypeName(dtype),
-                                                     " is not supported (u8, i8, i16)"));
-    }
+  if (absl::Status s = CheckInt8Operands("gemm int8", params.a_dtype, params.b_dtype); !s.ok()) {
+    return s;
   }
   if (absl::Status s = gemm_internal::CheckInt8Epilogue("gemm int8", params.epilogue); !s.ok()) {
     return s;
   }
+  const PackedInt8B* packed = params.packed_b.get();
+  // With B packed, its view is not read: a dense stand-in passes the geometry checks.
+  static constexpr int8_t kNoB = 0;
+  MatrixView b = params.b;
+  if (packed != nullptr) {
+    if (packed->a_dtype != params.a_dtype || packed->b_dtype != params.b_dtype ||
+        packed->k != params.k || packed->n != params.n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gemm int8: packed_b holds ", base::DTypeName(packed->b_dtype), " B [", packed->k, ", ",
+          packed->n, "] for a ", base::DTypeName(packed->a_dtype), " A; this call multiplies ",
+          base::DTypeName(params.a_dtype), " A [", params.m, ", ", params.k, "] by ",
+          base::DTypeName(params.b_dtype), " B [", params.k, ", ", params.n, "]"));
+    }
+    b = MatrixView{&kNoB, 0, 0, {}};
+  }
   const absl::StatusOr<int64_t> checked = gemm_internal::CheckGemmGeometry(
-      "gemm int8", params.m, params.n, params.k, params.batch, params.a, params.b, params.c);
+      "gemm int8", params.m, params.n, params.k, params.batch, params.a, b, params.c);
   if (!checked.ok()) return checked.status();
   const int64_t count = *checked;
   const size_t rank = params.batch.size();
   if (count == 0 || params.m == 0 || params.n == 0) return absl::OkStatus();
   if (absl::Status s = gemm_internal::CheckGemmOperands("gemm int8", params.m, params.n, params.k,
-                                                        params.a, params.b, params.c);
+                                                        params.a, b, params.c);
       !s.ok()) {
     return s;
   }
@@ -639,8 +765,9 @@ absl::Status ExecuteInt8Gemm(const Int8GemmParams& params,
   problem.a = params.a.data;
   problem.a_row_stride = params.a.row_stride;
   problem.a_col_stride = params.a.col_stride;
-  problem.b = params.b.data;
+  problem.b = b.data;
   problem.b_element_size = base::DTypeSize(params.b_dtype);
+  problem.packed_b = packed;
   problem.c = const_cast<void*>(params.c.data);
   problem.ldc = params.c.row_stride;
   problem.epilogue = params.epilogue;
@@ -653,7 +780,7 @@ absl::Status ExecuteInt8Gemm(const Int8GemmParams& params,
     BatchOffsets offsets;
     for (size_t d = 0; d < rank; ++d) {
       offsets.a += index[d] * stride(params.a, d);
-      offsets.b += index[d] * stride(params.b, d);
+      offsets.b += index[d] * stride(b, d);
       offsets.c += index[d] * stride(params.c, d);
     }
     problem.batches.push_back(offsets);
@@ -662,18 +789,88 @@ absl::Status ExecuteInt8Gemm(const Int8GemmParams& params,
       index[d] = 0;
     }
   }
-  return gemm_internal::WithInt8OperandType(params.b_dtype, [&]<class T>(T*) {
-    const StridedBPacker<T> narrow(params.b.row_stride, params.b.col_stride);
-    const NarrowInt8Packer<T> packer(narrow);
-    const gemm_internal::ColumnInt8Packer<T> columns(params.b.col_stride);
-    // A row-major B goes through the narrow panels: gathering each quad from four rows straight
-    // from B ran 2-4% slower at 2048^3 (rows 339-347 against narrow 353-355 GOP/s, alternated).
-    problem.b_packer =
-        params.b.row_stride == 1 ? static_cast<const Int8BPacker*>(&columns) : &packer;
-    problem.quads =
-        (params.a_dtype == DType::kU8 || params.a_dtype == DType::kI8) && std::is_same_v<T, int8_t>;
+  return WithInt8BPacker(params, [&](const Int8BPacker& packer, bool quads) {
+    problem.b_packer = &packer;
+    problem.quads = quads;
     return gemm_internal::RunInt8Core(problem, params.tuning, kernels, pool);
   });
+}
+
+absl::StatusOr<std::shared_ptr<const PackedInt8B>> PackInt8B(
+    const Int8GemmParams& params, const gemm_internal::MicroKernelProvider& kernels) {
+  constexpr const char* kWhat = "pack int8 b";
+  if (const absl::StatusOr<CpuLevel>& level = ProcessCpuLevel(); !level.ok()) {
+    return level.status();
+  }
+  if (absl::Status s = CheckInt8Operands(kWhat, params.a_dtype, params.b_dtype); !s.ok()) return s;
+  if (params.k < 0 || params.n < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWhat, ": k = ", params.k, " and n = ", params.n, " must not be negative"));
+  }
+  if (absl::Status s = gemm_internal::CheckBatchStrides(kWhat, "b", params.b, params.batch.size(),
+                                                        /*may_be_empty=*/true);
+      !s.ok()) {
+    return s;
+  }
+  for (const int64_t stride : params.b.batch_strides) {
+    if (stride != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kWhat, ": b has batch stride ", stride,
+                       "; a packed B serves every batch entry, so its batch strides must be 0"));
+    }
+  }
+  if (params.b.data == nullptr && params.k > 0 && params.n > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, ": b.data is null"));
+  }
+  absl::StatusOr<gemm_internal::KernelShape> shape =
+      gemm_internal::ChooseInt8KernelShape(params.tuning, kernels.vectors());
+  if (!shape.ok()) return shape.status();
+  auto packed = std::make_shared<PackedInt8B>();
+  packed->a_dtype = params.a_dtype;
+  packed->b_dtype = params.b_dtype;
+  packed->k = params.k;
+  packed->n = params.n;
+  packed->nr = shape->nr();
+  packed->vector_bits = shape->vector_bits;
+  absl::Status status = WithInt8BPacker(params, [&](const Int8BPacker& packer, bool quads) {
+    // The kernels of the calls to come (their tile height follows m, as in RunInt8Core): a blob
+    // holds only those.
+    gemm_internal::Int8Plan plan;
+    plan.shape = *shape;
+    plan.shape.mr = gemm_internal::FitTileRows(plan.shape.mr, params.m, params.tuning);
+    if (absl::Status s =
+            gemm_internal::FetchInt8Kernels(gemm_internal::Int8EpilogueVariant::Of(params.epilogue),
+                                            params.a_dtype, quads, params.tuning, kernels, plan);
+        !s.ok()) {
+      return s;
+    }
+    const bool signed_a = params.a_dtype == DType::kI8;
+    const Int8BPacker::Quads quad_use = plan.QuadUse(params.a_dtype);
+    // Each panel into the room of either layout, then moved to its place in one buffer.
+    const int nr = packed->nr;
+    const int64_t room = std::max(gemm_internal::PanelBytes(params.k, nr, false, signed_a),
+                                  gemm_internal::PanelBytes(params.k, nr, true, signed_a));
+    gemm_internal::AlignedBuffer panel, scratch;
+    void* panel_bytes = panel.Get(static_cast<size_t>(std::max<int64_t>(1, room)));
+    std::vector<char> staged;
+    for (int64_t n0 = 0; n0 < params.n; n0 += nr) {
+      const bool as_quads =
+          packer.Pack(params.b.data, params.k, n0, std::min<int64_t>(nr, params.n - n0), nr,
+                      quad_use, panel_bytes, scratch);
+      const int64_t size = gemm_internal::PanelBytes(params.k, nr, as_quads, signed_a);
+      packed->offsets.push_back(static_cast<int64_t>(staged.size()));
+      packed->quads.push_back(as_quads ? 1 : 0);
+      packed->any_quads |= as_quads;
+      const char* from = static_cast<const char*>(panel_bytes);
+      staged.insert(staged.end(), from, from + size);
+    }
+    void* data = packed->buffer.Get(std::max<size_t>(1, staged.size()));
+    if (!staged.empty()) std::memcpy(data, staged.data(), staged.size());
+    packed->data = static_cast<const char*>(data);
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return std::shared_ptr<const PackedInt8B>(std::move(packed));
 }
 
 }  // namespace kiln::runtime::cpu

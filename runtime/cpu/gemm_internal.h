@@ -61,6 +61,9 @@ struct KernelShape {
   /// u8_quads with an i8 A, packed as A + 128 (u8): each B panel ends in a row of NR i32,
   /// 128 x the column's sum over the depth, which the kernel subtracts from its sums.
   bool signed_a = false;
+  /// u8_quads multiplied and summed into the i32 lanes by vpdpbusd (AVX-512 VNNI, AVX-VNNI),
+  /// which does not saturate: exact for every i8 B, so no block is checked.
+  bool vnni = false;
   int nr() const { return nr_vectors * lanes; }
 };
 
@@ -70,6 +73,9 @@ struct TargetVectors {
   int bits = 128;  // 128, 256 or 512
   int registers = 16;
   bool fma = false;
+  /// vpdpbusd at every width up to `bits` (AVX-512 VNNI with VL, or AVX-VNNI on a 256-bit
+  /// target): the int8 quad kernels use it (KernelShape::vnni).
+  bool vnni = false;
 };
 
 /// The shape for `dtype` on `vectors` (or the one `tuning` asks for, at most `vectors.bits`
@@ -272,13 +278,17 @@ void ForEachRectangle(int64_t m, int64_t n, int64_t k, int64_t count, int mr, in
 class Int8BPacker {
  public:
   virtual ~Int8BPacker() = default;
-  /// How B may be packed: only as i16 pairs, or as quads when its values allow (with the row of
-  /// column sums for a signed A).
-  enum class Quads { kNo, kForUnsignedA, kForSignedA };
+  /// How B may be packed: as quads at all, with the row of column sums (for a signed A), and
+  /// for any values (vpdpbusd) or only when they all lie in [-64, 64] (pmaddubsw).
+  struct Quads {
+    bool allowed = false;
+    bool column_sums = false;
+    bool any_value = false;
+  };
   /// B[0:k, n0:n0+nc] of the matrix at `base` into ceil(nc / nr) panels in the layout of
-  /// Int8MicroKernelFn's b: quads when `quads` allows them and every value of the block lies in
-  /// [-64, 64] (then it returns true), i16 pairs otherwise (false). Rows and columns past the
-  /// block are zero. `scratch` may be used for narrow panels.
+  /// Int8MicroKernelFn's b: quads when `quads` allows them for the block's values (then it
+  /// returns true), i16 pairs otherwise (false). Rows and columns past the block are zero.
+  /// `scratch` may be used for narrow panels.
   virtual bool Pack(const void* base, int64_t k, int64_t n0, int64_t nc, int nr, Quads quads,
                     void* dst, AlignedBuffer& scratch) const = 0;
 };
@@ -306,6 +316,9 @@ struct Int8CoreProblem {
   int64_t b_element_size = 1;
   /// A is u8 or i8 and b_packer's B is i8: blocks of B in [-64, 64] may run on the quad kernels.
   bool quads = false;
+  /// B packed once (Int8GemmParams::packed_b): used instead of b and b_packer for every batch
+  /// entry.
+  const PackedInt8B* packed_b = nullptr;
   void* c = nullptr;
   int64_t ldc = 0;
   Int8Epilogue epilogue;

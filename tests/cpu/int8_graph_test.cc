@@ -3,9 +3,11 @@
 // requantisation (divide, round, clamp, cast to u8) in the GEMM's epilogue, and anything else
 // as a kernel over its i32 sums. Every graph's outputs must equal the reference interpreter's
 // bit for bit (the epilogue computes each node's f32 operation in the node's order).
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codegen/cpu/graph_compiler.h"
@@ -200,6 +202,66 @@ TEST(CpuInt8GraphTest, IntegerSumsAndOtherEpilogues) {
     const auto compiled = CompileAndCompareExactly(Build(b));
     ASSERT_NE(compiled, nullptr);
     EXPECT_EQ(compiled->num_gemm_steps, 1);
+  }
+}
+
+// An i8 constant of `shape` with values over [-limit, limit] (128: all of i8), the extremes
+// included.
+ir::TensorData ConstantWeight(const ir::Shape& shape, int64_t limit, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t lo = -limit, hi = std::min<int64_t>(limit, 127);
+  ir::TensorData data(DType::kI8, shape);
+  for (int64_t i = 0; i < data.num_elements(); ++i) {
+    const uint32_t r = rng() % 4;
+    data.SetInt64(i, r == 0 ? lo
+                     : r == 1
+                         ? hi
+                         : lo + static_cast<int64_t>(rng() % static_cast<uint32_t>(hi - lo + 1)));
+  }
+  return data;
+}
+
+TEST(CpuInt8GraphTest, ConstantWeightsArePackedOnceAtCompileTime) {
+  // Weights bound as constants (aot::Compile's weights, ONNX initializers): each int8 GEMM's B is
+  // packed when the graph compiles, and the outputs keep the interpreter's bits. The first layer's
+  // weights span all of i8 (pairs), the second's [-64, 64] (quads); then the other way round.
+  for (const auto& [limit1, limit2] : {std::pair<int64_t, int64_t>{128, 64}, {64, 128}}) {
+    for (DType input : {DType::kU8, DType::kI8}) {
+      SCOPED_TRACE(testing::Message()
+                   << "limits " << limit1 << ", " << limit2 << " input " << ir::DTypeName(input));
+      const int64_t batch = 19, in = 70, hidden = 45, out = 21;
+      ir::Builder b;
+      const NodeId x = b.Parameter("x", {DType::kF32, {batch, in}});
+      const NodeId w1 = b.Constant(ConstantWeight({hidden, in}, limit1, 1));
+      const NodeId w2 = b.Constant(ConstantWeight({out, hidden}, limit2, 2));
+      const NodeId s1 = b.Parameter("s1", {DType::kF32, {hidden}});
+      const NodeId b1 = b.Parameter("b1", {DType::kF32, {hidden}});
+      const NodeId s2 = b.Parameter("s2", {DType::kF32, {out}});
+      const NodeId b2 = b.Parameter("b2", {DType::kF32, {out}});
+      const NodeId h = Relu(b, Dequantize(b,
+                                          b.IntegerMatMul(Quantize(b, x, 0.015, input),
+                                                          b.Permute(w1, {1, 0}), DType::kI32),
+                                          s1, b1, 1));
+      // The second B row-major ([hidden, out] constant, no permute).
+      const NodeId w2_rows = b.Constant(ConstantWeight({hidden, out}, limit2, 3));
+      const NodeId x2 = Quantize(b, h, 0.02, DType::kU8);
+      b.Output(Dequantize(b, b.IntegerMatMul(x2, b.Permute(w2, {1, 0}), DType::kI32), s2, b2, 1));
+      b.Output(b.IntegerMatMul(x2, w2_rows, DType::kI32));
+      const auto compiled = CompileAndCompareExactly(Build(b));
+      ASSERT_NE(compiled, nullptr);
+      EXPECT_EQ(compiled->num_gemm_steps, 3);
+      EXPECT_EQ(compiled->num_packed_weights, 3);
+    }
+  }
+  {
+    // A batch of constant B matrices is packed per call, as a parameter is.
+    ir::Builder b;
+    b.Output(b.IntegerMatMul(b.Parameter("a", {DType::kU8, {2, 9, 40}}),
+                             b.Constant(ConstantWeight({2, 40, 17}, 127, 4)), DType::kI32));
+    const auto compiled = CompileAndCompareExactly(Build(b));
+    ASSERT_NE(compiled, nullptr);
+    EXPECT_EQ(compiled->num_gemm_steps, 1);
+    EXPECT_EQ(compiled->num_packed_weights, 0);
   }
 }
 

@@ -4,16 +4,18 @@
 // for baseline x86-64, so nothing here is contracted into an fma). Equality is bit for bit, at
 // every CPU level the test runs at (KILN_CPU=x86-64-v2 / -v3 in CMake), through the extremes 0 /
 // 255 x -128 / 127 (where vpmaddubsw would saturate) and i16 products whose pair sums wrap, B
-// within [-64, 64] with its extremes (the u8-quad kernels, and which blocks run on them), odd
-// depths, edge tiles, strided, transposed and broadcast operands, and every epilogue op; the
-// convolution against the reference interpreter's conv {accumulate=i32}. The gaps of C keep their
-// contents.
+// within [-64, 64] with its extremes (the u8-quad kernels, and which blocks run on them),
+// full-range B on the VNNI quad kernels (vpdpbusd) where the host has them, B packed once
+// (PackInt8B), odd depths, edge tiles, strided, transposed and broadcast operands, and every
+// epilogue op; the convolution against the reference interpreter's conv {accumulate=i32}. The gaps
+// of C keep their contents.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <tuple>
@@ -239,12 +241,13 @@ struct Case {
   }
 };
 
-// b_limit > 0: B's values within [-b_limit, b_limit].
+// b_limit > 0: B's values within [-b_limit, b_limit]. prepack: B packed first by PackInt8B (the
+// call gets a null b.data; tc needs one B: broadcast_b or batch 1).
 void RunCase(const Case& tc, const Int8Epilogue& epilogue, const GemmTuning& tuning = {},
-             int64_t b_limit = 0) {
+             int64_t b_limit = 0, bool prepack = false) {
   SCOPED_TRACE(absl::StrCat(tc.Name(), " output ", base::DTypeName(epilogue.output), " steps ",
                             epilogue.steps.size(), b_limit > 0 ? " B within +-" : "",
-                            b_limit > 0 ? absl::StrCat(b_limit) : ""));
+                            b_limit > 0 ? absl::StrCat(b_limit) : "", prepack ? " prepacked" : ""));
   std::mt19937 rng(static_cast<uint32_t>(tc.m * 131 + tc.n * 7 + tc.k));
   const Matrix a = MakeMatrix(tc.a_dtype, tc.m, tc.k, tc.batch, tc.transpose_a, rng);
   const Matrix b = MakeMatrix(tc.b_dtype, tc.k, tc.n, tc.broadcast_b ? 1 : tc.batch, tc.transpose_b,
@@ -267,6 +270,15 @@ void RunCase(const Case& tc, const Int8Epilogue& epilogue, const GemmTuning& tun
   p.c = MatrixView{c.data(), ldc, 1, {c_entry}};
   p.epilogue = epilogue;
   p.tuning = tuning;
+  if (prepack) {
+    ASSERT_TRUE(tc.broadcast_b || tc.batch == 1);
+    p.b.batch_strides = {0};
+    absl::StatusOr<std::shared_ptr<const runtime::cpu::PackedInt8B>> packed =
+        runtime::cpu::PackInt8B(p, gemm_internal::JitMicroKernels());
+    ASSERT_TRUE(packed.ok()) << packed.status();
+    p.packed_b = *packed;
+    p.b.data = nullptr;
+  }
   const absl::Status status = Int8Gemm(p, tc.threads > 1 ? &TwoThreads() : nullptr);
   ASSERT_TRUE(status.ok()) << status;
 
@@ -425,8 +437,15 @@ TEST(GemmInt8Test, SevenBitWeightsOnQuadsEqualTheScalarLoop) {
 // whose B block ran on quads.
 class QuadProbeKernels final : public gi::MicroKernelProvider {
  public:
-  explicit QuadProbeKernels(bool has_quads) : has_quads_(has_quads) {}
-  gi::TargetVectors vectors() const override { return gemm_internal::JitMicroKernels().vectors(); }
+  // vnni: the vectors say the quad kernels take any i8 B (vpdpbusd), as on a VNNI host; without
+  // it, the pmaddubsw quads' range check is what is probed, on any host.
+  explicit QuadProbeKernels(bool has_quads, bool vnni = false)
+      : has_quads_(has_quads), vnni_(vnni) {}
+  gi::TargetVectors vectors() const override {
+    gi::TargetVectors vectors = gemm_internal::JitMicroKernels().vectors();
+    vectors.vnni = vnni_;
+    return vectors;
+  }
   absl::StatusOr<gi::MicroKernelFn> Get(DType dtype, const gi::KernelShape& shape,
                                         const gi::EpilogueVariant& variant) const override {
     return gemm_internal::JitMicroKernels().Get(dtype, shape, variant);
@@ -444,6 +463,7 @@ class QuadProbeKernels final : public gi::MicroKernelProvider {
   static void WritesNothing(int64_t, const void*, const void*, void*, int64_t,
                             const gi::Int8TileArgs*) {}
   bool has_quads_;
+  bool vnni_;
 };
 
 // How B lies in memory: row-major, column-major (row stride 1), or neither stride 1.
@@ -452,10 +472,11 @@ enum class BLayout { kRows, kColumns, kStrided };
 // A u8 [m, k] x B i8 [k, n], B within [-64, 64] but for `outside` (depth, column, value) entries,
 // one B block per NR panel; returns for each column whether C holds its sums (false: untouched).
 // Every touched element must be exact.
+// prepack: B packed first by PackInt8B, and blocks of the default size (several panels each).
 std::vector<bool> ColumnsWithSums(const gi::MicroKernelProvider& kernels, int64_t n, int64_t k,
                                   const std::vector<std::tuple<int64_t, int64_t, int>>& outside,
                                   bool quads = true, DType a_dtype = DType::kU8,
-                                  BLayout layout = BLayout::kRows) {
+                                  BLayout layout = BLayout::kRows, bool prepack = false) {
   absl::StatusOr<gi::KernelShape> shape =
       gi::ChooseInt8KernelShape({}, gemm_internal::JitMicroKernels().vectors());
   EXPECT_TRUE(shape.ok());
@@ -490,8 +511,15 @@ std::vector<bool> ColumnsWithSums(const gi::MicroKernelProvider& kernels, int64_
         : layout == BLayout::kStrided ? MatrixView{wide.data(), 2 * n, 2, {}}
                                       : DenseMatrix(b.data(), k, n);
   p.c = DenseMatrix(c.data(), m, n);
-  p.tuning.nc = shape->nr();  // one panel per block
+  if (!prepack) p.tuning.nc = shape->nr();  // one panel per block
   p.tuning.int8_quads = quads;
+  if (prepack) {
+    absl::StatusOr<std::shared_ptr<const runtime::cpu::PackedInt8B>> packed =
+        runtime::cpu::PackInt8B(p, kernels);
+    EXPECT_TRUE(packed.ok()) << packed.status();
+    if (packed.ok()) p.packed_b = *packed;
+    p.b.data = nullptr;
+  }
   const absl::Status status = runtime::cpu::ExecuteInt8Gemm(p, kernels, nullptr);
   EXPECT_TRUE(status.ok()) << status;
   std::vector<bool> with_sums(static_cast<size_t>(n), false);
@@ -554,6 +582,198 @@ TEST(GemmInt8Test, WithoutQuadKernelsOrWithQuadsOffTheSumsRunOnPairs) {
   const QuadProbeKernels probe(/*has_quads=*/true);
   EXPECT_EQ(ColumnsWithSums(probe, 40, 37, {}, /*quads=*/false), all);
   EXPECT_EQ(probe.quad_requests, 0);
+}
+
+TEST(GemmInt8Test, PackedBEqualsTheScalarLoop) {
+  // B packed once (a constant weight) and the call reading only the packed panels: full-range B
+  // on pairs, 7-bit B on quads, for every operand pairing, depths around multiples of 4, edges,
+  // a transposed B (the column packer), a broadcast B over a batch, small blocks (a block starts
+  // at any panel of the packed B), threads (column rectangles) and every epilogue.
+  const Int8Epilogue sums;
+  for (const int64_t limit : {0, 64}) {
+    for (DType a : kOperandTypes) {
+      for (DType b : kOperandTypes) {
+        if (limit > 0 && b != DType::kI8) continue;
+        for (int64_t k : {1, 3, 4, 5, 64, 1027}) {
+          RunCase({a, b, 1, 7, 19, k, false, false, false, 1}, sums, {}, limit, true);
+        }
+        RunCase({a, b, 1, 11, 43, 70, false, true, false, 1}, sums, {}, limit, true);
+      }
+    }
+    for (DType a : {DType::kU8, DType::kI8}) {
+      RunCase({a, DType::kI8, 4, 8, 24, 12, true, true, true, 2}, sums, {}, limit, true);
+      RunCase({a, DType::kI8, 1, 130, 150, 300, false, true, false, 2}, sums, {}, limit, true);
+      GemmTuning small;
+      small.mc = 7;
+      small.nc = 20;
+      RunCase({a, DType::kI8, 1, 45, 77, 31, false, true, false, 2}, sums, small, limit, true);
+      for (DType output : {DType::kF32, DType::kU8, DType::kI8}) {
+        for (int variant : {0, 1}) {
+          const Case tc{a, DType::kI8, 2, 9, 21, 35, false, true, true, 2};
+          std::mt19937 rng(static_cast<uint32_t>(variant * 10 + static_cast<int>(output)));
+          RunCase(tc, MakeEpilogues(tc.m, tc.n, rng).Make(output, variant), {}, limit, true);
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmInt8Test, PackedBChoosesTheLayoutPerPanel) {
+  // Packed once, each NR-column panel takes its own layout, whatever the blocking: with blocks of
+  // many panels, only the panel holding a value outside [-64, 64] runs on pairs.
+  absl::StatusOr<gi::KernelShape> shape =
+      gi::ChooseInt8KernelShape({}, gemm_internal::JitMicroKernels().vectors());
+  ASSERT_TRUE(shape.ok());
+  const int64_t nr = shape->nr(), n = 4 * nr + 5, k = 77;
+  const QuadProbeKernels probe(/*has_quads=*/true);
+  for (DType a : {DType::kU8, DType::kI8}) {
+    for (BLayout layout : {BLayout::kRows, BLayout::kColumns, BLayout::kStrided}) {
+      SCOPED_TRACE(absl::StrCat(base::DTypeName(a), " layout ", static_cast<int>(layout)));
+      EXPECT_EQ(ColumnsWithSums(probe, n, k, {}, true, a, layout, true),
+                std::vector<bool>(static_cast<size_t>(n), false));
+      std::vector<bool> want(static_cast<size_t>(n), false);
+      for (int64_t col = 2 * nr; col < 3 * nr; ++col) want[static_cast<size_t>(col)] = true;
+      for (int64_t col = 4 * nr; col < n; ++col) want[static_cast<size_t>(col)] = true;
+      EXPECT_EQ(ColumnsWithSums(probe, n, k, {{40, 2 * nr + 1, -100}, {k - 1, n - 1, 65}}, true, a,
+                                layout, true),
+                want);
+    }
+  }
+  // Without quad kernels (or with quads off while packing) every panel is pairs.
+  const QuadProbeKernels missing(/*has_quads=*/false);
+  EXPECT_EQ(ColumnsWithSums(missing, n, k, {}, true, DType::kU8, BLayout::kRows, true),
+            std::vector<bool>(static_cast<size_t>(n), true));
+  EXPECT_EQ(ColumnsWithSums(probe, n, k, {}, false, DType::kU8, BLayout::kRows, true),
+            std::vector<bool>(static_cast<size_t>(n), true));
+}
+
+TEST(GemmInt8Test, RejectsAPackedBThatDoesNotFit) {
+  std::vector<uint8_t> a(64 * 64, 1), c(64 * 64 * 4);
+  std::vector<int8_t> b(64 * 64, 3);  // within [-64, 64]: quad panels
+  Int8GemmParams p;
+  p.m = 4;
+  p.n = 40;
+  p.k = 30;
+  p.a = DenseMatrix(a.data(), p.m, p.k);
+  p.b = DenseMatrix(b.data(), p.k, p.n);
+  p.c = DenseMatrix(c.data(), p.m, p.n);
+  const gi::MicroKernelProvider& jit = gemm_internal::JitMicroKernels();
+  absl::StatusOr<std::shared_ptr<const runtime::cpu::PackedInt8B>> packed =
+      runtime::cpu::PackInt8B(p, jit);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+
+  Int8GemmParams bad = p;
+  bad.packed_b = *packed;
+  bad.k = 31;
+  EXPECT_EQ(Int8Gemm(bad).message(),
+            "gemm int8: packed_b holds i8 B [30, 40] for a u8 A; this call multiplies u8 A [4, 31] "
+            "by i8 B [31, 40]");
+  bad = p;
+  bad.packed_b = *packed;
+  bad.a_dtype = DType::kI8;
+  EXPECT_TRUE(absl::StartsWith(Int8Gemm(bad).message(),
+                               "gemm int8: packed_b holds i8 B [30, 40] "
+                               "for a u8 A; this call multiplies i8 A"));
+  bad = p;
+  bad.packed_b = *packed;
+  bad.tuning.int8_quads = false;
+  EXPECT_EQ(Int8Gemm(bad).message(),
+            "gemm int8: packed_b holds quad panels but this call has no quad kernels (another "
+            "provider, or tuning.int8_quads off)");
+  // Packed for 128-bit kernels (every x86-64 host has them), run with the host's widest.
+  Int8GemmParams narrow = p;
+  narrow.tuning.vector_bits = 128;
+  narrow.tuning.mr = 4;
+  narrow.tuning.nr_vectors = 1;
+  absl::StatusOr<std::shared_ptr<const runtime::cpu::PackedInt8B>> packed_128 =
+      runtime::cpu::PackInt8B(narrow, jit);
+  ASSERT_TRUE(packed_128.ok()) << packed_128.status();
+  narrow.packed_b = *packed_128;
+  EXPECT_TRUE(Int8Gemm(narrow).ok());
+  if (jit.vectors().bits > 128) {
+    bad = p;
+    bad.packed_b = *packed_128;
+    EXPECT_TRUE(absl::StartsWith(Int8Gemm(bad).message(),
+                                 "gemm int8: packed_b was packed for 4-column panels of 128-bit "
+                                 "vectors, this call's kernels take "));
+  }
+  // A batch of B matrices cannot be packed as one.
+  bad = p;
+  bad.batch = {2};
+  bad.b.batch_strides = {p.k * p.n};
+  EXPECT_EQ(runtime::cpu::PackInt8B(bad, jit).status().message(),
+            "pack int8 b: b has batch stride 1200; a packed B serves every batch entry, so its "
+            "batch strides must be 0");
+  bad = p;
+  bad.b.data = nullptr;
+  EXPECT_EQ(runtime::cpu::PackInt8B(bad, jit).status().message(), "pack int8 b: b.data is null");
+}
+
+TEST(GemmInt8Test, WithVnniEveryBlockRunsOnQuads) {
+  // vpdpbusd does not saturate: with VNNI quad kernels no block is checked, full-range values
+  // included, for a u8 or an i8 A and B of every layout; with the quads off, pairs.
+  absl::StatusOr<gi::KernelShape> shape =
+      gi::ChooseInt8KernelShape({}, gemm_internal::JitMicroKernels().vectors());
+  ASSERT_TRUE(shape.ok());
+  const int64_t nr = shape->nr(), n = 3 * nr, k = 300;
+  const QuadProbeKernels vnni(/*has_quads=*/true, /*vnni=*/true);
+  const std::vector<std::tuple<int64_t, int64_t, int>> full_range = {
+      {0, 0, -128}, {200, nr + 3, 127}, {k - 1, 2 * nr - 1, -65}};
+  for (DType a : {DType::kU8, DType::kI8}) {
+    for (BLayout layout : {BLayout::kRows, BLayout::kColumns, BLayout::kStrided}) {
+      for (bool prepack : {false, true}) {
+        SCOPED_TRACE(absl::StrCat(base::DTypeName(a), " layout ", static_cast<int>(layout),
+                                  prepack ? " prepacked" : ""));
+        EXPECT_EQ(ColumnsWithSums(vnni, n, k, full_range, true, a, layout, prepack),
+                  std::vector<bool>(static_cast<size_t>(n), false));
+      }
+    }
+  }
+  EXPECT_EQ(ColumnsWithSums(vnni, n, k, full_range, /*quads=*/false),
+            std::vector<bool>(static_cast<size_t>(n), true));
+}
+
+TEST(GemmInt8Test, FullRangeSumsOnTheHostsQuadKernelsAreExact) {
+  // On a VNNI host the JIT's quad kernels (vpdpbusd) take full-range B: the extremes 255 x -128
+  // in every quad, u8 and i8 A, depths around multiples of 4, edges, threads, epilogues, packed
+  // per call and once. (Elsewhere these run on pairs and must be exact all the same.)
+  const Int8Epilogue sums;
+  for (DType a : {DType::kU8, DType::kI8}) {
+    for (int64_t k : {1, 3, 4, 5, 8, 67, 1027}) {
+      RunCase({a, DType::kI8, 1, 7, 19, k, false, false, false, 1}, sums);
+      RunCase({a, DType::kI8, 1, 7, 19, k, false, true, false, 1}, sums, {}, 0, true);
+    }
+    RunCase({a, DType::kI8, 3, 17, 9, 40, true, true, false, 2}, sums);
+    RunCase({a, DType::kI8, 1, 130, 150, 300, false, true, false, 2}, sums);
+    for (DType output : {DType::kF32, DType::kU8, DType::kI8}) {
+      const Case tc{a, DType::kI8, 2, 9, 21, 35, false, true, true, 2};
+      std::mt19937 rng(static_cast<uint32_t>(static_cast<int>(output)));
+      RunCase(tc, MakeEpilogues(tc.m, tc.n, rng).Make(output, 1));
+    }
+  }
+  // Column sums large enough to wrap i32 (128 x 128 x 2^18).
+  RunCase({DType::kI8, DType::kI8, 1, 2, 17, (int64_t{1} << 18) + 3, false, false, false, 2}, sums);
+}
+
+TEST(GemmInt8Test, VnniQuadKernelsUseVpdpbusd) {
+  absl::StatusOr<gi::TargetVectors> vectors = gemm_internal::HostVectors();
+  ASSERT_TRUE(vectors.ok()) << vectors.status();
+  if (!vectors->vnni) GTEST_SKIP() << "the JIT's target has no AVX-512 VNNI or AVX-VNNI";
+  absl::StatusOr<gi::KernelShape> shape = gi::ChooseInt8KernelShape({}, *vectors);
+  ASSERT_TRUE(shape.ok());
+  shape->u8_quads = true;
+  shape->vnni = true;
+  for (bool signed_a : {false, true}) {
+    shape->signed_a = signed_a;
+    absl::StatusOr<gemm_internal::KernelText> text =
+        gemm_internal::GenerateInt8KernelText(*shape, gi::Int8EpilogueVariant{});
+    ASSERT_TRUE(text.ok()) << text.status();
+    EXPECT_EQ(text->name, absl::StrCat("kiln_qgemm_", shape->mr, "x", shape->nr(), "_v",
+                                       shape->vector_bits, signed_a ? "_s8v_i32" : "_u8v_i32"));
+    EXPECT_TRUE(absl::StrContains(text->assembly, "vpdpbusd")) << text->assembly;
+    EXPECT_FALSE(absl::StrContains(text->assembly, "pmaddubsw"));
+    EXPECT_FALSE(absl::StrContains(text->assembly, "vpdpbusds"));  // the saturating form
+  }
 }
 
 TEST(GemmInt8Test, QuadKernelsUsePmaddubsw) {
