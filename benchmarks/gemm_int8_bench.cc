@@ -121,16 +121,22 @@ int Run(const Options& options) {
   // host has VNNI (vpdpbusd); else the i16 pairs.
   shape->vnni = vectors->vnni;
   shape->u8_quads = (options.seven_bit_weights || shape->vnni) && !options.pairs_only;
+  if (shape->u8_quads && vectors->amx) {  // AMX tiles for 32 rows or more
+    shape->amx = true;
+    shape->mr = gi::kAmxTile;
+    shape->nr_vectors = gi::kAmxTile / shape->lanes;
+  }
   if (!options.json) {
     std::printf(
         "kiln int8 micro-kernel %d x %d on %d-bit vectors (u8 x i8 -> i32, output %s; %s); "
         "B packed %s; threads %d; best ~20 ms batch of %.1f s per kernel\n\n",
         shape->mr, shape->nr(), shape->vector_bits,
         std::string(kiln::base::DTypeName(options.output)).c_str(),
-        shape->u8_quads && shape->vnni ? "u8 quads, vpdpbusd (VNNI)"
-        : shape->u8_quads              ? "B in [-64, 64]: u8 quads, pmaddubsw"
-        : options.pairs_only           ? "i16 pairs (--pairs), pmaddwd"
-                                       : "B over all of i8: i16 pairs, pmaddwd",
+        shape->amx                       ? "u8 quads, AMX tiles (tdpbusd), 32 rows or more"
+        : shape->u8_quads && shape->vnni ? "u8 quads, vpdpbusd (VNNI)"
+        : shape->u8_quads                ? "B in [-64, 64]: u8 quads, pmaddubsw"
+        : options.pairs_only             ? "i16 pairs (--pairs), pmaddwd"
+                                         : "B over all of i8: i16 pairs, pmaddwd",
         options.prepack ? "once (--prepack)" : "in every call", pool.num_threads(),
         options.rounds * options.min_time);
     if (options.print_assembly) {
@@ -239,6 +245,7 @@ int Run(const Options& options) {
           std::string(kiln::base::DTypeName(options.output)).c_str(),
           options.seven_bit_weights ? "7bit" : "8bit",
           !shape->u8_quads ? "pairs"
+          : shape->amx     ? "u8_quads_amx"
           : shape->vnni    ? "u8_quads_vnni"
                            : "u8_quads",
           options.prepack ? "true" : "false", best_int8, best_f32, ops / best_int8 * 1e-6,

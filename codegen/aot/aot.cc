@@ -54,6 +54,9 @@ class RecordingProvider final : public gi::MicroKernelProvider {
  public:
   explicit RecordingProvider(gi::TargetVectors vectors) : vectors_(vectors) {}
   gi::TargetVectors vectors() const override { return vectors_; }
+  /// Records as for a CPU without AMX (or with it again): a blob whose host code has AMX kernels
+  /// also holds the others, for a process that Linux refuses the tile state.
+  void set_amx(bool amx) { vectors_.amx = amx; }
   absl::StatusOr<gi::MicroKernelFn> Get(ir::DType dtype, const gi::KernelShape& shape,
                                         const gi::EpilogueVariant& variant) const override {
     requests_[gi::MicroKernelName(dtype, shape, variant)] = Request{dtype, shape, variant, {}};
@@ -583,6 +586,11 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
         const auto record = [&](const auto& execute) -> absl::Status {
           for (RecordingProvider& r : recorders) {
             if (absl::Status st = execute(r); !st.ok()) return st;
+            if (!r.vectors().amx) continue;
+            r.set_amx(false);
+            absl::Status without_amx = execute(r);
+            r.set_amx(true);
+            if (!without_amx.ok()) return without_amx;
           }
           return absl::OkStatus();
         };
@@ -755,6 +763,7 @@ absl::StatusOr<std::string> Compile(const ir::Graph& graph, const CompileOptions
             {"vector_registers", target.vectors.registers},
             {"fma", target.vectors.fma},
             {"vnni", target.vectors.vnni},
+            {"amx", target.vectors.amx},
             {"micro_kernels", micro_names},
             {"payload", payload}};
     plan["targets"].push_back(std::move(tj));

@@ -50,6 +50,7 @@
 #include "llvm/IR/Metadata.h"
 #include "llvm/IR/Module.h"
 #include "passes/pass_manager.h"
+#include "runtime/cpu/cpu_features.h"
 #include "xxhash.h"
 
 namespace kiln::codegen::cpu::gemm_internal {
@@ -59,18 +60,20 @@ using runtime::cpu::Int8EpilogueOp;
 using runtime::cpu::Int8Operand;
 using runtime::cpu::kMaxInt8EpilogueSteps;
 using runtime::cpu::gemm_internal::Int8TileArgs;
+using runtime::cpu::gemm_internal::kAmxQuadSteps;
 using runtime::cpu::gemm_internal::TileArgs;
 
 namespace {
 
 // Part of the disk-cache key: bump it whenever a change here changes the generated code.
-constexpr int kGemmKernelVersion = 4;
+constexpr int kGemmKernelVersion = 5;
 
 // The IR reads TileArgs as {i64, i64, ptr, ptr, ptr, i64, double, double, i64}.
 static_assert(sizeof(void*) == 8, "the kernel ABI assumes 64-bit pointers");
-// The int8 kernels read Int8TileArgs as {i64, i64, [kMaxInt8EpilogueSteps x ptr]}.
+// The int8 kernels read Int8TileArgs as {i64, i64, [kMaxInt8EpilogueSteps x ptr], i64, i64}.
 static_assert(offsetof(Int8TileArgs, operands) == 16 &&
-                  sizeof(Int8TileArgs) == 16 + 8 * kMaxInt8EpilogueSteps,
+                  offsetof(Int8TileArgs, panels) == 16 + 8 * kMaxInt8EpilogueSteps &&
+                  sizeof(Int8TileArgs) == 32 + 8 * kMaxInt8EpilogueSteps,
               "Int8TileArgs no longer matches the struct type the int8 kernel IR reads");
 static_assert(offsetof(TileArgs, row_bias) == 16 && offsetof(TileArgs, residual_ld) == 40 &&
                   offsetof(TileArgs, alpha) == 48 && offsetof(TileArgs, beta) == 56 &&
@@ -264,17 +267,21 @@ class SkeletonEmitter {
     return final_phis;
   }
 
-  // Stores the finished tile to the stack tile (allocated in the entry block) for the row loops.
+  // The stack tile the row loops read: MR rows of NR accumulator lanes, in the entry block.
+  void AllocateTile() {
+    llvm::Type* row_type =
+        llvm::ArrayType::get(accumulator_, static_cast<uint64_t>(shape_.nr_vectors));
+    tile_type_ = llvm::ArrayType::get(row_type, static_cast<uint64_t>(shape_.mr));
+    llvm::IRBuilder<> entry_builder(entry_, entry_->begin());
+    llvm::AllocaInst* alloca = entry_builder.CreateAlloca(tile_type_, nullptr, "tile");
+    alloca->setAlignment(llvm::Align(64));
+    tile_memory_ = alloca;
+  }
+
+  // Stores the finished tile to the stack tile for the row loops.
   void SpillTile(const Tile& tile) {
     const int mr = shape_.mr, nv = shape_.nr_vectors;
-    llvm::Type* row_type = llvm::ArrayType::get(accumulator_, static_cast<uint64_t>(nv));
-    tile_type_ = llvm::ArrayType::get(row_type, static_cast<uint64_t>(mr));
-    {
-      llvm::IRBuilder<> entry_builder(entry_, entry_->begin());
-      llvm::AllocaInst* alloca = entry_builder.CreateAlloca(tile_type_, nullptr, "tile");
-      alloca->setAlignment(llvm::Align(64));
-      tile_memory_ = alloca;
-    }
+    AllocateTile();
     for (int i = 0; i < mr; ++i) {
       for (int j = 0; j < nv; ++j) {
         builder_.CreateAlignedStore(tile[i][j], TileVectorPtr(builder_.getInt64(i), j),
@@ -312,7 +319,9 @@ class SkeletonEmitter {
 
   // A loop running body(row) for rows [0, rows), then returning from the kernel. Not unrolled:
   // unrolling would bring back MR copies of the epilogue for nothing (this is not the hot loop).
-  void EmitRowLoop(llvm::Value* rows, const std::function<void(llvm::Value*)>& body) {
+  // With `after`, the loop branches there when done instead of returning.
+  void EmitRowLoop(llvm::Value* rows, const std::function<void(llvm::Value*)>& body,
+                   llvm::BasicBlock* after = nullptr) {
     auto* loop = llvm::BasicBlock::Create(context_, "write_back", function_);
     auto* done = llvm::BasicBlock::Create(context_, "write_back_done", function_);
     llvm::BasicBlock* before = builder_.GetInsertBlock();
@@ -325,7 +334,11 @@ class SkeletonEmitter {
     row->addIncoming(next, builder_.GetInsertBlock());
     DisableUnrolling(builder_.CreateCondBr(builder_.CreateICmpSLT(next, rows), loop, done));
     builder_.SetInsertPoint(done);
-    builder_.CreateRetVoid();
+    if (after != nullptr) {
+      builder_.CreateBr(after);
+    } else {
+      builder_.CreateRetVoid();
+    }
   }
 
   // Marks the loop whose back edge is `branch` as not to be unrolled.
@@ -696,6 +709,10 @@ class Int8KernelEmitter : public SkeletonEmitter {
   // The sum of the four products of u8 x and i8 y per i32 lane (y's values in [-64, 64] unless
   // the shape is vnni).
   llvm::Value* MultiplyQuads(llvm::Value* x, llvm::Value* y);
+  // KernelShape::amx: the depth loop on AMX tiles into the stack tile (2 x 2 tiles of 16 x 16
+  // i32; per kAmxQuadSteps quad steps, two A tiles from the tile-row panel and two B tiles from
+  // the quad panel, 4 tdpbusd).
+  void EmitAmxDepthLoop();
   // The operands of the epilogue steps that do not depend on the row: scalars splatted, column
   // vectors per vector of the row (masked on the edge path); row operands are null here.
   struct Operands {
@@ -759,6 +776,12 @@ class Int8KernelEmitter : public SkeletonEmitter {
   const llvm::Intrinsic::ID pmaddubsw_;
   const llvm::Intrinsic::ID vpdpbusd_;
   llvm::StructType* args_type_ = nullptr;
+  // AMX: the current panel's byte offset into the column operands (null: none).
+  llvm::Value* column_offset_ = nullptr;
+  // The write-back of the tile (in the stack tile) to C, then `after` (null: return).
+  void EmitWriteBack(llvm::Value* m_valid, llvm::Value* n_valid, llvm::BasicBlock* after);
+  // KernelShape::amx: Int8TileArgs::panels panels, each the AMX depth loop and its write-back.
+  void EmitAmxPanels();
 };
 
 llvm::Value* Int8KernelEmitter::MultiplyPairs(llvm::Value* x, llvm::Value* y) {
@@ -800,6 +823,108 @@ llvm::Value* Int8KernelEmitter::MultiplyQuads(llvm::Value* x, llvm::Value* y) {
     sum = sum == nullptr ? part : builder_.CreateAdd(sum, part);
   }
   return sum;
+}
+
+void Int8KernelEmitter::EmitAmxDepthLoop() {
+  constexpr int kTileRows = 16, kTileBytes = 64;  // one AMX tile: 16 rows of 64 bytes
+  const int tiles_m = shape_.mr / kTileRows, tiles_n = shape_.nr() * 4 / kTileBytes;
+  const int64_t b_row_bytes = int64_t{shape_.nr()} * 4;
+  llvm::Type* amx = llvm::Type::getX86_AMXTy(context_);
+  llvm::Value* rows = builder_.getInt16(kTileRows);
+  llvm::Value* bytes = builder_.getInt16(kTileBytes);
+  const auto intrinsic = [&](llvm::Intrinsic::ID id) {
+    return llvm::Intrinsic::getDeclaration(&module_, id);
+  };
+  llvm::Function* zero = intrinsic(llvm::Intrinsic::x86_tilezero_internal);
+  llvm::Function* load = intrinsic(llvm::Intrinsic::x86_tileloadd64_internal);
+  llvm::Function* dot = intrinsic(llvm::Intrinsic::x86_tdpbusd_internal);
+  llvm::Function* store = intrinsic(llvm::Intrinsic::x86_tilestored64_internal);
+
+  llvm::Value* chunks = builder_.CreateSDiv(depth_, builder_.getInt64(kAmxQuadSteps));
+  Tile zeros(static_cast<size_t>(tiles_m), std::vector<llvm::Value*>(static_cast<size_t>(tiles_n)));
+  for (auto& row : zeros) {
+    for (auto& t : row) t = builder_.CreateCall(zero, {rows, bytes});
+  }
+  llvm::BasicBlock* entry = builder_.GetInsertBlock();
+  auto* loop = llvm::BasicBlock::Create(context_, "amx_loop", function_);
+  auto* done = llvm::BasicBlock::Create(context_, "amx_done", function_);
+  builder_.CreateCondBr(builder_.CreateICmpSGT(chunks, builder_.getInt64(0)), loop, done);
+
+  builder_.SetInsertPoint(loop);
+  llvm::PHINode* chunk = builder_.CreatePHI(i64_, 2, "chunk");
+  Tile acc = zeros;
+  for (auto& row : acc) {
+    for (auto& t : row) t = builder_.CreatePHI(amx, 2);
+  }
+  // A: per chunk, MR rows of 64 bytes (PackRowsAsTiles); B: per chunk, kAmxQuadSteps rows of the
+  // quad panel, NR x 4 bytes each, a tile every 64 bytes across.
+  llvm::Value* a_chunk =
+      BytePtr(a_, builder_.CreateMul(chunk, builder_.getInt64(int64_t{shape_.mr} * kTileBytes)));
+  llvm::Value* b_chunk =
+      BytePtr(b_, builder_.CreateMul(chunk, builder_.getInt64(kAmxQuadSteps * b_row_bytes)));
+  // Products start as soon as their tiles are in, and every load comes while the tile it could
+  // share a register with is still to be read, so that LLVM gives the four inputs four registers
+  // (tiles are not renamed: a load into a register waits for the products reading it). The order
+  // for 2 x 2: A0 B0 (C00) B1 A1 (C01 C10 C11).
+  const auto load_a = [&](int i) {
+    return builder_.CreateCall(load,
+                               {rows, bytes, BytePtr(a_chunk, int64_t{i} * kTileRows * kTileBytes),
+                                builder_.getInt64(kTileBytes)});
+  };
+  const auto load_b = [&](int j) {
+    return builder_.CreateCall(load, {rows, bytes, BytePtr(b_chunk, int64_t{j} * kTileBytes),
+                                      builder_.getInt64(b_row_bytes)});
+  };
+  std::vector<llvm::Value*> a_tiles(static_cast<size_t>(tiles_m));
+  std::vector<llvm::Value*> b_tiles(static_cast<size_t>(tiles_n));
+  Tile next = acc;
+  const auto product = [&](int i, int j) {
+    next[i][j] = builder_.CreateCall(dot, {rows, bytes, bytes, acc[i][j], a_tiles[i], b_tiles[j]});
+  };
+  // The next chunk's B into L1 meanwhile (tile loads from L2 wait on its latency).
+  for (int64_t line = 0; line < kAmxQuadSteps * b_row_bytes / 64; ++line) {
+    builder_.CreateIntrinsic(llvm::Intrinsic::prefetch, {ptr_},
+                             {BytePtr(b_chunk, kAmxQuadSteps * b_row_bytes + line * 64),
+                              builder_.getInt32(0), builder_.getInt32(3), builder_.getInt32(1)});
+  }
+  a_tiles[0] = load_a(0);
+  b_tiles[0] = load_b(0);
+  product(0, 0);
+  for (int j = 1; j < tiles_n; ++j) b_tiles[j] = load_b(j);
+  for (int i = 1; i < tiles_m; ++i) a_tiles[i] = load_a(i);
+  for (int i = 0; i < tiles_m; ++i) {
+    for (int j = 0; j < tiles_n; ++j) {
+      if (i != 0 || j != 0) product(i, j);
+    }
+  }
+  llvm::Value* chunk_next = builder_.CreateAdd(chunk, builder_.getInt64(1));
+  DisableUnrolling(builder_.CreateCondBr(builder_.CreateICmpSLT(chunk_next, chunks), loop, done));
+  chunk->addIncoming(builder_.getInt64(0), entry);
+  chunk->addIncoming(chunk_next, loop);
+  for (int i = 0; i < tiles_m; ++i) {
+    for (int j = 0; j < tiles_n; ++j) {
+      llvm::cast<llvm::PHINode>(acc[i][j])->addIncoming(zeros[i][j], entry);
+      llvm::cast<llvm::PHINode>(acc[i][j])->addIncoming(next[i][j], loop);
+    }
+  }
+
+  builder_.SetInsertPoint(done);
+  Tile result = zeros;
+  for (int i = 0; i < tiles_m; ++i) {
+    for (int j = 0; j < tiles_n; ++j) {
+      llvm::PHINode* phi = builder_.CreatePHI(amx, 2);
+      phi->addIncoming(zeros[i][j], entry);
+      phi->addIncoming(next[i][j], loop);
+      result[i][j] = phi;
+    }
+  }
+  for (int i = 0; i < tiles_m; ++i) {
+    for (int j = 0; j < tiles_n; ++j) {
+      llvm::Value* at =
+          BytePtr(tile_memory_, int64_t{i} * kTileRows * b_row_bytes + j * kTileBytes);
+      builder_.CreateCall(store, {rows, bytes, at, builder_.getInt64(b_row_bytes), result[i][j]});
+    }
+  }
 }
 
 void Int8KernelEmitter::EmitDepthStep(llvm::Value* a, llvm::Value* b, int step, Tile& acc) {
@@ -851,6 +976,9 @@ Int8KernelEmitter::Operands Int8KernelEmitter::LoadOperands(
     const Int8Operand kind = variant_.steps[s].second;
     if (kind == Int8Operand::kNone) continue;
     llvm::Value* base = Operand(static_cast<int>(s), absl::StrCat("operand", s));
+    if (kind == Int8Operand::kColumn && column_offset_ != nullptr) {
+      base = BytePtr(base, column_offset_);
+    }
     operands.base[s] = base;
     if (kind == Int8Operand::kScalar) {
       operands.scalar[s] = Splat(builder_.CreateAlignedLoad(f32_, base, llvm::Align(4)));
@@ -952,12 +1080,16 @@ void Int8KernelEmitter::EmitWriteBackRow(const Operands& operands, llvm::Value* 
 llvm::Function* Int8KernelEmitter::Emit(const std::string& name) {
   const int mr = shape_.mr, nr = shape_.nr();
   llvm::Type* operands = llvm::ArrayType::get(ptr_, static_cast<uint64_t>(kMaxInt8EpilogueSteps));
-  args_type_ = llvm::StructType::get(context_, {i64_, i64_, operands});
+  args_type_ = llvm::StructType::get(context_, {i64_, i64_, operands, i64_, i64_});
   CreateFunction(name);
+  if (shape_.amx) {
+    EmitAmxPanels();
+    return function_;
+  }
   PrefetchC();
   // A step is a pair or quad of depth steps: MR and NR i32 (two i16, four bytes) further on. One
-  // step per iteration, not unrolled: integer adds reassociate, and across unrolled steps LLVM sums
-  // the products of several steps before adding them to the accumulators, which needs more
+  // step per iteration, not unrolled: integer adds reassociate, and across unrolled steps LLVM
+  // sums the products of several steps before adding them to the accumulators, which needs more
   // registers than there are (spills in the hot loop).
   Tile tile = EmitDepthLoop(
       int64_t{mr} * 4, int64_t{nr} * 4,
@@ -973,10 +1105,16 @@ llvm::Function* Int8KernelEmitter::Emit(const std::string& name) {
     }
   }
   SpillTile(tile);
-  llvm::Value* m_valid =
-      builder_.CreateLoad(i64_, builder_.CreateStructGEP(args_type_, args_, 0), "m_valid");
-  llvm::Value* n_valid =
-      builder_.CreateLoad(i64_, builder_.CreateStructGEP(args_type_, args_, 1), "n_valid");
+  EmitWriteBack(
+      builder_.CreateLoad(i64_, builder_.CreateStructGEP(args_type_, args_, 0), "m_valid"),
+      builder_.CreateLoad(i64_, builder_.CreateStructGEP(args_type_, args_, 1), "n_valid"),
+      nullptr);
+  return function_;
+}
+
+void Int8KernelEmitter::EmitWriteBack(llvm::Value* m_valid, llvm::Value* n_valid,
+                                      llvm::BasicBlock* after) {
+  const int mr = shape_.mr, nr = shape_.nr();
   auto* store_full = llvm::BasicBlock::Create(context_, "store_full", function_);
   auto* store_edge = llvm::BasicBlock::Create(context_, "store_edge", function_);
   llvm::Value* full = builder_.CreateAnd(builder_.CreateICmpEQ(m_valid, builder_.getInt64(mr)),
@@ -985,13 +1123,71 @@ llvm::Function* Int8KernelEmitter::Emit(const std::string& name) {
 
   builder_.SetInsertPoint(store_full);
   const Operands full_operands = LoadOperands({});
-  EmitRowLoop(builder_.getInt64(mr),
-              [&](llvm::Value* row) { EmitWriteBackRow(full_operands, row); });
+  EmitRowLoop(
+      builder_.getInt64(mr), [&](llvm::Value* row) { EmitWriteBackRow(full_operands, row); },
+      after);
 
   builder_.SetInsertPoint(store_edge);
   const Operands edge_operands = LoadOperands(LaneMasks(n_valid));
-  EmitRowLoop(m_valid, [&](llvm::Value* row) { EmitWriteBackRow(edge_operands, row); });
-  return function_;
+  EmitRowLoop(
+      m_valid, [&](llvm::Value* row) { EmitWriteBackRow(edge_operands, row); }, after);
+}
+
+void Int8KernelEmitter::EmitAmxPanels() {
+  const int nr = shape_.nr();
+  // One tile configuration (ldtilecfg, which LLVM puts in the entry block) for all the panels:
+  // per call it cost about a quarter of a 1024^3 GEMM's time.
+  AllocateTile();
+  llvm::Value* m_valid =
+      builder_.CreateLoad(i64_, builder_.CreateStructGEP(args_type_, args_, 0), "m_valid");
+  llvm::Value* last_n_valid =
+      builder_.CreateLoad(i64_, builder_.CreateStructGEP(args_type_, args_, 1), "n_valid");
+  llvm::Value* panels =
+      builder_.CreateLoad(i64_, builder_.CreateStructGEP(args_type_, args_, 3), "panels");
+  llvm::Value* b_panel_bytes =
+      builder_.CreateLoad(i64_, builder_.CreateStructGEP(args_type_, args_, 4), "b_panel_bytes");
+  llvm::Value* const b_first = b_;
+  llvm::Value* const c_first = c_;
+  llvm::BasicBlock* entry = builder_.GetInsertBlock();
+  auto* panel_loop = llvm::BasicBlock::Create(context_, "panel", function_);
+  auto* panel_next = llvm::BasicBlock::Create(context_, "panel_next", function_);
+  auto* exit = llvm::BasicBlock::Create(context_, "exit", function_);
+  builder_.CreateBr(panel_loop);
+
+  builder_.SetInsertPoint(panel_loop);
+  llvm::PHINode* panel = builder_.CreatePHI(i64_, 2, "panel");
+  b_ = BytePtr(b_first, builder_.CreateMul(panel, b_panel_bytes));
+  c_ = BytePtr(c_first, builder_.CreateMul(panel, builder_.getInt64(int64_t{nr} * c_bytes_)));
+  column_offset_ = builder_.CreateMul(panel, builder_.getInt64(int64_t{nr} * 4));
+  PrefetchC();
+  EmitAmxDepthLoop();
+  if (shape_.signed_a) {
+    // A was packed as A + 128: subtract 128 x each column's sum, the row after B's quads.
+    llvm::Value* sums = BytePtr(b_, builder_.CreateMul(depth_, builder_.getInt64(int64_t{nr} * 4)));
+    for (int j = 0; j < shape_.nr_vectors; ++j) {
+      llvm::Value* column_sums = builder_.CreateAlignedLoad(
+          accumulator_, BytePtr(sums, int64_t{j} * shape_.lanes * 4), llvm::Align(VectorBytes()));
+      for (int i = 0; i < shape_.mr; ++i) {
+        llvm::Value* row = builder_.getInt64(i);
+        builder_.CreateAlignedStore(builder_.CreateSub(LoadTileVector(row, j), column_sums),
+                                    TileVectorPtr(row, j), llvm::Align(VectorBytes()));
+      }
+    }
+  }
+  llvm::Value* next = builder_.CreateAdd(panel, builder_.getInt64(1));
+  llvm::Value* n_valid = builder_.CreateSelect(builder_.CreateICmpSLT(next, panels),
+                                               builder_.getInt64(nr), last_n_valid);
+  EmitWriteBack(m_valid, n_valid, panel_next);
+
+  builder_.SetInsertPoint(panel_next);
+  DisableUnrolling(builder_.CreateCondBr(builder_.CreateICmpSLT(next, panels), panel_loop, exit));
+  panel->addIncoming(builder_.getInt64(0), entry);
+  panel->addIncoming(next, panel_next);
+  builder_.SetInsertPoint(exit);
+  builder_.CreateRetVoid();
+  b_ = b_first;
+  c_ = c_first;
+  column_offset_ = nullptr;
 }
 
 struct Generated {
@@ -1163,6 +1359,7 @@ TargetVectors VectorsFor(const HostTarget& target) {
     vectors.registers = 32;
     vectors.fma = true;
     vectors.vnni = VnniAt(target.features, 512);
+    vectors.amx = vectors.vnni && has("amx-tile") && has("amx-int8");
   } else if (has("avx")) {
     vectors.bits = 256;
     vectors.fma = has("fma");
@@ -1178,7 +1375,10 @@ absl::StatusOr<TargetVectors> HostVectors() {
   static const absl::StatusOr<TargetVectors>* const detected = [] {
     absl::StatusOr<LlvmJit*> jit = LlvmJit::Get();
     if (!jit.ok()) return new absl::StatusOr<TargetVectors>(jit.status());
-    return new absl::StatusOr<TargetVectors>(VectorsFor((*jit)->host()));
+    TargetVectors vectors = VectorsFor((*jit)->host());
+    // Without the kernel's permission the first tile instruction raises SIGILL.
+    if (vectors.amx) vectors.amx = runtime::cpu::RequestAmxTileData();
+    return new absl::StatusOr<TargetVectors>(vectors);
   }();
   return *detected;
 }

@@ -591,6 +591,10 @@ class CpuTargetDriver final : public blob::TargetDriver {
         KILN_ASSIGN(vnni, r.Bool(t, path, "vnni"));
         target.vnni = vnni;
       }
+      if (t.is_object() && t.contains("amx")) {  // absent before the AMX kernels
+        KILN_ASSIGN(amx, r.Bool(t, path, "amx"));
+        target.amx = amx;
+      }
       KILN_ASSIGN(kernels, r.Array(t, path, "micro_kernels", 4096));
       for (size_t k = 0; k < kernels->size(); ++k) {
         if (!(*kernels)[k].is_string() || !ValidSymbol((*kernels)[k].get<std::string>())) {
@@ -700,8 +704,10 @@ class CpuTargetDriver final : public blob::TargetDriver {
       return address;
     };
     auto micro = std::make_shared<BlobMicroKernels>();
-    micro->vectors_ =
-        gi::TargetVectors{target->vector_bits, target->vector_registers, target->fma, target->vnni};
+    // AMX code runs only once Linux grants the tile state; without it the driver takes the
+    // section's other int8 kernels, which aot::Compile records as well.
+    micro->vectors_ = gi::TargetVectors{target->vector_bits, target->vector_registers, target->fma,
+                                        target->vnni, target->amx && RequestAmxTileData()};
     for (const std::string& name : target->micro_kernels) {
       KILN_ASSIGN(address, resolve(name));
       micro->kernels_[name] = reinterpret_cast<gi::MicroKernelFn>(address);
@@ -808,7 +814,7 @@ std::string CpuBlobPlan::Describe() const {
   for (const CodeTarget& t : code) {
     absl::StrAppend(&text, "target ", t.triple, " cpu ", t.cpu, " (", t.vector_bits,
                     "-bit vectors, ", t.vector_registers, " registers", t.fma ? ", fma" : "",
-                    t.vnni ? ", vnni" : "", ") in section ", t.section, "\n");
+                    t.vnni ? ", vnni" : "", t.amx ? ", amx" : "", ") in section ", t.section, "\n");
   }
   return text;
 }

@@ -25,6 +25,7 @@ struct CodeTarget {
   int vector_registers = 16;  // ... and register count (they pick the tile shape)
   bool fma = false;
   bool vnni = false;  // the int8 quad kernels use vpdpbusd (exact for any i8 B)
+  bool amx = false;   // int8 GEMMs of 32 rows or more run on AMX tiles
   /// The GEMM micro-kernel symbols the code exports (MicroKernelName).
   std::vector<std::string> micro_kernels;
   int section = -1;  // index into BlobView::sections: the payload ("cpu:<triple>[@k]")

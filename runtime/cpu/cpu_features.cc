@@ -9,6 +9,10 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace kiln::runtime::cpu {
 namespace {
@@ -251,6 +255,19 @@ bool CpuAllows(std::string_view feature) {
 bool CodeFeaturesAllowed(std::string_view features) {
   const absl::StatusOr<CpuLevel>& level = ProcessCpuLevel();
   return level.ok() && CodeRunsAtLevel(*level, features);
+}
+
+bool RequestAmxTileData() {
+#if defined(__linux__) && defined(__x86_64__)
+  static const bool granted = [] {
+    constexpr long kArchReqXcompPerm = 0x1023;  // asm/prctl.h
+    constexpr long kXfeatureXtiledata = 18;     // the AMX tile data component of XSAVE
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return granted;
+#else
+  return false;
+#endif
 }
 
 }  // namespace kiln::runtime::cpu

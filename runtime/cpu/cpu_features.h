@@ -78,4 +78,9 @@ bool CodeRunsAtLevel(CpuLevel level, std::string_view features);
 bool CpuAllows(std::string_view feature);
 bool CodeFeaturesAllowed(std::string_view features);
 
+/// Asks Linux, once per process, for the AMX tile data state (arch_prctl ARCH_REQ_XCOMP_PERM),
+/// without which the first AMX tile instruction stops the process with SIGILL. True when granted;
+/// false on CPUs without AMX, kernels before 5.16 and other systems.
+bool RequestAmxTileData();
+
 }  // namespace kiln::runtime::cpu

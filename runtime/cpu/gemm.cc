@@ -476,7 +476,7 @@ void* AlignedBuffer::Get(size_t bytes) {
 // Splits one GEMM over `threads` rectangles: tm row bands x tn column bands, tm * tn == threads.
 // Each rectangle packs its own rows of A and columns of B, so the split minimises the largest
 // rectangle's work plus its packing (a packed element costs about as much as kPackCost flops).
-Grid ChooseGrid(int64_t m, int64_t n, int mr, int nr, int threads) {
+Grid ChooseGrid(int64_t m, int64_t n, int mr, int nr, int threads, bool b_prepacked) {
   constexpr int64_t kPackCost = 16;
   const int64_t m_panels = CeilDiv(m, mr), n_panels = CeilDiv(n, nr);
   Grid best;
@@ -487,7 +487,7 @@ Grid ChooseGrid(int64_t m, int64_t n, int mr, int nr, int threads) {
     if (tm > m_panels || tn > n_panels) continue;
     const int64_t rows = CeilDiv(m_panels, tm) * mr, cols = CeilDiv(n_panels, tn) * nr;
     const double cost = 2.0 * static_cast<double>(rows) * static_cast<double>(cols) +
-                        kPackCost * static_cast<double>(rows + cols);
+                        kPackCost * static_cast<double>(b_prepacked ? rows : rows + cols);
     if (cost < best_cost) {
       best_cost = cost;
       best = Grid{tm, tn, rows, cols};
@@ -546,7 +546,8 @@ int FitTileRows(int mr, int64_t m, const GemmTuning& tuning) {
 
 void ForEachRectangle(int64_t m, int64_t n, int64_t k, int64_t count, int mr, int nr,
                       runtime::ThreadPool* pool,
-                      absl::FunctionRef<void(int64_t, int64_t, int64_t, int64_t, int64_t)> run) {
+                      absl::FunctionRef<void(int64_t, int64_t, int64_t, int64_t, int64_t)> run,
+                      bool b_prepacked) {
   const int threads = pool == nullptr ? 1 : pool->num_threads();
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) *
                        static_cast<double>(std::max<int64_t>(k, 1)) * static_cast<double>(count);
@@ -561,7 +562,7 @@ void ForEachRectangle(int64_t m, int64_t n, int64_t k, int64_t count, int mr, in
     });
     return;
   }
-  const Grid grid = ChooseGrid(m, n, mr, nr, threads);
+  const Grid grid = ChooseGrid(m, n, mr, nr, threads, b_prepacked);
   for (int64_t i = 0; i < count; ++i) {
     pool->ParallelFor(grid.tm * grid.tn, 1, [&](int64_t begin, int64_t end) {
       for (int64_t task = begin; task < end; ++task) {

@@ -94,7 +94,8 @@ class PackedInt8B {
   const char* data = nullptr;    // the buffer's bytes
   std::vector<int64_t> offsets;  // panel t at data + offsets[t]
   std::vector<uint8_t> quads;    // panel t is quads (1) or pairs (0)
-  bool any_quads = false;
+  bool any_quads = false, all_quads = true;
+  int quad_step_multiple = 1;  // Int8Plan::quad_step_multiple
 
   const char* Panel(int64_t t) const { return data + offsets[static_cast<size_t>(t)]; }
 };
@@ -155,16 +156,19 @@ void PackAPairsOf(DType dtype, const void* a, int64_t row_stride, int64_t col_st
   }
 }
 
-// A[0:rows, 0:k] (u8, or i8 stored as A + 128, strided) into ceil(rows / mr) panels of quads,
-// `panel_bytes` apart: element (q * mr + i) * 4 + h of a panel is A[i][4q + h], rows past `rows`
-// and depth steps past k zero (for an i8 A too: the column sums the kernel subtracts count only
-// B's values). Also B's contiguous i8 columns, as u8 (no flip), into NR-column panels.
+// The quad steps of depth k, padded to a multiple of `multiple`.
+int64_t QuadSteps(int64_t k, int multiple) { return RoundUp(CeilDiv(k, 4), multiple); }
+
+// A[0:rows, 0:k] (u8, or i8 stored as A + 128, strided) into ceil(rows / mr) panels of `steps`
+// quads, `panel_bytes` apart: element (q * mr + i) * 4 + h of a panel is A[i][4q + h], rows past
+// `rows` and depth steps past k zero (for an i8 A too: the column sums the kernel subtracts count
+// only B's values). Also B's contiguous i8 columns, as u8 (no flip), into NR-column panels.
 template <class T>
 void PackRowsAsQuads(const T* a, int64_t row_stride, int64_t col_stride, int64_t rows, int64_t k,
-                     int mr, int64_t panel_bytes, uint8_t* dst) {
+                     int mr, int64_t steps, int64_t panel_bytes, uint8_t* dst) {
   // x + 128 of an i8 is its byte with the sign bit flipped.
   constexpr uint32_t kFlip = std::is_same_v<T, int8_t> ? 0x80808080u : 0;
-  const int64_t quads = CeilDiv(k, 4), whole = k / 4;
+  const int64_t quads = steps, whole = k / 4;
   for (int64_t r0 = 0; r0 < rows; r0 += mr) {
     const int valid = static_cast<int>(std::min<int64_t>(mr, rows - r0));
     uint8_t* panel = dst + r0 / mr * panel_bytes;
@@ -188,11 +192,47 @@ void PackRowsAsQuads(const T* a, int64_t row_stride, int64_t col_stride, int64_t
           }
         }
       }
-      if (whole < quads) {
-        uint8_t* quad = out + whole * mr * 4;
+      for (int64_t q = whole; q < quads; ++q) {
+        uint8_t* quad = out + q * mr * 4;
         for (int h = 0; h < 4; ++h) {
-          const int64_t kk = 4 * whole + h;
+          const int64_t kk = 4 * q + h;
           quad[h] = kk < k ? static_cast<uint8_t>(src[kk * col_stride]) ^ (kFlip & 0xff) : 0;
+        }
+      }
+    }
+  }
+}
+
+// A[0:rows, 0:k] (u8, or i8 stored as A + 128) into ceil(rows / kAmxTile) panels for the AMX
+// kernels: per kAmxQuadSteps quad steps (64 bytes of depth), kAmxTile rows of 64 bytes, so that
+// each half of the panel's rows is one tile (rows 64 bytes apart). `steps` (a multiple of
+// kAmxQuadSteps) quads per row; rows past `rows` and depth past k zero.
+template <class T>
+void PackRowsAsTiles(const T* a, int64_t row_stride, int64_t col_stride, int64_t rows, int64_t k,
+                     int64_t steps, uint8_t* dst) {
+  constexpr uint8_t kFlip = std::is_same_v<T, int8_t> ? 0x80 : 0;
+  constexpr int64_t kRowBytes = int64_t{kAmxQuadSteps} * 4;
+  const int64_t chunks = steps / kAmxQuadSteps, panel_bytes = steps * 4 * kAmxTile;
+  for (int64_t r0 = 0; r0 < rows; r0 += kAmxTile) {
+    uint8_t* panel = dst + r0 / kAmxTile * panel_bytes;
+    for (int64_t i = 0; i < kAmxTile; ++i) {
+      const bool valid = r0 + i < rows;
+      const T* src = a + (r0 + i) * row_stride;
+      for (int64_t c = 0; c < chunks; ++c) {
+        uint8_t* out = panel + (c * kAmxTile + i) * kRowBytes;
+        const int64_t k0 = c * kRowBytes;
+        if (!valid || k0 >= k) {
+          std::memset(out, 0, kRowBytes);
+        } else if (col_stride == 1 && k0 + kRowBytes <= k) {
+          std::memcpy(out, src + k0, kRowBytes);
+          if constexpr (kFlip != 0) {
+            for (int64_t b = 0; b < kRowBytes; ++b) out[b] ^= kFlip;
+          }
+        } else {
+          for (int64_t b = 0; b < kRowBytes; ++b) {
+            const int64_t kk = k0 + b;
+            out[b] = kk < k ? static_cast<uint8_t>(src[kk * col_stride]) ^ kFlip : 0;
+          }
         }
       }
     }
@@ -228,10 +268,11 @@ struct Int8Plan {
   Int8MicroKernelFn kernel = nullptr;       // i16 pairs
   Int8MicroKernelFn quad_kernel = nullptr;  // quads (signed_a for an i8 A); null: pairs only
   bool vnni_quads = false;                  // quad_kernel takes any i8 B
+  int quad_step_multiple = 1;               // kAmxQuadSteps where the provider has AMX
   uint64_t generation = 0;
 
   Int8BPacker::Quads QuadUse(base::DType a_dtype) const {
-    return {quad_kernel != nullptr, a_dtype == base::DType::kI8, vnni_quads};
+    return {quad_kernel != nullptr, a_dtype == base::DType::kI8, vnni_quads, quad_step_multiple};
   }
 };
 
@@ -276,27 +317,34 @@ absl::Status FetchInt8Kernels(const Int8EpilogueVariant& variant, DType a_dtype,
 
 // Bytes of one packed B panel (NR columns, the whole depth) in either layout: i16 pairs, or quads
 // followed, for a signed A, by the row of column sums.
-int64_t PanelBytes(int64_t k, int nr, bool quads, bool signed_a) {
-  return (quads ? CeilDiv(k, 4) + (signed_a ? 1 : 0) : CeilDiv(k, 2)) * nr * 4;
+int64_t PanelBytes(int64_t k, int nr, bool quads, bool signed_a, int step_multiple) {
+  return (quads ? QuadSteps(k, step_multiple) + (signed_a ? 1 : 0) : CeilDiv(k, 2)) * nr * 4;
 }
 
 // Rows [ic, ic + mcb) of A packed as quads or pairs in `band`: k_steps * 4 bytes per row.
 const char* PackedRows(const Int8CoreProblem& p, const Int8Plan& plan, const char* a, int64_t ic,
                        int64_t mcb, bool quads, PackedBand& band) {
   const int mr = plan.shape.mr;
-  const int64_t steps = CeilDiv(p.k, quads ? 4 : 2);
+  const int64_t steps = quads ? QuadSteps(p.k, plan.quad_step_multiple) : CeilDiv(p.k, 2);
   void* data =
       band.buffer.Get(static_cast<size_t>(std::max<int64_t>(1, RoundUp(mcb, mr) * steps)) * 4);
   if (band.generation != plan.generation || band.source != a || band.ic != ic ||
       band.data != data) {
     const char* rows = a + ic * p.a_row_stride * base::DTypeSize(p.a_dtype);
     const int64_t panel_bytes = steps * mr * 4;
+    auto* out = static_cast<uint8_t*>(data);
+    const auto pack_quads = [&]<class T>(const T* from) {
+      if (plan.shape.amx) {
+        PackRowsAsTiles(from, p.a_row_stride, p.a_col_stride, mcb, p.k, steps, out);
+      } else {
+        PackRowsAsQuads(from, p.a_row_stride, p.a_col_stride, mcb, p.k, mr, steps, panel_bytes,
+                        out);
+      }
+    };
     if (quads && p.a_dtype == base::DType::kI8) {
-      PackRowsAsQuads(reinterpret_cast<const int8_t*>(rows), p.a_row_stride, p.a_col_stride, mcb,
-                      p.k, mr, panel_bytes, static_cast<uint8_t*>(data));
+      pack_quads(reinterpret_cast<const int8_t*>(rows));
     } else if (quads) {
-      PackRowsAsQuads(reinterpret_cast<const uint8_t*>(rows), p.a_row_stride, p.a_col_stride, mcb,
-                      p.k, mr, panel_bytes, static_cast<uint8_t*>(data));
+      pack_quads(reinterpret_cast<const uint8_t*>(rows));
     } else {
       PackAPairsOf(p.a_dtype, rows, p.a_row_stride, p.a_col_stride, mcb, p.k, mr,
                    static_cast<int16_t*>(data));
@@ -329,7 +377,7 @@ struct BlockPanels {
 void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffsets& batch,
                  int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const int mr = plan.shape.mr, nr = plan.shape.nr();
-  const int64_t pairs = CeilDiv(p.k, 2), quad_steps = CeilDiv(p.k, 4);
+  const int64_t pairs = CeilDiv(p.k, 2), quad_steps = QuadSteps(p.k, plan.quad_step_multiple);
   const bool signed_a = p.a_dtype == base::DType::kI8;
   const int64_t a_size = base::DTypeSize(p.a_dtype);
   const int64_t c_size = base::DTypeSize(p.epilogue.output);
@@ -356,12 +404,13 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
       } else {
         // Room for either layout.
         const int64_t bytes =
-            std::max(PanelBytes(p.k, nr, false, signed_a), PanelBytes(p.k, nr, true, signed_a));
+            std::max(PanelBytes(p.k, nr, false, signed_a, plan.quad_step_multiple),
+                     PanelBytes(p.k, nr, true, signed_a, plan.quad_step_multiple));
         void* b_packed = buffers.b.Get(static_cast<size_t>(std::max<int64_t>(1, panels * bytes)));
         block.all_quads =
             p.b_packer->Pack(b, p.k, jc, ncb, nr, quad_use, b_packed, buffers.scratch);
         block.data = static_cast<const char*>(b_packed);
-        block.stride = PanelBytes(p.k, nr, block.all_quads, signed_a);
+        block.stride = PanelBytes(p.k, nr, block.all_quads, signed_a, plan.quad_step_multiple);
       }
       // A's band in each layout the block's panels use ([0] pairs, [1] quads).
       const char* a_packed[2] = {nullptr, nullptr};
@@ -379,6 +428,18 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
           if (steps[s].operand == Int8Operand::kRow) {
             args.operands[s] = steps[s].vector + batch.row_bias + row;
           }
+        }
+        if (plan.shape.amx) {
+          // The block's panels in one call (one tile configuration); all quads, equally sized.
+          args.panels = panels;
+          args.b_panel_bytes = PanelBytes(p.k, nr, true, signed_a, plan.quad_step_multiple);
+          args.n_valid = ncb - (panels - 1) * nr;
+          for (size_t s = 0; s < steps.size(); ++s) {
+            if (steps[s].operand == Int8Operand::kColumn) args.operands[s] = steps[s].vector + jc;
+          }
+          plan.quad_kernel(quad_steps, a_packed[1] + ir * quad_steps * 4, block.Panel(0),
+                           c + (row * p.ldc + jc) * c_size, p.ldc, &args);
+          continue;
         }
         for (int64_t jr = 0; jr < ncb; jr += nr) {
           const int64_t column = jc + jr;
@@ -485,11 +546,13 @@ absl::StatusOr<KernelShape> ChooseInt8KernelShape(const GemmTuning& tuning,
 }
 
 std::string Int8MicroKernelName(const KernelShape& shape, const Int8EpilogueVariant& variant) {
-  return absl::StrCat(
-      "kiln_qgemm_", shape.mr, "x", shape.nr(), "_v", shape.vector_bits,
-      !shape.u8_quads ? "_"
-                      : absl::StrCat("_", shape.signed_a ? "s8" : "u8", shape.vnni ? "v_" : "q_"),
-      variant.Name());
+  return absl::StrCat("kiln_qgemm_", shape.mr, "x", shape.nr(), "_v", shape.vector_bits,
+                      !shape.u8_quads ? "_"
+                                      : absl::StrCat("_", shape.signed_a ? "s8" : "u8",
+                                                     shape.amx    ? "x_"
+                                                     : shape.vnni ? "v_"
+                                                                  : "q_"),
+                      variant.Name());
 }
 
 namespace {
@@ -553,8 +616,8 @@ void InterleavePairs(const T* narrow, int64_t panels, int64_t k, int nr, int16_t
 
 // With column_sums, each panel's quads are followed by NR i32, ScaledColumnSum of each column.
 void InterleaveQuads(const int8_t* narrow, int64_t panels, int64_t k, int nr, bool column_sums,
-                     int8_t* dst) {
-  const int64_t quads = CeilDiv(k, 4);
+                     int64_t steps, int8_t* dst) {
+  const int64_t quads = steps;
   const std::vector<int8_t> zeros(static_cast<size_t>(nr), 0);
   for (int64_t q = 0; q < panels; ++q) {
     const int8_t* src = narrow + q * k * nr;
@@ -597,11 +660,11 @@ class ColumnInt8Packer final : public Int8BPacker {
       }
       if (within) {
         const bool column_sums = quads.column_sums;
-        const int64_t steps = CeilDiv(k, 4);
+        const int64_t steps = QuadSteps(k, quads.step_multiple);
         const int64_t panel_bytes = (steps + (column_sums ? 1 : 0)) * nr * 4;
         auto* out = static_cast<uint8_t*>(dst);
-        PackRowsAsQuads(reinterpret_cast<const uint8_t*>(b), col_stride_, 1, nc, k, nr, panel_bytes,
-                        out);
+        PackRowsAsQuads(reinterpret_cast<const uint8_t*>(b), col_stride_, 1, nc, k, nr, steps,
+                        panel_bytes, out);
         if (column_sums) {
           for (int64_t j = 0; j < RoundUp(nc, nr); ++j) {
             const uint32_t sum = j < nc ? ScaledColumnSum(b + j * col_stride_, k, 1) : 0;
@@ -630,7 +693,8 @@ bool NarrowInt8Packer<T>::Pack(const void* base, int64_t k, int64_t n0, int64_t 
   narrow_.Pack(static_cast<const T*>(base), 0, k, n0, nc, nr, narrow);
   if constexpr (std::is_same_v<T, int8_t>) {
     if (quads.allowed && (quads.any_value || WithinQuadRange(narrow, panels * nr * k))) {
-      InterleaveQuads(narrow, panels, k, nr, quads.column_sums, static_cast<int8_t*>(dst));
+      InterleaveQuads(narrow, panels, k, nr, quads.column_sums, QuadSteps(k, quads.step_multiple),
+                      static_cast<int8_t*>(dst));
       return true;
     }
   }
@@ -642,22 +706,63 @@ template class NarrowInt8Packer<uint8_t>;
 template class NarrowInt8Packer<int8_t>;
 template class NarrowInt8Packer<int16_t>;
 
+// The AMX kernels for `problem` when the provider has them and they fit: a u8 or i8 A of at
+// least kAmxTile rows, an i8 B (packed once: all in quads), the host's own tile shape. Then
+// `plan` gets their shape and quad kernel (no pairs kernel: every B block is quads).
+absl::StatusOr<bool> UseAmxKernels(const Int8CoreProblem& problem, const GemmTuning& tuning,
+                                   const MicroKernelProvider& kernels,
+                                   const Int8EpilogueVariant& variant, Int8Plan& plan) {
+  const TargetVectors vectors = kernels.vectors();
+  if (!vectors.amx || !vectors.vnni || vectors.bits != 512 || !problem.quads ||
+      !tuning.int8_quads || problem.m < kAmxTile || tuning.vector_bits != 0 || tuning.mr != 0 ||
+      (problem.packed_b != nullptr && !problem.packed_b->all_quads)) {
+    return false;
+  }
+  KernelShape shape = plan.shape;
+  shape.mr = kAmxTile;
+  shape.nr_vectors = kAmxTile / shape.lanes;
+  shape.u8_quads = true;
+  shape.signed_a = problem.a_dtype == DType::kI8;
+  shape.vnni = true;
+  shape.amx = true;
+  absl::StatusOr<Int8MicroKernelFn> kernel = kernels.GetInt8(shape, variant);
+  if (absl::IsNotFound(kernel.status())) return false;  // a blob without them
+  if (!kernel.ok()) return kernel.status();
+  plan.shape = shape;
+  plan.quad_kernel = *kernel;
+  plan.vnni_quads = true;
+  return true;
+}
+
 absl::Status RunInt8Core(const Int8CoreProblem& problem, const GemmTuning& tuning,
                          const MicroKernelProvider& kernels, runtime::ThreadPool* pool) {
   absl::StatusOr<KernelShape> shape = ChooseInt8KernelShape(tuning, kernels.vectors());
   if (!shape.ok()) return shape.status();
   if (problem.m == 0 || problem.n == 0 || problem.batches.empty()) return absl::OkStatus();
+  const TargetVectors vectors = kernels.vectors();
+  const Int8EpilogueVariant variant = Int8EpilogueVariant::Of(problem.epilogue);
+  const PackedInt8B* packed = problem.packed_b;
   Int8Plan plan;
   plan.shape = *shape;
-  plan.shape.mr = FitTileRows(plan.shape.mr, problem.m, tuning);
+  plan.quad_step_multiple = vectors.amx ? kAmxQuadSteps : 1;
+  absl::StatusOr<bool> amx = UseAmxKernels(problem, tuning, kernels, variant, plan);
+  if (!amx.ok()) return amx.status();
+  if (!*amx) {
+    plan.shape.mr = FitTileRows(plan.shape.mr, problem.m, tuning);
+    if (absl::Status s =
+            FetchInt8Kernels(variant, problem.a_dtype, problem.quads, tuning, kernels, plan);
+        !s.ok()) {
+      return s;
+    }
+  }
   ChooseInt8Blocking(plan, problem.k, tuning);
   plan.generation = next_generation.fetch_add(1, std::memory_order_relaxed);
-  if (absl::Status s = FetchInt8Kernels(Int8EpilogueVariant::Of(problem.epilogue), problem.a_dtype,
-                                        problem.quads, tuning, kernels, plan);
-      !s.ok()) {
-    return s;
-  }
-  if (const PackedInt8B* packed = problem.packed_b; packed != nullptr) {
+  if (packed != nullptr) {
+    if (packed->quad_step_multiple != plan.quad_step_multiple) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gemm int8: packed_b pads its quads to multiples of ", packed->quad_step_multiple,
+          " steps, this call's kernels to ", plan.quad_step_multiple, " (another provider)"));
+    }
     if (packed->nr != plan.shape.nr() || packed->vector_bits != plan.shape.vector_bits) {
       return absl::InvalidArgumentError(absl::StrCat(
           "gemm int8: packed_b was packed for ", packed->nr, "-column panels of ",
@@ -672,9 +777,11 @@ absl::Status RunInt8Core(const Int8CoreProblem& problem, const GemmTuning& tunin
   }
   ForEachRectangle(
       problem.m, problem.n, problem.k, static_cast<int64_t>(problem.batches.size()), plan.shape.mr,
-      plan.shape.nr(), pool, [&](int64_t batch, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+      plan.shape.nr(), pool,
+      [&](int64_t batch, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
         ComputeRect(problem, plan, problem.batches[static_cast<size_t>(batch)], m0, m1, n0, n1);
-      });
+      },
+      /*b_prepacked=*/packed != nullptr);
   return absl::OkStatus();
 }
 
@@ -845,11 +952,15 @@ absl::StatusOr<std::shared_ptr<const PackedInt8B>> PackInt8B(
       return s;
     }
     const bool signed_a = params.a_dtype == DType::kI8;
+    plan.quad_step_multiple = kernels.vectors().amx ? gemm_internal::kAmxQuadSteps : 1;
+    packed->quad_step_multiple = plan.quad_step_multiple;
     const Int8BPacker::Quads quad_use = plan.QuadUse(params.a_dtype);
+    const int multiple = plan.quad_step_multiple;
     // Each panel into the room of either layout, then moved to its place in one buffer.
     const int nr = packed->nr;
-    const int64_t room = std::max(gemm_internal::PanelBytes(params.k, nr, false, signed_a),
-                                  gemm_internal::PanelBytes(params.k, nr, true, signed_a));
+    const int64_t room =
+        std::max(gemm_internal::PanelBytes(params.k, nr, false, signed_a, multiple),
+                 gemm_internal::PanelBytes(params.k, nr, true, signed_a, multiple));
     gemm_internal::AlignedBuffer panel, scratch;
     void* panel_bytes = panel.Get(static_cast<size_t>(std::max<int64_t>(1, room)));
     std::vector<char> staged;
@@ -857,10 +968,11 @@ absl::StatusOr<std::shared_ptr<const PackedInt8B>> PackInt8B(
       const bool as_quads =
           packer.Pack(params.b.data, params.k, n0, std::min<int64_t>(nr, params.n - n0), nr,
                       quad_use, panel_bytes, scratch);
-      const int64_t size = gemm_internal::PanelBytes(params.k, nr, as_quads, signed_a);
+      const int64_t size = gemm_internal::PanelBytes(params.k, nr, as_quads, signed_a, multiple);
       packed->offsets.push_back(static_cast<int64_t>(staged.size()));
       packed->quads.push_back(as_quads ? 1 : 0);
       packed->any_quads |= as_quads;
+      packed->all_quads &= as_quads;
       const char* from = static_cast<const char*>(panel_bytes);
       staged.insert(staged.end(), from, from + size);
     }

@@ -64,6 +64,10 @@ struct KernelShape {
   /// u8_quads multiplied and summed into the i32 lanes by vpdpbusd (AVX-512 VNNI, AVX-VNNI),
   /// which does not saturate: exact for every i8 B, so no block is checked.
   bool vnni = false;
+  /// vnni quads on AMX tiles (tdpbusd): MR = NR = 32 (kAmxTile), four 16 x 16 i32 accumulator
+  /// tiles; A packed in tile rows (PackRowsAsTiles) and the quad steps of A and B padded to a
+  /// multiple of kAmxQuadSteps.
+  bool amx = false;
   int nr() const { return nr_vectors * lanes; }
 };
 
@@ -76,7 +80,14 @@ struct TargetVectors {
   /// vpdpbusd at every width up to `bits` (AVX-512 VNNI with VL, or AVX-VNNI on a 256-bit
   /// target): the int8 quad kernels use it (KernelShape::vnni).
   bool vnni = false;
+  /// AMX-INT8 tiles, usable in this process (RequestAmxTileData): int8 GEMMs of at least
+  /// kAmxTile rows run on them (KernelShape::amx), and every quad packing pads to kAmxQuadSteps.
+  bool amx = false;
 };
+
+/// The AMX kernels' tile (MR = NR) and the quad steps of one tile's depth (64 bytes a row).
+inline constexpr int kAmxTile = 32;
+inline constexpr int kAmxQuadSteps = 16;
 
 /// The shape for `dtype` on `vectors` (or the one `tuning` asks for, at most `vectors.bits`
 /// wide). The register budget: MR rows of nr_vectors accumulators, plus nr_vectors B vectors and
@@ -112,6 +123,11 @@ struct Int8TileArgs {
   /// Per epilogue step: its scalar (a float), or its row / column vector at the tile's first row
   /// / column; null for kRound.
   const void* operands[kMaxInt8EpilogueSteps] = {};
+  /// AMX kernels (KernelShape::amx) only: they run `panels` NR-column panels of B one after
+  /// another, `b_panel_bytes` apart, into consecutive tiles of C (one tile configuration for
+  /// all); n_valid is the last panel's, the others are whole. Other kernels ignore these.
+  int64_t panels = 1;
+  int64_t b_panel_bytes = 0;
 };
 
 /// The int8 micro-kernel: C[0:m_valid, 0:n_valid] = epilogue(Ap * Bp) over `k_steps` steps of
@@ -121,8 +137,9 @@ struct Int8TileArgs {
 /// (KernelShape::u8_quads): bytes, element (q * MR + i) * 4 + h of `a` is A[i][4q + h] (u8) and
 /// (q * NR + j) * 4 + h of `b` is B[4q + h][j] (i8); with KernelShape::signed_a, a's bytes are
 /// A + 128 and b's k_steps quads are followed by NR i32 (128 x the sum of column j of B). Both
-/// zero-padded. `c` is the tile's first element and ldc the row stride of C, in elements of the
-/// output dtype.
+/// zero-padded. AMX (KernelShape::amx): `a` in tile rows (64 bytes of depth per row, MR rows per
+/// kAmxQuadSteps steps) and Int8TileArgs::panels panels of B. `c` is the tile's first element and
+/// ldc the row stride of C, in elements of the output dtype.
 using Int8MicroKernelFn = void (*)(int64_t k_steps, const void* a, const void* b, void* c,
                                    int64_t ldc, const Int8TileArgs* args);
 
@@ -249,12 +266,13 @@ class AlignedBuffer {
 };
 
 /// How one GEMM of m x n is cut over `threads`: tm row bands x tn column bands, each `rows` x
-/// `cols` (multiples of mr / nr), chosen to minimise a rectangle's work plus its packing.
+/// `cols` (multiples of mr / nr), chosen to minimise a rectangle's work plus its packing (of A's
+/// rows and, unless `b_prepacked`, B's columns).
 struct Grid {
   int64_t tm = 1, tn = 1;
   int64_t rows = 0, cols = 0;
 };
-Grid ChooseGrid(int64_t m, int64_t n, int mr, int nr, int threads);
+Grid ChooseGrid(int64_t m, int64_t n, int mr, int nr, int threads, bool b_prepacked = false);
 
 /// Below this many multiply-adds x 2 the work runs on the calling thread.
 inline constexpr double kMinParallelFlops = 2e6;
@@ -269,7 +287,8 @@ int FitTileRows(int mr, int64_t m, const GemmTuning& tuning);
 /// otherwise each GEMM cut by ChooseGrid over the pool.
 void ForEachRectangle(int64_t m, int64_t n, int64_t k, int64_t count, int mr, int nr,
                       runtime::ThreadPool* pool,
-                      absl::FunctionRef<void(int64_t, int64_t, int64_t, int64_t, int64_t)> run);
+                      absl::FunctionRef<void(int64_t, int64_t, int64_t, int64_t, int64_t)> run,
+                      bool b_prepacked = false);
 
 /// The int8 core: `batches` equally shaped GEMMs out = epilogue(A * B), A strided (its own dtype,
 /// widened while packed), B packed by `b_packer` (a strided matrix or a convolution's implicit
@@ -284,6 +303,8 @@ class Int8BPacker {
     bool allowed = false;
     bool column_sums = false;
     bool any_value = false;
+    /// The quad steps are padded with zeros to a multiple of this (kAmxQuadSteps for AMX).
+    int step_multiple = 1;
   };
   /// B[0:k, n0:n0+nc] of the matrix at `base` into ceil(nc / nr) panels in the layout of
   /// Int8MicroKernelFn's b: quads when `quads` allows them for the block's values (then it

@@ -755,6 +755,56 @@ TEST(GemmInt8Test, FullRangeSumsOnTheHostsQuadKernelsAreExact) {
   RunCase({DType::kI8, DType::kI8, 1, 2, 17, (int64_t{1} << 18) + 3, false, false, false, 2}, sums);
 }
 
+TEST(GemmInt8Test, ThirtyTwoRowsOrMoreEqualTheScalarLoop) {
+  // On an AMX host, 32 rows or more run on tiles: A in tile rows, the depth padded to 64, each
+  // call a whole B block of panels with the last one partial, the column operands of each panel.
+  // Rows 32 and beyond a multiple of 32, depths around multiples of 64, several blocks (nc),
+  // threads, u8 and i8 A, full-range B, every epilogue, B packed per call and once.
+  const Int8Epilogue sums;
+  for (DType a : {DType::kU8, DType::kI8}) {
+    for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{32, 32, 64},
+                                  {33, 45, 63},
+                                  {64, 161, 65},
+                                  {97, 100, 200},
+                                  {40, 70, 1}}) {
+      for (bool prepack : {false, true}) {
+        RunCase({a, DType::kI8, 1, m, n, k, false, true, false, 1}, sums, {}, 0, prepack);
+        RunCase({a, DType::kI8, 1, m, n, k, true, false, false, 2}, sums, {}, 0, prepack);
+      }
+    }
+    GemmTuning blocks;
+    blocks.nc = 64;
+    blocks.mc = 64;
+    RunCase({a, DType::kI8, 1, 130, 150, 300, false, true, false, 2}, sums, blocks, 0, true);
+    RunCase({a, DType::kI8, 2, 70, 90, 130, false, false, true, 2}, sums, blocks);
+    for (DType output : {DType::kF32, DType::kU8, DType::kI8}) {
+      for (int variant : {0, 1}) {
+        const Case tc{a, DType::kI8, 2, 67, 99, 129, false, true, true, 2};
+        std::mt19937 rng(static_cast<uint32_t>(variant * 10 + static_cast<int>(output)));
+        RunCase(tc, MakeEpilogues(tc.m, tc.n, rng).Make(output, variant), blocks, 0, variant == 1);
+      }
+    }
+  }
+}
+
+TEST(GemmInt8Test, AmxKernelsUseTiles) {
+  absl::StatusOr<gi::TargetVectors> vectors = gemm_internal::HostVectors();
+  ASSERT_TRUE(vectors.ok()) << vectors.status();
+  if (!vectors->amx) GTEST_SKIP() << "the JIT's target has no AMX-INT8 (or Linux refused it)";
+  absl::StatusOr<gi::KernelShape> shape = gi::ChooseInt8KernelShape({}, *vectors);
+  ASSERT_TRUE(shape.ok());
+  shape->mr = gi::kAmxTile;
+  shape->nr_vectors = gi::kAmxTile / shape->lanes;
+  shape->u8_quads = shape->vnni = shape->amx = true;
+  absl::StatusOr<gemm_internal::KernelText> text =
+      gemm_internal::GenerateInt8KernelText(*shape, gi::Int8EpilogueVariant{});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->name, "kiln_qgemm_32x32_v512_u8x_i32");
+  for (const char* instruction : {"ldtilecfg", "tileloadd", "tdpbusd", "tilestored"}) {
+    EXPECT_TRUE(absl::StrContains(text->assembly, instruction)) << instruction;
+  }
+}
+
 TEST(GemmInt8Test, VnniQuadKernelsUseVpdpbusd) {
   absl::StatusOr<gi::TargetVectors> vectors = gemm_internal::HostVectors();
   ASSERT_TRUE(vectors.ok()) << vectors.status();
