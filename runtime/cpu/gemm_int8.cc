@@ -281,7 +281,10 @@ struct Int8Plan {
 void ChooseInt8Blocking(Int8Plan& plan, int64_t k, const GemmTuning& tuning) {
   const CacheSizes& caches = HostCaches();
   const int mr = plan.shape.mr, nr = plan.shape.nr();
-  const int64_t row_bytes = std::max<int64_t>(2, RoundUp(k, 2) * 2);
+  // i16 pairs take two bytes per depth step; the AMX kernels' quads (every block) one.
+  const int64_t row_bytes =
+      plan.shape.amx ? std::max<int64_t>(64, QuadSteps(k, plan.quad_step_multiple) * 4)
+                     : std::max<int64_t>(2, RoundUp(k, 2) * 2);
   plan.nc = tuning.nc > 0 ? RoundUp(tuning.nc, nr)
                           : std::max<int64_t>(nr, caches.l2 / 2 / row_bytes / nr * nr);
   const int64_t l3_share = caches.l3 / std::max(1, caches.l3_sharing);
