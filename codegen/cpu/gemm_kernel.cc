@@ -807,14 +807,19 @@ llvm::Value* Int8KernelEmitter::MultiplyPairs(llvm::Value* x, llvm::Value* y) {
 
 llvm::Value* Int8KernelEmitter::MultiplyQuads(llvm::Value* x, llvm::Value* y) {
   if (pmaddubsw_ != llvm::Intrinsic::not_intrinsic && !shape_.vnni) {
-    // |255 x 64 x 2| = 32640: the i16 pair sums never saturate for B in [-64, 64].
-    llvm::Value* pair_sums = builder_.CreateIntrinsic(pmaddubsw_, {}, {x, y});
+    // |255 x 64 x 2| = 32640: the i16 pair sums never saturate for B in [-64, 64] (for
+    // b_unsigned, A: the unsigned bytes go first).
+    llvm::Value* pair_sums = builder_.CreateIntrinsic(
+        pmaddubsw_, {},
+        shape_.b_unsigned ? std::vector<llvm::Value*>{y, x} : std::vector<llvm::Value*>{x, y});
     return builder_.CreateIntrinsic(pmaddwd_, {}, {pair_sums, llvm::ConstantInt::get(pairs_, 1)});
   }
   const int lanes = shape_.lanes;
+  llvm::Type* wide = llvm::FixedVectorType::get(i32_, 4 * lanes);
   llvm::Value* products =
-      builder_.CreateNSWMul(builder_.CreateZExt(x, llvm::FixedVectorType::get(i32_, 4 * lanes)),
-                            builder_.CreateSExt(y, llvm::FixedVectorType::get(i32_, 4 * lanes)));
+      shape_.b_unsigned
+          ? builder_.CreateNSWMul(builder_.CreateSExt(x, wide), builder_.CreateZExt(y, wide))
+          : builder_.CreateNSWMul(builder_.CreateZExt(x, wide), builder_.CreateSExt(y, wide));
   llvm::Value* sum = nullptr;
   for (int h = 0; h < 4; ++h) {
     std::vector<int> lane_h;
@@ -837,7 +842,9 @@ void Int8KernelEmitter::EmitAmxDepthLoop() {
   };
   llvm::Function* zero = intrinsic(llvm::Intrinsic::x86_tilezero_internal);
   llvm::Function* load = intrinsic(llvm::Intrinsic::x86_tileloadd64_internal);
-  llvm::Function* dot = intrinsic(llvm::Intrinsic::x86_tdpbusd_internal);
+  // A's bytes unsigned and B's signed, or (b_unsigned) the other way round.
+  llvm::Function* dot = intrinsic(shape_.b_unsigned ? llvm::Intrinsic::x86_tdpbsud_internal
+                                                    : llvm::Intrinsic::x86_tdpbusd_internal);
   llvm::Function* store = intrinsic(llvm::Intrinsic::x86_tilestored64_internal);
 
   llvm::Value* chunks = builder_.CreateSDiv(depth_, builder_.getInt64(kAmxQuadSteps));
@@ -947,8 +954,12 @@ void Int8KernelEmitter::EmitDepthStep(llvm::Value* a, llvm::Value* b, int step, 
         // acc + the four products of u8 A and i8 B per lane, in i32 (no saturation).
         llvm::Function* dot = llvm::Intrinsic::getDeclaration(&module_, vpdpbusd_);
         llvm::Type* operand = dot->getFunctionType()->getParamType(1);
-        acc[i][j] = builder_.CreateCall(dot, {acc[i][j], builder_.CreateBitCast(broadcast, operand),
-                                              builder_.CreateBitCast(bv[j], operand)});
+        // The unsigned bytes are the first operand: A's, or B's for b_unsigned.
+        llvm::Value* a_bytes = builder_.CreateBitCast(broadcast, operand);
+        llvm::Value* b_bytes = builder_.CreateBitCast(bv[j], operand);
+        acc[i][j] = builder_.CreateCall(
+            dot, shape_.b_unsigned ? std::vector<llvm::Value*>{acc[i][j], b_bytes, a_bytes}
+                                   : std::vector<llvm::Value*>{acc[i][j], a_bytes, b_bytes});
         continue;
       }
       llvm::Value* products =

@@ -777,6 +777,13 @@ absl::Status ExecuteInt8Conv(const Int8ConvParams& params,
     const gemm_internal::NarrowInt8Packer<T> packer(
         IsPointwise(conv) ? static_cast<const BPacker<T>&>(pointwise) : gather);
     problem.b_packer = &packer;
+    // The weights are A and the image B: quads for an i8 image within [-64, 64] (any, with VNNI),
+    // and with VNNI for a u8 image (after a ReLU) too, its bytes the unsigned ones.
+    const bool byte_weights =
+        params.weight_dtype == base::DType::kU8 || params.weight_dtype == base::DType::kI8;
+    problem.quads = byte_weights && std::is_same_v<T, int8_t>;
+    problem.quads_b_unsigned =
+        params.weight_dtype == base::DType::kI8 && std::is_same_v<T, uint8_t>;
     return gemm_internal::RunInt8Core(problem, conv.tuning, kernels, pool);
   });
 }

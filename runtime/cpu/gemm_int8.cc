@@ -267,12 +267,13 @@ struct Int8Plan {
   int64_t mc = 0, nc = 0;
   Int8MicroKernelFn kernel = nullptr;       // i16 pairs
   Int8MicroKernelFn quad_kernel = nullptr;  // quads (signed_a for an i8 A); null: pairs only
-  bool vnni_quads = false;                  // quad_kernel takes any i8 B
+  bool vnni_quads = false;                  // quad_kernel takes any B
+  bool column_sums = false;                 // quad_kernel is signed_a: B panels carry the sums
   int quad_step_multiple = 1;               // kAmxQuadSteps where the provider has AMX
   uint64_t generation = 0;
 
-  Int8BPacker::Quads QuadUse(base::DType a_dtype) const {
-    return {quad_kernel != nullptr, a_dtype == base::DType::kI8, vnni_quads, quad_step_multiple};
+  Int8BPacker::Quads QuadUse() const {
+    return {quad_kernel != nullptr, column_sums, vnni_quads, quad_step_multiple};
   }
 };
 
@@ -282,9 +283,9 @@ void ChooseInt8Blocking(Int8Plan& plan, int64_t k, const GemmTuning& tuning) {
   const CacheSizes& caches = HostCaches();
   const int mr = plan.shape.mr, nr = plan.shape.nr();
   // i16 pairs take two bytes per depth step; the AMX kernels' quads (every block) one.
-  const int64_t row_bytes =
-      plan.shape.amx ? std::max<int64_t>(64, QuadSteps(k, plan.quad_step_multiple) * 4)
-                     : std::max<int64_t>(2, RoundUp(k, 2) * 2);
+  const int64_t row_bytes = plan.shape.amx
+                                ? std::max<int64_t>(64, QuadSteps(k, plan.quad_step_multiple) * 4)
+                                : std::max<int64_t>(2, RoundUp(k, 2) * 2);
   plan.nc = tuning.nc > 0 ? RoundUp(tuning.nc, nr)
                           : std::max<int64_t>(nr, caches.l2 / 2 / row_bytes / nr * nr);
   const int64_t l3_share = caches.l3 / std::max(1, caches.l3_sharing);
@@ -298,20 +299,24 @@ void ChooseInt8Blocking(Int8Plan& plan, int64_t k, const GemmTuning& tuning) {
 // since the layout is chosen per block from its values (and a blob's recording run sees only
 // zeros).
 absl::Status FetchInt8Kernels(const Int8EpilogueVariant& variant, DType a_dtype, bool quads,
-                              const GemmTuning& tuning, const MicroKernelProvider& kernels,
-                              Int8Plan& plan) {
+                              bool quads_b_unsigned, const GemmTuning& tuning,
+                              const MicroKernelProvider& kernels, Int8Plan& plan) {
   absl::StatusOr<Int8MicroKernelFn> kernel = kernels.GetInt8(plan.shape, variant);
   if (!kernel.ok()) return kernel.status();
   plan.kernel = *kernel;
-  if (!quads || !tuning.int8_quads) return absl::OkStatus();
+  const bool vnni = kernels.vectors().vnni;
+  const bool b_unsigned = !quads && quads_b_unsigned && vnni;
+  if (!(quads || b_unsigned) || !tuning.int8_quads) return absl::OkStatus();
   KernelShape shape = plan.shape;
   shape.u8_quads = true;
-  shape.signed_a = a_dtype == DType::kI8;
-  shape.vnni = kernels.vectors().vnni;
+  shape.signed_a = a_dtype == DType::kI8 && !b_unsigned;
+  shape.b_unsigned = b_unsigned;
+  shape.vnni = vnni;
   absl::StatusOr<Int8MicroKernelFn> quad_kernel = kernels.GetInt8(shape, variant);
   if (quad_kernel.ok()) {
     plan.quad_kernel = *quad_kernel;
     plan.vnni_quads = shape.vnni;
+    plan.column_sums = shape.signed_a;
   } else if (!absl::IsNotFound(quad_kernel.status())) {
     return quad_kernel.status();
   }
@@ -344,7 +349,7 @@ const char* PackedRows(const Int8CoreProblem& p, const Int8Plan& plan, const cha
                         out);
       }
     };
-    if (quads && p.a_dtype == base::DType::kI8) {
+    if (quads && plan.column_sums) {  // an i8 A as A + 128
       pack_quads(reinterpret_cast<const int8_t*>(rows));
     } else if (quads) {
       pack_quads(reinterpret_cast<const uint8_t*>(rows));
@@ -381,7 +386,7 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
                  int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const int mr = plan.shape.mr, nr = plan.shape.nr();
   const int64_t pairs = CeilDiv(p.k, 2), quad_steps = QuadSteps(p.k, plan.quad_step_multiple);
-  const bool signed_a = p.a_dtype == base::DType::kI8;
+  const bool signed_a = plan.column_sums;
   const int64_t a_size = base::DTypeSize(p.a_dtype);
   const int64_t c_size = base::DTypeSize(p.epilogue.output);
   Int8Buffers& buffers = ThreadBuffers();
@@ -389,7 +394,7 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
   const char* b = static_cast<const char*>(p.b) + batch.b * p.b_element_size;
   char* c = static_cast<char*>(p.c) + batch.c * c_size;
   const std::vector<Int8EpilogueStep>& steps = p.epilogue.steps;
-  const Int8BPacker::Quads quad_use = plan.QuadUse(p.a_dtype);
+  const Int8BPacker::Quads quad_use = plan.QuadUse();
 
   Int8TileArgs args;
   for (size_t s = 0; s < steps.size(); ++s) {
@@ -551,7 +556,10 @@ absl::StatusOr<KernelShape> ChooseInt8KernelShape(const GemmTuning& tuning,
 std::string Int8MicroKernelName(const KernelShape& shape, const Int8EpilogueVariant& variant) {
   return absl::StrCat("kiln_qgemm_", shape.mr, "x", shape.nr(), "_v", shape.vector_bits,
                       !shape.u8_quads ? "_"
-                                      : absl::StrCat("_", shape.signed_a ? "s8" : "u8",
+                                      : absl::StrCat("_",
+                                                     shape.b_unsigned ? "ub"
+                                                     : shape.signed_a ? "s8"
+                                                                      : "u8",
                                                      shape.amx    ? "x_"
                                                      : shape.vnni ? "v_"
                                                                   : "q_"),
@@ -656,10 +664,11 @@ class ColumnInt8Packer final : public Int8BPacker {
   bool Pack(const void* base, int64_t k, int64_t n0, int64_t nc, int nr, Quads quads, void* dst,
             AlignedBuffer&) const override {
     const auto* b = static_cast<const T*>(base) + n0 * col_stride_;
-    if constexpr (std::is_same_v<T, int8_t>) {
-      bool within = quads.allowed;
+    if constexpr (sizeof(T) == 1) {
+      // A u8 B only ever comes with any_value (VNNI): its range is not the check's.
+      bool within = quads.allowed && (std::is_same_v<T, int8_t> || quads.any_value);
       for (int64_t j = 0; j < nc && within && !quads.any_value; ++j) {
-        within = WithinQuadRange(b + j * col_stride_, k);
+        within = WithinQuadRange(reinterpret_cast<const int8_t*>(b) + j * col_stride_, k);
       }
       if (within) {
         const bool column_sums = quads.column_sums;
@@ -670,7 +679,9 @@ class ColumnInt8Packer final : public Int8BPacker {
                         panel_bytes, out);
         if (column_sums) {
           for (int64_t j = 0; j < RoundUp(nc, nr); ++j) {
-            const uint32_t sum = j < nc ? ScaledColumnSum(b + j * col_stride_, k, 1) : 0;
+            const uint32_t sum =
+                j < nc ? ScaledColumnSum(reinterpret_cast<const int8_t*>(b) + j * col_stride_, k, 1)
+                       : 0;
             std::memcpy(out + j / nr * panel_bytes + (steps * nr + j % nr) * 4, &sum, 4);
           }
         }
@@ -694,9 +705,12 @@ bool NarrowInt8Packer<T>::Pack(const void* base, int64_t k, int64_t n0, int64_t 
   auto* narrow = static_cast<T*>(
       scratch.Get(static_cast<size_t>(std::max<int64_t>(1, panels * nr * k)) * sizeof(T)));
   narrow_.Pack(static_cast<const T*>(base), 0, k, n0, nc, nr, narrow);
-  if constexpr (std::is_same_v<T, int8_t>) {
-    if (quads.allowed && (quads.any_value || WithinQuadRange(narrow, panels * nr * k))) {
-      InterleaveQuads(narrow, panels, k, nr, quads.column_sums, QuadSteps(k, quads.step_multiple),
+  if constexpr (sizeof(T) == 1) {
+    // A u8 B only ever comes with any_value (VNNI), and without column sums.
+    const auto* bytes = reinterpret_cast<const int8_t*>(narrow);
+    if (quads.allowed && (quads.any_value ||
+                          (std::is_same_v<T, int8_t> && WithinQuadRange(bytes, panels * nr * k)))) {
+      InterleaveQuads(bytes, panels, k, nr, quads.column_sums, QuadSteps(k, quads.step_multiple),
                       static_cast<int8_t*>(dst));
       return true;
     }
@@ -716,8 +730,9 @@ absl::StatusOr<bool> UseAmxKernels(const Int8CoreProblem& problem, const GemmTun
                                    const MicroKernelProvider& kernels,
                                    const Int8EpilogueVariant& variant, Int8Plan& plan) {
   const TargetVectors vectors = kernels.vectors();
-  if (!vectors.amx || !vectors.vnni || vectors.bits != 512 || !problem.quads ||
-      !tuning.int8_quads || problem.m < kAmxTile || tuning.vector_bits != 0 || tuning.mr != 0 ||
+  if (!vectors.amx || !vectors.vnni || vectors.bits != 512 ||
+      !(problem.quads || problem.quads_b_unsigned) || !tuning.int8_quads || problem.m < kAmxTile ||
+      tuning.vector_bits != 0 || tuning.mr != 0 ||
       (problem.packed_b != nullptr && !problem.packed_b->all_quads)) {
     return false;
   }
@@ -725,7 +740,8 @@ absl::StatusOr<bool> UseAmxKernels(const Int8CoreProblem& problem, const GemmTun
   shape.mr = kAmxTile;
   shape.nr_vectors = kAmxTile / shape.lanes;
   shape.u8_quads = true;
-  shape.signed_a = problem.a_dtype == DType::kI8;
+  shape.b_unsigned = !problem.quads;
+  shape.signed_a = problem.a_dtype == DType::kI8 && !shape.b_unsigned;
   shape.vnni = true;
   shape.amx = true;
   absl::StatusOr<Int8MicroKernelFn> kernel = kernels.GetInt8(shape, variant);
@@ -734,6 +750,7 @@ absl::StatusOr<bool> UseAmxKernels(const Int8CoreProblem& problem, const GemmTun
   plan.shape = shape;
   plan.quad_kernel = *kernel;
   plan.vnni_quads = true;
+  plan.column_sums = shape.signed_a;
   return true;
 }
 
@@ -752,8 +769,8 @@ absl::Status RunInt8Core(const Int8CoreProblem& problem, const GemmTuning& tunin
   if (!amx.ok()) return amx.status();
   if (!*amx) {
     plan.shape.mr = FitTileRows(plan.shape.mr, problem.m, tuning);
-    if (absl::Status s =
-            FetchInt8Kernels(variant, problem.a_dtype, problem.quads, tuning, kernels, plan);
+    if (absl::Status s = FetchInt8Kernels(variant, problem.a_dtype, problem.quads,
+                                          problem.quads_b_unsigned, tuning, kernels, plan);
         !s.ok()) {
       return s;
     }
@@ -809,8 +826,9 @@ absl::Status CheckInt8Operands(const char* what, DType a_dtype, DType b_dtype) {
   return absl::OkStatus();
 }
 
-// Calls run(packer, quads) with the packer for B of `params` (its dtype and view) and whether
-// its blocks may run on the quad kernels (a u8 or i8 A, an i8 B).
+// Calls run(packer, quads, quads_b_unsigned) with the packer for B of `params` (its dtype and
+// view) and whether its blocks may run on the quad kernels (a u8 or i8 A and an i8 B; or, with
+// VNNI, an i8 A and a u8 B: Int8CoreProblem).
 template <class Run>
 absl::Status WithInt8BPacker(const Int8GemmParams& params, Run run) {
   return gemm_internal::WithInt8OperandType(params.b_dtype, [&]<class T>(T*) {
@@ -823,7 +841,8 @@ absl::Status WithInt8BPacker(const Int8GemmParams& params, Run run) {
         params.b.row_stride == 1 ? static_cast<const Int8BPacker&>(columns) : packer;
     const bool quads =
         (params.a_dtype == DType::kU8 || params.a_dtype == DType::kI8) && std::is_same_v<T, int8_t>;
-    return run(chosen, quads);
+    const bool quads_b_unsigned = params.a_dtype == DType::kI8 && std::is_same_v<T, uint8_t>;
+    return run(chosen, quads, quads_b_unsigned);
   });
 }
 
@@ -899,9 +918,10 @@ absl::Status ExecuteInt8Gemm(const Int8GemmParams& params,
       index[d] = 0;
     }
   }
-  return WithInt8BPacker(params, [&](const Int8BPacker& packer, bool quads) {
+  return WithInt8BPacker(params, [&](const Int8BPacker& packer, bool quads, bool b_unsigned) {
     problem.b_packer = &packer;
     problem.quads = quads;
+    problem.quads_b_unsigned = b_unsigned;
     return gemm_internal::RunInt8Core(problem, params.tuning, kernels, pool);
   });
 }
@@ -942,48 +962,50 @@ absl::StatusOr<std::shared_ptr<const PackedInt8B>> PackInt8B(
   packed->n = params.n;
   packed->nr = shape->nr();
   packed->vector_bits = shape->vector_bits;
-  absl::Status status = WithInt8BPacker(params, [&](const Int8BPacker& packer, bool quads) {
-    // The kernels of the calls to come (their tile height follows m, as in RunInt8Core): a blob
-    // holds only those.
-    gemm_internal::Int8Plan plan;
-    plan.shape = *shape;
-    plan.shape.mr = gemm_internal::FitTileRows(plan.shape.mr, params.m, params.tuning);
-    if (absl::Status s =
-            gemm_internal::FetchInt8Kernels(gemm_internal::Int8EpilogueVariant::Of(params.epilogue),
-                                            params.a_dtype, quads, params.tuning, kernels, plan);
-        !s.ok()) {
-      return s;
-    }
-    const bool signed_a = params.a_dtype == DType::kI8;
-    plan.quad_step_multiple = kernels.vectors().amx ? gemm_internal::kAmxQuadSteps : 1;
-    packed->quad_step_multiple = plan.quad_step_multiple;
-    const Int8BPacker::Quads quad_use = plan.QuadUse(params.a_dtype);
-    const int multiple = plan.quad_step_multiple;
-    // Each panel into the room of either layout, then moved to its place in one buffer.
-    const int nr = packed->nr;
-    const int64_t room =
-        std::max(gemm_internal::PanelBytes(params.k, nr, false, signed_a, multiple),
-                 gemm_internal::PanelBytes(params.k, nr, true, signed_a, multiple));
-    gemm_internal::AlignedBuffer panel, scratch;
-    void* panel_bytes = panel.Get(static_cast<size_t>(std::max<int64_t>(1, room)));
-    std::vector<char> staged;
-    for (int64_t n0 = 0; n0 < params.n; n0 += nr) {
-      const bool as_quads =
-          packer.Pack(params.b.data, params.k, n0, std::min<int64_t>(nr, params.n - n0), nr,
-                      quad_use, panel_bytes, scratch);
-      const int64_t size = gemm_internal::PanelBytes(params.k, nr, as_quads, signed_a, multiple);
-      packed->offsets.push_back(static_cast<int64_t>(staged.size()));
-      packed->quads.push_back(as_quads ? 1 : 0);
-      packed->any_quads |= as_quads;
-      packed->all_quads &= as_quads;
-      const char* from = static_cast<const char*>(panel_bytes);
-      staged.insert(staged.end(), from, from + size);
-    }
-    void* data = packed->buffer.Get(std::max<size_t>(1, staged.size()));
-    if (!staged.empty()) std::memcpy(data, staged.data(), staged.size());
-    packed->data = static_cast<const char*>(data);
-    return absl::OkStatus();
-  });
+  absl::Status status =
+      WithInt8BPacker(params, [&](const Int8BPacker& packer, bool quads, bool b_unsigned) {
+        // The kernels of the calls to come (their tile height follows m, as in RunInt8Core): a blob
+        // holds only those.
+        gemm_internal::Int8Plan plan;
+        plan.shape = *shape;
+        plan.shape.mr = gemm_internal::FitTileRows(plan.shape.mr, params.m, params.tuning);
+        if (absl::Status s = gemm_internal::FetchInt8Kernels(
+                gemm_internal::Int8EpilogueVariant::Of(params.epilogue), params.a_dtype, quads,
+                b_unsigned, params.tuning, kernels, plan);
+            !s.ok()) {
+          return s;
+        }
+        const bool signed_a = plan.column_sums;
+        plan.quad_step_multiple = kernels.vectors().amx ? gemm_internal::kAmxQuadSteps : 1;
+        packed->quad_step_multiple = plan.quad_step_multiple;
+        const Int8BPacker::Quads quad_use = plan.QuadUse();
+        const int multiple = plan.quad_step_multiple;
+        // Each panel into the room of either layout, then moved to its place in one buffer.
+        const int nr = packed->nr;
+        const int64_t room =
+            std::max(gemm_internal::PanelBytes(params.k, nr, false, signed_a, multiple),
+                     gemm_internal::PanelBytes(params.k, nr, true, signed_a, multiple));
+        gemm_internal::AlignedBuffer panel, scratch;
+        void* panel_bytes = panel.Get(static_cast<size_t>(std::max<int64_t>(1, room)));
+        std::vector<char> staged;
+        for (int64_t n0 = 0; n0 < params.n; n0 += nr) {
+          const bool as_quads =
+              packer.Pack(params.b.data, params.k, n0, std::min<int64_t>(nr, params.n - n0), nr,
+                          quad_use, panel_bytes, scratch);
+          const int64_t size =
+              gemm_internal::PanelBytes(params.k, nr, as_quads, signed_a, multiple);
+          packed->offsets.push_back(static_cast<int64_t>(staged.size()));
+          packed->quads.push_back(as_quads ? 1 : 0);
+          packed->any_quads |= as_quads;
+          packed->all_quads &= as_quads;
+          const char* from = static_cast<const char*>(panel_bytes);
+          staged.insert(staged.end(), from, from + size);
+        }
+        void* data = packed->buffer.Get(std::max<size_t>(1, staged.size()));
+        if (!staged.empty()) std::memcpy(data, staged.data(), staged.size());
+        packed->data = static_cast<const char*>(data);
+        return absl::OkStatus();
+      });
   if (!status.ok()) return status;
   return std::shared_ptr<const PackedInt8B>(std::move(packed));
 }

@@ -64,6 +64,9 @@ struct KernelShape {
   /// u8_quads multiplied and summed into the i32 lanes by vpdpbusd (AVX-512 VNNI, AVX-VNNI),
   /// which does not saturate: exact for every i8 B, so no block is checked.
   bool vnni = false;
+  /// u8_quads with the signs the other way round: A i8 (packed as it is), B u8; vpdpbusd takes
+  /// B's bytes as the unsigned ones (tdpbsud on AMX). Only with vnni: nothing checks a range.
+  bool b_unsigned = false;
   /// vnni quads on AMX tiles (tdpbusd): MR = NR = 32 (kAmxTile), four 16 x 16 i32 accumulator
   /// tiles; A packed in tile rows (PackRowsAsTiles) and the quad steps of A and B padded to a
   /// multiple of kAmxQuadSteps.
@@ -335,8 +338,12 @@ struct Int8CoreProblem {
   const void* b = nullptr;
   const Int8BPacker* b_packer = nullptr;
   int64_t b_element_size = 1;
-  /// A is u8 or i8 and b_packer's B is i8: blocks of B in [-64, 64] may run on the quad kernels.
+  /// A is u8 or i8 and b_packer's B is i8: blocks of B in [-64, 64] (any, with VNNI) may run on
+  /// the quad kernels.
   bool quads = false;
+  /// A is i8 and B u8 (a convolution's weights and image): with VNNI, quads with the signs
+  /// swapped (KernelShape::b_unsigned).
+  bool quads_b_unsigned = false;
   /// B packed once (Int8GemmParams::packed_b): used instead of b and b_packer for every batch
   /// entry.
   const PackedInt8B* packed_b = nullptr;

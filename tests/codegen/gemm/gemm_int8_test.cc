@@ -776,6 +776,13 @@ TEST(GemmInt8Test, ThirtyTwoRowsOrMoreEqualTheScalarLoop) {
     blocks.nc = 64;
     blocks.mc = 64;
     RunCase({a, DType::kI8, 1, 130, 150, 300, false, true, false, 2}, sums, blocks, 0, true);
+    // An i8 A times a u8 B (a convolution's weights and image): the signs swapped (tdpbsud).
+    if (a == DType::kI8) {
+      for (bool prepack : {false, true}) {
+        RunCase({a, DType::kU8, 1, 64, 161, 65, false, true, false, 2}, sums, blocks, 0, prepack);
+        RunCase({a, DType::kU8, 1, 33, 45, 300, false, false, false, 1}, sums, {}, 0, prepack);
+      }
+    }
     RunCase({a, DType::kI8, 2, 70, 90, 130, false, false, true, 2}, sums, blocks);
     for (DType output : {DType::kF32, DType::kU8, DType::kI8}) {
       for (int variant : {0, 1}) {
@@ -803,6 +810,12 @@ TEST(GemmInt8Test, AmxKernelsUseTiles) {
   for (const char* instruction : {"ldtilecfg", "tileloadd", "tdpbusd", "tilestored"}) {
     EXPECT_TRUE(absl::StrContains(text->assembly, instruction)) << instruction;
   }
+  // An i8 A times a u8 B: the signed-by-unsigned tile product.
+  shape->b_unsigned = true;
+  text = gemm_internal::GenerateInt8KernelText(*shape, gi::Int8EpilogueVariant{});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->name, "kiln_qgemm_32x32_v512_ubx_i32");
+  EXPECT_TRUE(absl::StrContains(text->assembly, "tdpbsud")) << text->assembly;
 }
 
 TEST(GemmInt8Test, VnniQuadKernelsUseVpdpbusd) {
@@ -824,6 +837,14 @@ TEST(GemmInt8Test, VnniQuadKernelsUseVpdpbusd) {
     EXPECT_FALSE(absl::StrContains(text->assembly, "pmaddubsw"));
     EXPECT_FALSE(absl::StrContains(text->assembly, "vpdpbusds"));  // the saturating form
   }
+  // An i8 A times a u8 B: B's bytes are the unsigned operand (vpdpbusd's second source).
+  shape->signed_a = false;
+  shape->b_unsigned = true;
+  absl::StatusOr<gemm_internal::KernelText> text =
+      gemm_internal::GenerateInt8KernelText(*shape, gi::Int8EpilogueVariant{});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_TRUE(absl::StrContains(text->name, "_ubv_")) << text->name;
+  EXPECT_TRUE(absl::StrContains(text->assembly, "vpdpbusd")) << text->assembly;
 }
 
 TEST(GemmInt8Test, QuadKernelsUsePmaddubsw) {
