@@ -32,6 +32,10 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/cpu/cpu_features.h"
@@ -637,7 +641,25 @@ void InterleaveQuads(const int8_t* narrow, int64_t panels, int64_t k, int nr, bo
       const int8_t* depth[4];
       for (int h = 0; h < 4; ++h) depth[h] = 4 * s + h < k ? src + (4 * s + h) * nr : zeros.data();
       int8_t* row = out + s * nr * 4;
-      for (int j = 0; j < nr; ++j) {
+      int j = 0;
+#if defined(__SSE2__)
+      // 16 columns at a time: bytes of rows 0/1 and 2/3 interleaved into pairs, the pairs into
+      // quads (the scalar loop below took a tenth of a CNN's int8 inference).
+      for (; j + 16 <= nr; j += 16) {
+        const auto load = [&](int h) {
+          return _mm_loadu_si128(reinterpret_cast<const __m128i*>(depth[h] + j));
+        };
+        const __m128i r0 = load(0), r1 = load(1), r2 = load(2), r3 = load(3);
+        const __m128i low01 = _mm_unpacklo_epi8(r0, r1), high01 = _mm_unpackhi_epi8(r0, r1);
+        const __m128i low23 = _mm_unpacklo_epi8(r2, r3), high23 = _mm_unpackhi_epi8(r2, r3);
+        auto* to = reinterpret_cast<__m128i*>(row + 4 * j);
+        _mm_storeu_si128(to, _mm_unpacklo_epi16(low01, low23));
+        _mm_storeu_si128(to + 1, _mm_unpackhi_epi16(low01, low23));
+        _mm_storeu_si128(to + 2, _mm_unpacklo_epi16(high01, high23));
+        _mm_storeu_si128(to + 3, _mm_unpackhi_epi16(high01, high23));
+      }
+#endif
+      for (; j < nr; ++j) {
         const uint32_t quad = static_cast<uint8_t>(depth[0][j]) |
                               static_cast<uint32_t>(static_cast<uint8_t>(depth[1][j])) << 8 |
                               static_cast<uint32_t>(static_cast<uint8_t>(depth[2][j])) << 16 |
