@@ -178,24 +178,29 @@ TEST(AotTest, QuantizedModuleCompilesToABlobWithTheJitsBits) {
       quant::quantize(model, calibration, [&](const SmallMlp<B>& m, const data::Batch& batch) {
         return m.forward(batch.inputs_as<B, 2, Float>(device));
       });
-  std::vector<float> xs(8 * 20);
-  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 11) * 0.2f - 1.0f;
-  auto x = Tensor<B, 2>::from_vector(xs, {8, 20}, device);
-  TracedGraph traced = trace(q, x);
-  int integer_matmuls = 0;
-  for (const ir::Node& node : traced.graph.nodes()) {
-    integer_matmuls += node.op == ir::Op::kMatMul && node.attrs.accumulate == ir::DType::kI32;
+  // 8 rows, and 64 (on an AMX host, the blob's tile kernels); the blob packs its int8 weights
+  // when it loads, the JIT's lazy run packs them per call.
+  for (const int64_t rows : {8, 64}) {
+    SCOPED_TRACE(testing::Message() << rows << " rows");
+    std::vector<float> xs(static_cast<size_t>(rows) * 20);
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 11) * 0.2f - 1.0f;
+    auto x = Tensor<B, 2>::from_vector(xs, {rows, 20}, device);
+    TracedGraph traced = trace(q, x);
+    int integer_matmuls = 0;
+    for (const ir::Node& node : traced.graph.nodes()) {
+      integer_matmuls += node.op == ir::Op::kMatMul && node.attrs.accumulate == ir::DType::kI32;
+    }
+    EXPECT_EQ(integer_matmuls, 2);
+    aot::CompileOptions options;
+    options.weights = traced.weights;
+    absl::StatusOr<std::string> blob = aot::Compile(traced.graph, options);
+    ASSERT_TRUE(blob.ok()) << blob.status();
+    absl::StatusOr<std::unique_ptr<Model>> loaded = Model::LoadMemory(Bytes(*blob));
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    const std::vector<ir::TensorData> out = RunBlob(**loaded, {x.into_data()});
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_TRUE(out[0] == q.forward(x).into_data());
   }
-  EXPECT_EQ(integer_matmuls, 2);
-  aot::CompileOptions options;
-  options.weights = traced.weights;
-  absl::StatusOr<std::string> blob = aot::Compile(traced.graph, options);
-  ASSERT_TRUE(blob.ok()) << blob.status();
-  absl::StatusOr<std::unique_ptr<Model>> loaded = Model::LoadMemory(Bytes(*blob));
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  const std::vector<ir::TensorData> out = RunBlob(**loaded, {x.into_data()});
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_TRUE(out[0] == q.forward(x).into_data());
 }
 
 TEST(AotTest, TracedFunctionWithCapturedTensorAndTwoOutputs) {
