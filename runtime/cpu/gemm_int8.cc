@@ -270,7 +270,7 @@ struct Int8Plan {
   KernelShape shape;
   int64_t mc = 0, nc = 0;
   Int8MicroKernelFn kernel = nullptr;       // i16 pairs
-  Int8MicroKernelFn quad_kernel = nullptr;  // quads (signed_a for an i8 A); null: pairs only
+  Int8MicroKernelFn quad_kernel = nullptr;  // quads (KernelShape::u8_quads); null: pairs only
   bool vnni_quads = false;                  // quad_kernel takes any B
   bool column_sums = false;                 // quad_kernel is signed_a: B panels carry the sums
   int quad_step_multiple = 1;               // kAmxQuadSteps where the provider has AMX
@@ -298,10 +298,10 @@ void ChooseInt8Blocking(Int8Plan& plan, int64_t k, const GemmTuning& tuning) {
 }
 
 // Fetches the pairs kernel of plan.shape for `variant` and, when `quads` (a u8 or i8 A, an i8 B)
-// and the tuning allow, the quads one (a provider without it, a blob compiled before the quad
-// kernels, leaves quad_kernel null: pairs only). Both are fetched before any block is packed,
-// since the layout is chosen per block from its values (and a blob's recording run sees only
-// zeros).
+// or, with VNNI, `quads_b_unsigned` (an i8 A, a u8 B) and the tuning allow, the quads one (a
+// provider without it, a blob compiled before the quad kernels, leaves quad_kernel null: pairs
+// only). Both are fetched before any block is packed, since the layout is chosen per block from its
+// values (and a blob's recording run sees only zeros).
 absl::Status FetchInt8Kernels(const Int8EpilogueVariant& variant, DType a_dtype, bool quads,
                               bool quads_b_unsigned, const GemmTuning& tuning,
                               const MicroKernelProvider& kernels, Int8Plan& plan) {
@@ -328,9 +328,9 @@ absl::Status FetchInt8Kernels(const Int8EpilogueVariant& variant, DType a_dtype,
 }
 
 // Bytes of one packed B panel (NR columns, the whole depth) in either layout: i16 pairs, or quads
-// followed, for a signed A, by the row of column sums.
-int64_t PanelBytes(int64_t k, int nr, bool quads, bool signed_a, int step_multiple) {
-  return (quads ? QuadSteps(k, step_multiple) + (signed_a ? 1 : 0) : CeilDiv(k, 2)) * nr * 4;
+// followed, with column_sums (a signed A as A + 128), by the row of column sums.
+int64_t PanelBytes(int64_t k, int nr, bool quads, bool column_sums, int step_multiple) {
+  return (quads ? QuadSteps(k, step_multiple) + (column_sums ? 1 : 0) : CeilDiv(k, 2)) * nr * 4;
 }
 
 // Rows [ic, ic + mcb) of A packed as quads or pairs in `band`: k_steps * 4 bytes per row.
@@ -390,7 +390,7 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
                  int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const int mr = plan.shape.mr, nr = plan.shape.nr();
   const int64_t pairs = CeilDiv(p.k, 2), quad_steps = QuadSteps(p.k, plan.quad_step_multiple);
-  const bool signed_a = plan.column_sums;
+  const bool column_sums = plan.column_sums;
   const int64_t a_size = base::DTypeSize(p.a_dtype);
   const int64_t c_size = base::DTypeSize(p.epilogue.output);
   Int8Buffers& buffers = ThreadBuffers();
@@ -416,13 +416,13 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
       } else {
         // Room for either layout.
         const int64_t bytes =
-            std::max(PanelBytes(p.k, nr, false, signed_a, plan.quad_step_multiple),
-                     PanelBytes(p.k, nr, true, signed_a, plan.quad_step_multiple));
+            std::max(PanelBytes(p.k, nr, false, column_sums, plan.quad_step_multiple),
+                     PanelBytes(p.k, nr, true, column_sums, plan.quad_step_multiple));
         void* b_packed = buffers.b.Get(static_cast<size_t>(std::max<int64_t>(1, panels * bytes)));
         block.all_quads =
             p.b_packer->Pack(b, p.k, jc, ncb, nr, quad_use, b_packed, buffers.scratch);
         block.data = static_cast<const char*>(b_packed);
-        block.stride = PanelBytes(p.k, nr, block.all_quads, signed_a, plan.quad_step_multiple);
+        block.stride = PanelBytes(p.k, nr, block.all_quads, column_sums, plan.quad_step_multiple);
       }
       // A's band in each layout the block's panels use ([0] pairs, [1] quads).
       const char* a_packed[2] = {nullptr, nullptr};
@@ -444,7 +444,7 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
         if (plan.shape.amx) {
           // The block's panels in one call (one tile configuration); all quads, equally sized.
           args.panels = panels;
-          args.b_panel_bytes = PanelBytes(p.k, nr, true, signed_a, plan.quad_step_multiple);
+          args.b_panel_bytes = PanelBytes(p.k, nr, true, column_sums, plan.quad_step_multiple);
           args.n_valid = ncb - (panels - 1) * nr;
           for (size_t s = 0; s < steps.size(); ++s) {
             if (steps[s].operand == Int8Operand::kColumn) args.operands[s] = steps[s].vector + jc;
@@ -997,7 +997,7 @@ absl::StatusOr<std::shared_ptr<const PackedInt8B>> PackInt8B(
             !s.ok()) {
           return s;
         }
-        const bool signed_a = plan.column_sums;
+        const bool column_sums = plan.column_sums;
         plan.quad_step_multiple = kernels.vectors().amx ? gemm_internal::kAmxQuadSteps : 1;
         packed->quad_step_multiple = plan.quad_step_multiple;
         const Int8BPacker::Quads quad_use = plan.QuadUse();
@@ -1005,8 +1005,8 @@ absl::StatusOr<std::shared_ptr<const PackedInt8B>> PackInt8B(
         // Each panel into the room of either layout, then moved to its place in one buffer.
         const int nr = packed->nr;
         const int64_t room =
-            std::max(gemm_internal::PanelBytes(params.k, nr, false, signed_a, multiple),
-                     gemm_internal::PanelBytes(params.k, nr, true, signed_a, multiple));
+            std::max(gemm_internal::PanelBytes(params.k, nr, false, column_sums, multiple),
+                     gemm_internal::PanelBytes(params.k, nr, true, column_sums, multiple));
         gemm_internal::AlignedBuffer panel, scratch;
         void* panel_bytes = panel.Get(static_cast<size_t>(std::max<int64_t>(1, room)));
         std::vector<char> staged;
@@ -1015,7 +1015,7 @@ absl::StatusOr<std::shared_ptr<const PackedInt8B>> PackInt8B(
               packer.Pack(params.b.data, params.k, n0, std::min<int64_t>(nr, params.n - n0), nr,
                           quad_use, panel_bytes, scratch);
           const int64_t size =
-              gemm_internal::PanelBytes(params.k, nr, as_quads, signed_a, multiple);
+              gemm_internal::PanelBytes(params.k, nr, as_quads, column_sums, multiple);
           packed->offsets.push_back(static_cast<int64_t>(staged.size()));
           packed->quads.push_back(as_quads ? 1 : 0);
           packed->any_quads |= as_quads;

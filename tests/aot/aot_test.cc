@@ -86,6 +86,19 @@ struct SmallMlp {
   }
 };
 
+// The traced graph compiled with its weights into a blob (the default targets) and loaded; null
+// (after a test failure) when either fails.
+std::unique_ptr<Model> CompileAndLoad(const TracedGraph& traced) {
+  aot::CompileOptions options;
+  options.weights = traced.weights;
+  absl::StatusOr<std::string> blob = aot::Compile(traced.graph, options);
+  EXPECT_TRUE(blob.ok()) << blob.status();
+  if (!blob.ok()) return nullptr;
+  absl::StatusOr<std::unique_ptr<Model>> loaded = Model::LoadMemory(Bytes(*blob));
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  return loaded.ok() ? *std::move(loaded) : nullptr;
+}
+
 SmallMlp<Cpu> MakeSmallMlp(uint64_t seed) {
   manual_seed(seed);
   const Cpu::Device device;
@@ -148,14 +161,10 @@ TEST(AotTest, AutocastModuleCompilesToABlobWithTheJitsBits) {
   amp::AutocastGuard autocast(ir::DType::kBF16);
   TracedGraph traced = trace(model, x);
   ASSERT_EQ(traced.graph.outputs().size(), 1u);
-  aot::CompileOptions options;
-  options.weights = traced.weights;
-  absl::StatusOr<std::string> blob = aot::Compile(traced.graph, options);
-  ASSERT_TRUE(blob.ok()) << blob.status();
-  absl::StatusOr<std::unique_ptr<Model>> loaded = Model::LoadMemory(Bytes(*blob));
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_EQ((*loaded)->signature().outputs[0].dtype, "bf16");
-  const std::vector<ir::TensorData> out = RunBlob(**loaded, {x.into_data()});
+  const std::unique_ptr<Model> loaded = CompileAndLoad(traced);
+  ASSERT_NE(loaded, nullptr);
+  EXPECT_EQ(loaded->signature().outputs[0].dtype, "bf16");
+  const std::vector<ir::TensorData> out = RunBlob(*loaded, {x.into_data()});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_TRUE(out[0] == model.forward(x).into_data());
 }
@@ -191,13 +200,9 @@ TEST(AotTest, QuantizedModuleCompilesToABlobWithTheJitsBits) {
       integer_matmuls += node.op == ir::Op::kMatMul && node.attrs.accumulate == ir::DType::kI32;
     }
     EXPECT_EQ(integer_matmuls, 2);
-    aot::CompileOptions options;
-    options.weights = traced.weights;
-    absl::StatusOr<std::string> blob = aot::Compile(traced.graph, options);
-    ASSERT_TRUE(blob.ok()) << blob.status();
-    absl::StatusOr<std::unique_ptr<Model>> loaded = Model::LoadMemory(Bytes(*blob));
-    ASSERT_TRUE(loaded.ok()) << loaded.status();
-    const std::vector<ir::TensorData> out = RunBlob(**loaded, {x.into_data()});
+    const std::unique_ptr<Model> loaded = CompileAndLoad(traced);
+    ASSERT_NE(loaded, nullptr);
+    const std::vector<ir::TensorData> out = RunBlob(*loaded, {x.into_data()});
     ASSERT_EQ(out.size(), 1u);
     EXPECT_TRUE(out[0] == q.forward(x).into_data());
   }
