@@ -656,13 +656,15 @@ llvm::Function* KernelEmitter::Emit(const std::string& name) {
   return function_;
 }
 
+// Whether LLVM's feature string ("+avx2,+fma,...") enables `feature`.
+bool HasFeature(const std::string& features, const char* feature) {
+  return absl::StrContains(absl::StrCat(features, ","), absl::StrCat("+", feature, ","));
+}
+
 // Whether an x86 target with these LLVM features ("+avx2,+avx512vnni,...") has vpdpbusd on
 // vectors of `bits`: AVX-512 VNNI (with VL below 512 bits) or AVX-VNNI (VEX, up to 256 bits).
 bool VnniAt(const std::string& features, int bits) {
-  const std::string list = absl::StrCat(features, ",");
-  const auto has = [&](const char* f) {
-    return absl::StrContains(list, absl::StrCat("+", f, ","));
-  };
+  const auto has = [&](const char* f) { return HasFeature(features, f); };
   if (has("avx512vnni") && (bits == 512 || has("avx512vl"))) return true;
   return bits <= 256 && has("avxvnni");
 }
@@ -726,10 +728,6 @@ class Int8KernelEmitter : public SkeletonEmitter {
   llvm::Value* ApplyStep(Int8EpilogueOp op, llvm::Value* v, llvm::Value* x);
   llvm::Value* Operand(int step, const std::string& name);
 
-  static bool HasFeature(const std::string& features, const char* feature) {
-    return absl::StrContains(absl::StrCat(features, ","), absl::StrCat("+", feature, ","));
-  }
-
   // The x86 intrinsic of vpdpbusd at this width when the target has it, else not_intrinsic.
   static llvm::Intrinsic::ID X86DotQuads(const llvm::Module& module, const KernelShape& shape,
                                          const std::string& features) {
@@ -782,6 +780,14 @@ class Int8KernelEmitter : public SkeletonEmitter {
   void EmitWriteBack(llvm::Value* m_valid, llvm::Value* n_valid, llvm::BasicBlock* after);
   // KernelShape::amx: Int8TileArgs::panels panels, each the AMX depth loop and its write-back.
   void EmitAmxPanels();
+  // For signed_a (A packed as A + 128): vector j of 128 x B's column sums, the row after the
+  // panel's depth_ quads, which the kernel subtracts from its sums.
+  llvm::Value* ColumnSums(int j) {
+    llvm::Value* sums =
+        BytePtr(b_, builder_.CreateMul(depth_, builder_.getInt64(int64_t{shape_.nr()} * 4)));
+    return builder_.CreateAlignedLoad(accumulator_, BytePtr(sums, int64_t{j} * shape_.lanes * 4),
+                                      llvm::Align(VectorBytes()));
+  }
 };
 
 llvm::Value* Int8KernelEmitter::MultiplyPairs(llvm::Value* x, llvm::Value* y) {
@@ -1106,14 +1112,9 @@ llvm::Function* Int8KernelEmitter::Emit(const std::string& name) {
       int64_t{mr} * 4, int64_t{nr} * 4,
       [&](llvm::Value* a, llvm::Value* b, int step, Tile& acc) { EmitDepthStep(a, b, step, acc); },
       /*unroll=*/2, /*keep_unroll=*/true);
-  if (shape_.signed_a) {
-    // A was packed as A + 128: subtract 128 x each column's sum, the row after B's quads.
-    llvm::Value* sums = BytePtr(b_, builder_.CreateMul(depth_, builder_.getInt64(int64_t{nr} * 4)));
-    for (int j = 0; j < shape_.nr_vectors; ++j) {
-      llvm::Value* column_sums = builder_.CreateAlignedLoad(
-          accumulator_, BytePtr(sums, int64_t{j} * shape_.lanes * 4), llvm::Align(VectorBytes()));
-      for (int i = 0; i < mr; ++i) tile[i][j] = builder_.CreateSub(tile[i][j], column_sums);
-    }
+  for (int j = 0; j < shape_.nr_vectors && shape_.signed_a; ++j) {
+    llvm::Value* sums = ColumnSums(j);
+    for (int i = 0; i < mr; ++i) tile[i][j] = builder_.CreateSub(tile[i][j], sums);
   }
   SpillTile(tile);
   EmitWriteBack(
@@ -1172,17 +1173,12 @@ void Int8KernelEmitter::EmitAmxPanels() {
   column_offset_ = builder_.CreateMul(panel, builder_.getInt64(int64_t{nr} * 4));
   PrefetchC();
   EmitAmxDepthLoop();
-  if (shape_.signed_a) {
-    // A was packed as A + 128: subtract 128 x each column's sum, the row after B's quads.
-    llvm::Value* sums = BytePtr(b_, builder_.CreateMul(depth_, builder_.getInt64(int64_t{nr} * 4)));
-    for (int j = 0; j < shape_.nr_vectors; ++j) {
-      llvm::Value* column_sums = builder_.CreateAlignedLoad(
-          accumulator_, BytePtr(sums, int64_t{j} * shape_.lanes * 4), llvm::Align(VectorBytes()));
-      for (int i = 0; i < shape_.mr; ++i) {
-        llvm::Value* row = builder_.getInt64(i);
-        builder_.CreateAlignedStore(builder_.CreateSub(LoadTileVector(row, j), column_sums),
-                                    TileVectorPtr(row, j), llvm::Align(VectorBytes()));
-      }
+  for (int j = 0; j < shape_.nr_vectors && shape_.signed_a; ++j) {
+    llvm::Value* sums = ColumnSums(j);
+    for (int i = 0; i < shape_.mr; ++i) {
+      llvm::Value* row = builder_.getInt64(i);
+      builder_.CreateAlignedStore(builder_.CreateSub(LoadTileVector(row, j), sums),
+                                  TileVectorPtr(row, j), llvm::Align(VectorBytes()));
     }
   }
   llvm::Value* next = builder_.CreateAdd(panel, builder_.getInt64(1));
@@ -1357,10 +1353,7 @@ std::string EmitInt8MicroKernel(llvm::Module& module, const KernelShape& shape,
 }
 
 TargetVectors VectorsFor(const HostTarget& target) {
-  const std::string features = absl::StrCat(target.features, ",");
-  const auto has = [&](const char* feature) {
-    return absl::StrContains(features, absl::StrCat("+", feature, ","));
-  };
+  const auto has = [&](const char* feature) { return HasFeature(target.features, feature); };
   TargetVectors vectors;
   if (absl::StartsWith(target.triple, "aarch64") || absl::StartsWith(target.triple, "arm64")) {
     vectors.registers = 32;  // NEON: 32 x 128-bit, fma always

@@ -630,8 +630,8 @@ class Compiler : public GraphCompiler {
     const ir::NodeId b_id = OperandSource(graph().node(plan().groups[g].root).inputs[1]);
     const ir::Node& b = graph().node(b_id);
     if (b.op != ir::Op::kConstant || b.attrs.literal == nullptr) return absl::OkStatus();
-    for (const int64_t stride : q.b.batch_strides) {
-      if (stride != 0) return absl::OkStatus();  // a batch of B matrices
+    if (!runtime::cpu::SameMatrixForEveryBatchEntry(q.b)) {
+      return absl::OkStatus();  // a batch of B matrices
     }
     runtime::cpu::Int8GemmParams params = q;
     params.b.data = b.attrs.literal->data();

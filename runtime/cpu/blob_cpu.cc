@@ -519,9 +519,7 @@ absl::Status PackConstantInt8B(const PlanSlot& b_slot, const std::byte* weights,
     return absl::OkStatus();
   }
   Int8GemmParams params = c.int8_gemm;
-  for (const int64_t stride : params.b.batch_strides) {
-    if (stride != 0) return absl::OkStatus();  // a batch of B matrices
-  }
+  if (!SameMatrixForEveryBatchEntry(params.b)) return absl::OkStatus();  // a batch of B matrices
   params.b.data = weights + b_slot.weights_offset;
   absl::StatusOr<std::shared_ptr<const PackedInt8B>> packed = PackInt8B(params, *c.kernels);
   if (!packed.ok()) {

@@ -278,6 +278,10 @@ absl::Status ExecuteInt8Gemm(const Int8GemmParams& params,
                              const gemm_internal::MicroKernelProvider& kernels,
                              runtime::ThreadPool* pool = nullptr);
 
+/// Whether `view` is one matrix for every batch entry (no batch strides, or all 0): a B that
+/// PackInt8B can pack.
+bool SameMatrixForEveryBatchEntry(const MatrixView& view);
+
 /// Packs the B of `params` for ExecuteInt8Gemm with `kernels`, which it asks for the kernels
 /// the calls will run (so a missing one fails here): it reads the dtypes, m (the kernels' tile
 /// height follows it), k, n, the B view, the epilogue's dtype and steps (not their vectors) and

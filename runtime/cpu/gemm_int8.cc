@@ -297,6 +297,26 @@ void ChooseInt8Blocking(Int8Plan& plan, int64_t k, const GemmTuning& tuning) {
                           : std::max<int64_t>(mr, l3_share / 2 / row_bytes / mr * mr);
 }
 
+// The quad steps are padded to the AMX tiles' depth wherever the provider has AMX, so that a B
+// packed once serves its AMX and other kernels alike.
+int QuadStepMultiple(const TargetVectors& vectors) { return vectors.amx ? kAmxQuadSteps : 1; }
+
+// `shape` as the quad kernel for an A of `a_dtype`: an i8 A packed as A + 128 with column sums,
+// or with b_unsigned (an i8 A, a u8 B) the signs the other way round.
+KernelShape QuadShape(KernelShape shape, DType a_dtype, bool b_unsigned, bool vnni) {
+  shape.u8_quads = true;
+  shape.b_unsigned = b_unsigned;
+  shape.signed_a = a_dtype == DType::kI8 && !b_unsigned;
+  shape.vnni = vnni;
+  return shape;
+}
+
+void AdoptQuadKernel(const KernelShape& shape, Int8MicroKernelFn kernel, Int8Plan& plan) {
+  plan.quad_kernel = kernel;
+  plan.vnni_quads = shape.vnni;
+  plan.column_sums = shape.signed_a;
+}
+
 // Fetches the pairs kernel of plan.shape for `variant` and, when `quads` (a u8 or i8 A, an i8 B)
 // or, with VNNI, `quads_b_unsigned` (an i8 A, a u8 B) and the tuning allow, the quads one (a
 // provider without it, a blob compiled before the quad kernels, leaves quad_kernel null: pairs
@@ -311,16 +331,10 @@ absl::Status FetchInt8Kernels(const Int8EpilogueVariant& variant, DType a_dtype,
   const bool vnni = kernels.vectors().vnni;
   const bool b_unsigned = !quads && quads_b_unsigned && vnni;
   if (!(quads || b_unsigned) || !tuning.int8_quads) return absl::OkStatus();
-  KernelShape shape = plan.shape;
-  shape.u8_quads = true;
-  shape.signed_a = a_dtype == DType::kI8 && !b_unsigned;
-  shape.b_unsigned = b_unsigned;
-  shape.vnni = vnni;
+  const KernelShape shape = QuadShape(plan.shape, a_dtype, b_unsigned, vnni);
   absl::StatusOr<Int8MicroKernelFn> quad_kernel = kernels.GetInt8(shape, variant);
   if (quad_kernel.ok()) {
-    plan.quad_kernel = *quad_kernel;
-    plan.vnni_quads = shape.vnni;
-    plan.column_sums = shape.signed_a;
+    AdoptQuadKernel(shape, *quad_kernel, plan);
   } else if (!absl::IsNotFound(quad_kernel.status())) {
     return quad_kernel.status();
   }
@@ -399,6 +413,8 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
   char* c = static_cast<char*>(p.c) + batch.c * c_size;
   const std::vector<Int8EpilogueStep>& steps = p.epilogue.steps;
   const Int8BPacker::Quads quad_use = plan.QuadUse();
+  const int64_t pair_panel_bytes = PanelBytes(p.k, nr, false, column_sums, plan.quad_step_multiple);
+  const int64_t quad_panel_bytes = PanelBytes(p.k, nr, true, column_sums, plan.quad_step_multiple);
 
   Int8TileArgs args;
   for (size_t s = 0; s < steps.size(); ++s) {
@@ -415,14 +431,12 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
         block.first = jc / nr;  // rectangles and blocks start at multiples of NR
       } else {
         // Room for either layout.
-        const int64_t bytes =
-            std::max(PanelBytes(p.k, nr, false, column_sums, plan.quad_step_multiple),
-                     PanelBytes(p.k, nr, true, column_sums, plan.quad_step_multiple));
+        const int64_t bytes = std::max(pair_panel_bytes, quad_panel_bytes);
         void* b_packed = buffers.b.Get(static_cast<size_t>(std::max<int64_t>(1, panels * bytes)));
         block.all_quads =
             p.b_packer->Pack(b, p.k, jc, ncb, nr, quad_use, b_packed, buffers.scratch);
         block.data = static_cast<const char*>(b_packed);
-        block.stride = PanelBytes(p.k, nr, block.all_quads, column_sums, plan.quad_step_multiple);
+        block.stride = block.all_quads ? quad_panel_bytes : pair_panel_bytes;
       }
       // A's band in each layout the block's panels use ([0] pairs, [1] quads).
       const char* a_packed[2] = {nullptr, nullptr};
@@ -444,7 +458,7 @@ void ComputeRect(const Int8CoreProblem& p, const Int8Plan& plan, const BatchOffs
         if (plan.shape.amx) {
           // The block's panels in one call (one tile configuration); all quads, equally sized.
           args.panels = panels;
-          args.b_panel_bytes = PanelBytes(p.k, nr, true, column_sums, plan.quad_step_multiple);
+          args.b_panel_bytes = quad_panel_bytes;
           args.n_valid = ncb - (panels - 1) * nr;
           for (size_t s = 0; s < steps.size(); ++s) {
             if (steps[s].operand == Int8Operand::kColumn) args.operands[s] = steps[s].vector + jc;
@@ -758,35 +772,30 @@ absl::StatusOr<bool> UseAmxKernels(const Int8CoreProblem& problem, const GemmTun
       (problem.packed_b != nullptr && !problem.packed_b->all_quads)) {
     return false;
   }
-  KernelShape shape = plan.shape;
+  KernelShape shape =
+      QuadShape(plan.shape, problem.a_dtype, /*b_unsigned=*/!problem.quads, /*vnni=*/true);
   shape.mr = kAmxTile;
   shape.nr_vectors = kAmxTile / shape.lanes;
-  shape.u8_quads = true;
-  shape.b_unsigned = !problem.quads;
-  shape.signed_a = problem.a_dtype == DType::kI8 && !shape.b_unsigned;
-  shape.vnni = true;
   shape.amx = true;
   absl::StatusOr<Int8MicroKernelFn> kernel = kernels.GetInt8(shape, variant);
   if (absl::IsNotFound(kernel.status())) return false;  // a blob without them
   if (!kernel.ok()) return kernel.status();
   plan.shape = shape;
-  plan.quad_kernel = *kernel;
-  plan.vnni_quads = true;
-  plan.column_sums = shape.signed_a;
+  AdoptQuadKernel(shape, *kernel, plan);
   return true;
 }
 
 absl::Status RunInt8Core(const Int8CoreProblem& problem, const GemmTuning& tuning,
                          const MicroKernelProvider& kernels, runtime::ThreadPool* pool) {
-  absl::StatusOr<KernelShape> shape = ChooseInt8KernelShape(tuning, kernels.vectors());
+  const TargetVectors vectors = kernels.vectors();
+  absl::StatusOr<KernelShape> shape = ChooseInt8KernelShape(tuning, vectors);
   if (!shape.ok()) return shape.status();
   if (problem.m == 0 || problem.n == 0 || problem.batches.empty()) return absl::OkStatus();
-  const TargetVectors vectors = kernels.vectors();
   const Int8EpilogueVariant variant = Int8EpilogueVariant::Of(problem.epilogue);
   const PackedInt8B* packed = problem.packed_b;
   Int8Plan plan;
   plan.shape = *shape;
-  plan.quad_step_multiple = vectors.amx ? kAmxQuadSteps : 1;
+  plan.quad_step_multiple = QuadStepMultiple(vectors);
   absl::StatusOr<bool> amx = UseAmxKernels(problem, tuning, kernels, variant, plan);
   if (!amx.ok()) return amx.status();
   if (!*amx) {
@@ -948,6 +957,11 @@ absl::Status ExecuteInt8Gemm(const Int8GemmParams& params,
   });
 }
 
+bool SameMatrixForEveryBatchEntry(const MatrixView& view) {
+  return std::all_of(view.batch_strides.begin(), view.batch_strides.end(),
+                     [](int64_t stride) { return stride == 0; });
+}
+
 absl::StatusOr<std::shared_ptr<const PackedInt8B>> PackInt8B(
     const Int8GemmParams& params, const gemm_internal::MicroKernelProvider& kernels) {
   constexpr const char* kWhat = "pack int8 b";
@@ -964,12 +978,13 @@ absl::StatusOr<std::shared_ptr<const PackedInt8B>> PackInt8B(
       !s.ok()) {
     return s;
   }
-  for (const int64_t stride : params.b.batch_strides) {
-    if (stride != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(kWhat, ": b has batch stride ", stride,
-                       "; a packed B serves every batch entry, so its batch strides must be 0"));
-    }
+  if (!SameMatrixForEveryBatchEntry(params.b)) {
+    const int64_t stride =
+        *std::find_if(params.b.batch_strides.begin(), params.b.batch_strides.end(),
+                      [](int64_t s) { return s != 0; });
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWhat, ": b has batch stride ", stride,
+                     "; a packed B serves every batch entry, so its batch strides must be 0"));
   }
   if (params.b.data == nullptr && params.k > 0 && params.n > 0) {
     return absl::InvalidArgumentError(absl::StrCat(kWhat, ": b.data is null"));
@@ -998,7 +1013,7 @@ absl::StatusOr<std::shared_ptr<const PackedInt8B>> PackInt8B(
           return s;
         }
         const bool column_sums = plan.column_sums;
-        plan.quad_step_multiple = kernels.vectors().amx ? gemm_internal::kAmxQuadSteps : 1;
+        plan.quad_step_multiple = gemm_internal::QuadStepMultiple(kernels.vectors());
         packed->quad_step_multiple = plan.quad_step_multiple;
         const Int8BPacker::Quads quad_use = plan.QuadUse();
         const int multiple = plan.quad_step_multiple;
