@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/step_profile.h"
 
 namespace kiln::runtime {
 namespace {
@@ -118,6 +120,7 @@ absl::StatusOr<Executable> Executable::Create(ExecutableSpec spec) {
 
   Executable exe;
   exe.name_ = std::move(spec.name);
+  exe.profile_id_ = NewExecutableId();
   exe.num_scalars_ = spec.num_scalars;
   exe.input_bytes_.assign(spec.num_inputs, 0);
   exe.output_bytes_.assign(spec.num_outputs, 0);
@@ -315,9 +318,12 @@ absl::Status Executable::Run(std::span<const void* const> inputs, std::span<void
   absl::InlinedVector<void*, 64> args(flat_args_.size());
   for (size_t i = 0; i < flat_args_.size(); ++i) args[i] = slot_ptrs[flat_args_[i]];
 
+  const bool profiling = StepProfilingEnabled();
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& step = steps_[s];
     const KernelFn fn = step.fn;
+    const auto step_start =
+        profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     void* const* step_args = args.data() + arg_begin_[s];
     auto step_error = [&](absl::StatusCode code, const std::string& message) {
       return absl::Status(code, absl::StrCat("executable \"", name_, "\": step ", s, " (",
@@ -332,6 +338,12 @@ absl::Status Executable::Run(std::span<const void* const> inputs, std::span<void
                         absl::StrCat("the kernel threw: ", error.what()));
     } catch (...) {
       return step_error(absl::StatusCode::kInternal, "the kernel threw an unknown exception");
+    }
+    if (profiling) {
+      RecordStepTime(
+          profile_id_, s,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count(),
+          [&] { return DescribeStep(s); });
     }
     if (step_sets_error_[s]) {
       const int64_t code = std::atomic_ref<int64_t>(error_flag[0]).load(std::memory_order_relaxed);
@@ -359,6 +371,18 @@ const std::byte* Executable::constant_data(int slot) const {
     return nullptr;
   }
   return static_cast<const std::byte*>(bindings_[slot].constant);
+}
+
+std::string Executable::DescribeStep(size_t index) const {
+  const Step& step = steps_[index];
+  std::string text = absl::StrCat(name_, " ", step.name, "(");
+  for (size_t i = 0; i < step.slot_args.size(); ++i) {
+    const Slot& slot = slots_[static_cast<size_t>(step.slot_args[i])];
+    absl::StrAppend(&text, i == 0 ? "" : ", ",
+                    slot.label.empty() ? SlotKindName(slot.kind) : slot.label);
+  }
+  absl::StrAppend(&text, ")");
+  return text;
 }
 
 std::string Executable::ToString() const {

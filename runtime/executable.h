@@ -152,6 +152,9 @@ class Executable final : public DeviceExecutable {
   ///     slot 0: input 0, 64 bytes
   ///     ...
   ///     step 0: exp(slot 0, slot 1) extent 16 grain 4
+  /// Step `index` as the step profile (KILN_PROFILE) labels it: the executable's name, the
+  /// kernel's and its arguments' labels, "cpu_graph k3(%12 matmul f32[4096,1536], ...)".
+  std::string DescribeStep(size_t index) const;
   std::string ToString() const;
 
  private:
@@ -165,6 +168,8 @@ class Executable final : public DeviceExecutable {
   };
 
   std::string name_;
+  // Tells executables apart in the step profile (an address can be reused after a free).
+  uint64_t profile_id_ = 0;
   int num_scalars_ = 0;
   std::vector<Slot> slots_;
   std::vector<Step> steps_;

@@ -1,11 +1,15 @@
 #include "codegen/cpu/llvm_jit.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -20,6 +24,8 @@
 #include "llvm/IR/Verifier.h"
 #include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
+#include "llvm/Object/ObjectFile.h"
+#include "llvm/Object/SymbolSize.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/CodeGen.h"
 #include "llvm/Support/Error.h"
@@ -106,6 +112,68 @@ absl::StatusOr<llvm::orc::JITTargetMachineBuilder> LevelMachineBuilder(
   jtmb.addFeatures(features);
   return jtmb;
 }
+
+// KILN_PERF_MAP=1: every loaded kernel's functions go to /tmp/perf-<pid>.map (Linux perf's
+// map of JIT code), so `perf report` names the kernels instead of raw addresses. Only the
+// object's global functions: ORC looks addresses up by name, and local symbols have none it
+// can find.
+class PerfMap {
+ public:
+  static PerfMap* Get() {
+    static PerfMap* const map = [] {
+      const char* flag = std::getenv("KILN_PERF_MAP");
+      if (flag == nullptr || std::string_view(flag) == "" || std::string_view(flag) == "0") {
+        return static_cast<PerfMap*>(nullptr);
+      }
+      const std::string path = absl::StrCat("/tmp/perf-", getpid(), ".map");
+      std::FILE* file = std::fopen(path.c_str(), "a");
+      if (file == nullptr) {
+        std::fprintf(stderr, "kiln: KILN_PERF_MAP: cannot open %s\n", path.c_str());
+        return static_cast<PerfMap*>(nullptr);
+      }
+      return new PerfMap(file);
+    }();
+    return map;
+  }
+
+  // Writes a line per global function of `object`, whose addresses `lookup` finds, named
+  // "<symbol> <dylib>": kernels of different graphs share symbols (kiln_k0), not dylibs.
+  void Add(std::string_view object, llvm::orc::LLJIT& jit, llvm::orc::JITDylib& dylib) {
+    auto file = llvm::object::ObjectFile::createObjectFile(
+        llvm::MemoryBufferRef(llvm::StringRef(object.data(), object.size()), "kernel"));
+    if (!file) {
+      llvm::consumeError(file.takeError());
+      return;
+    }
+    for (const auto& [symbol, size] : llvm::object::computeSymbolSizes(**file)) {
+      auto type = symbol.getType();
+      auto flags = symbol.getFlags();
+      auto name = symbol.getName();
+      if (!type || !flags || !name || *type != llvm::object::SymbolRef::ST_Function ||
+          !(*flags & llvm::object::BasicSymbolRef::SF_Global) || size == 0) {
+        if (!type) llvm::consumeError(type.takeError());
+        if (!flags) llvm::consumeError(flags.takeError());
+        if (!name) llvm::consumeError(name.takeError());
+        continue;
+      }
+      auto address = jit.lookup(dylib, *name);
+      if (!address) {
+        llvm::consumeError(address.takeError());
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::fprintf(file_, "%llx %llx %s %s\n", static_cast<unsigned long long>(address->getValue()),
+                   static_cast<unsigned long long>(size), name->str().c_str(),
+                   dylib.getName().c_str());
+      std::fflush(file_);
+    }
+  }
+
+ private:
+  explicit PerfMap(std::FILE* file) : file_(file) {}
+  std::mutex mutex_;
+  std::FILE* file_;
+};
 
 HostTarget DescribeTarget(const llvm::orc::JITTargetMachineBuilder& jtmb) {
   HostTarget target;
@@ -309,6 +377,7 @@ absl::StatusOr<std::unique_ptr<LoadedObject>> LlvmJit::Load(std::string_view obj
         absl::StrCat("cpu codegen: cannot link ", symbol, ": ", ErrorText(address.takeError())));
   }
   loaded->address_ = address->getValue();
+  if (PerfMap* perf_map = PerfMap::Get()) perf_map->Add(object, jit, *dylib);
   return loaded;
 }
 

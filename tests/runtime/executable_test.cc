@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/step_profile.h"
 #include "tests/runtime/test_kernels.h"
 
 namespace kiln::runtime {
@@ -114,6 +115,43 @@ TEST(ExecutableTest, RunsAPlanOnEveryPoolSizeAndGrain) {
     }
   }
   EXPECT_EQ(misaligned_arguments.load(), misaligned_before);
+}
+
+// The step profile (KILN_PROFILE, or SetStepProfiling from code) counts each step of each
+// executable under its kernel's and arguments' labels, and only while it is on.
+TEST(ExecutableTest, StepProfileCountsEveryStepOfEveryRun) {
+  absl::StatusOr<Executable> exe = Executable::Create(AffineSpec(16));
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  const bool was_enabled = StepProfilingEnabled();
+  ResetStepProfile();
+  SetStepProfiling(true);
+  ThreadPool pool(2);
+  BufferPool buffers;
+  AffineData data(0.5f);
+  for (int run = 0; run < 3; ++run) ASSERT_TRUE(data.Run(*exe, pool, buffers).ok());
+  SetStepProfiling(false);
+  ASSERT_TRUE(data.Run(*exe, pool, buffers).ok());  // not counted
+  const std::string report = StepProfileReport();
+  SetStepProfiling(was_enabled);
+  EXPECT_THAT(report, HasSubstr("4 steps of 1 executables"));
+  for (const char* step : {"step 0: affine scale_x(input, arena, scalar)",
+                           "step 1: affine add_y(arena, input, output)",
+                           "step 2: affine scale_mid(output, arena, scalar)",
+                           "step 3: affine add_x(arena, input, output)"}) {
+    EXPECT_THAT(report, HasSubstr(step)) << report;
+  }
+  // Every line counts three calls.
+  int lines = 0;
+  for (size_t at = report.find("#0 step"); at != std::string::npos;
+       at = report.find("#0 step", at + 1)) {
+    const size_t line_start = report.rfind('\n', at) + 1;
+    const std::string line = report.substr(line_start, at - line_start);
+    EXPECT_THAT(line, ::testing::ContainsRegex("^ +[0-9.]+ +3 ")) << line;
+    ++lines;
+  }
+  EXPECT_EQ(lines, 4);
+  ResetStepProfile();
+  EXPECT_THAT(StepProfileReport(), HasSubstr("0 steps of 0 executables"));
 }
 
 TEST(ExecutableTest, ScalarsChangeBetweenRunsAndTheArenaIsReused) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,6 +79,33 @@ TEST(JitCacheTest, MemoryCacheReturnsTheSameCode) {
   ASSERT_TRUE(other.ok());
   EXPECT_NE(other->cache_key, first->cache_key);
   EXPECT_EQ(other->source, CodeSource::kCompiled);
+}
+
+// KILN_PERF_MAP=1 (the ctest entry codegen_cpu_test.perf_map sets it) lists every loaded
+// kernel in /tmp/perf-<pid>.map, Linux perf's map of JIT code: its address, size and symbol.
+TEST(JitCacheTest, PerfMapNamesEveryLoadedKernel) {
+  const char* flag = std::getenv("KILN_PERF_MAP");
+  if (flag == nullptr || std::string(flag) != "1") {
+    GTEST_SKIP() << "runs with KILN_PERF_MAP=1 (ctest: codegen_cpu_test.perf_map)";
+  }
+  CpuCompiler compiler(CpuCompiler::Options{.cache_dir = ""});
+  absl::StatusOr<CompiledKernel> compiled = compiler.Compile(SmallKernel(0.625));
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const auto address = reinterpret_cast<uintptr_t>(compiled->fn);
+  std::ifstream map(absl::StrCat("/tmp/perf-", static_cast<int64_t>(::getpid()), ".map"));
+  ASSERT_TRUE(map) << "no perf map for this process";
+  bool found = false;
+  std::string line;
+  while (std::getline(map, line)) {
+    std::istringstream fields(line);
+    std::string start, size, symbol;
+    fields >> start >> size >> symbol;
+    if (std::stoull(start, nullptr, 16) != address) continue;
+    found = true;
+    EXPECT_EQ(symbol, "kiln_small") << line;
+    EXPECT_GT(std::stoull(size, nullptr, 16), 16u) << line;
+  }
+  EXPECT_TRUE(found) << "the kernel at 0x" << std::hex << address << " is not in the map";
 }
 
 TEST(JitCacheTest, CacheKeyDependsOnKernelAndSettingsOnly) {
