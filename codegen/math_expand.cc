@@ -168,11 +168,22 @@ class Expander : public KernelRewriter {
 
   // ---- The expansions (coefficients and their sources: see math_expand.h) ---------------------
 
+  // round(x log2 e) is -191 here, so that 2^(n + 64) below has a zero exponent field: +0.
+  static constexpr double kZeroScaleOne = -132.39;
+  // round(x log2 e) is -254 here, so that 2^(n/2) and 2^(n - n/2) are both +0.
+  static constexpr double kZeroScaleTwo = -176.06;
+
   // exp(x); `nonpositive` promises x <= 0 or NaN (sigmoid's exp(-|x|)), which needs no upper clamp.
   ValueId Exp(ValueId x, bool nonpositive = false) {
-    // Beyond [-104, 89] the result is 0 or inf anyway; clamping keeps n in the exponent range.
+    // Above 89 the result is inf and below -104 it is 0 anyway: the clamps keep n in the
+    // exponent range. The lower one is where the scale factors below become exactly +0 (n = -191
+    // for one scale, -254 for two), not -104: x beyond it (an attention mask's -3.4e38 or -1e4,
+    // most of a padded batch's scores) then multiplies zeros, where clamping at -104 made every
+    // such lane round a subnormal product, which x86 cores do in a microcode assist costing
+    // about a hundred cycles (a quarter of all-MiniLM-L6-v2's time went to its softmax).
+    // Between -104 and the clamp the products underflow to the 0 that exp(x) rounds to.
     // max/min propagate NaN, so NaN flows through to the polynomial.
-    ValueId xc = Bin(ExprOp::kMax, x, F(-104.0));
+    ValueId xc = Bin(ExprOp::kMax, x, F(nonpositive ? kZeroScaleOne : kZeroScaleTwo));
     if (!nonpositive) xc = Bin(ExprOp::kMin, xc, F(89.0));
     const ValueId n = Un(ExprOp::kRound, Bin(ExprOp::kMul, xc, F(1.44269504088896341)));
     // k = int(n) read from the low mantissa bits of n + 1.5 2^23 (exact: |n| <= 150), not by a
@@ -192,12 +203,12 @@ class Expander : public KernelRewriter {
     const ValueId p45 = Fma(F(1.6666665459E-1), r, F(5.0000001201E-1));
     const ValueId p = Fma(Fma(p01, r2, p23), r2, p45);
     const ValueId q = Fma(p, r2, r);  // exp(r) = 1 + q
-    // n in [-150, 128]: scale in two steps, each by a normal float, so subnormal results are
-    // rounded once (by the last multiply) and 2^128 * y can overflow. (1 + q) 2^a is one fma:
-    // scaling by a power of two that keeps the result normal is exact, so it rounds as adding 1
-    // did, a step shorter. For x <= 0, n in [-150, 0]: 2^(n + 64) then the constant 2^-64 (two
-    // integer operations instead of seven); otherwise 2^(n/2) then 2^(n - n/2). Both give the
-    // bits of (1 + q) 2^n rounded once.
+    // n in [-254, 128]: scale in two steps, each by a normal float (or +0 at the clamp), so
+    // subnormal results are rounded once (by the last multiply) and 2^128 * y can overflow.
+    // (1 + q) 2^a is one fma: scaling by a power of two that keeps the result normal is exact,
+    // so it rounds as adding 1 did, a step shorter. For x <= 0, n in [-191, 0]: 2^(n + 64) then
+    // the constant 2^-64 (two integer operations instead of seven); otherwise 2^(n/2) then
+    // 2^(n - n/2). Both give the bits of (1 + q) 2^n rounded once.
     if (nonpositive) {
       const ValueId scale = Pow2(Bin(ExprOp::kAdd, k, I(64)));
       return Bin(ExprOp::kMul, Fma(q, scale, scale), F(0x1p-64));

@@ -20,6 +20,10 @@
 #include "codegen/kernel_eval.h"
 #include "codegen/kernel_ir.h"
 #include "gtest/gtest.h"
+
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 #include "tests/codegen/cpu/cpu_test_util.h"
 
 namespace kiln::codegen {
@@ -470,6 +474,38 @@ TEST(MathExpandTest, SpecialValues) {
   // 1 + tanh(-100) = 2 sigmoid(-200) = 2.8e-87 underflows to 0.
   EXPECT_EQ(one_plus_tanh[6], 0.0f);
 }
+
+#if defined(__x86_64__)
+// exp of x far below -104 (an attention mask's -3.4e38 or -1e4 added to a score, where a padded
+// batch has most of its elements) must give 0 without rounding a tiny product: an x86 core
+// produces a subnormal or underflowing result in a microcode assist of about a hundred cycles,
+// which made all-MiniLM-L6-v2's softmax take as long as its largest GEMM. MXCSR's sticky
+// underflow flag records any such product; the kernel runs on this thread.
+TEST(MathExpandTest, FarNegativeExpMultipliesZerosWithoutUnderflow) {
+  cpu::CpuCompiler compiler(cpu::CpuCompiler::Options{.cache_dir = ""});
+  const std::vector<float> x = {-FLT_MAX, -3.0e38f, -1.0e4f, -1000.0f, -200.0f, -177.0f, -INFINITY};
+  const auto n = static_cast<int64_t>(x.size());
+  for (const MathFunction& f : Functions()) {
+    const std::string name = f.name;
+    // sigmoid and 1 + tanh take exp(-|x|) (the one-scale path), exp the two-scale one; log, tanh
+    // and erf have results far from underflow here.
+    if (name != "exp" && name != "sigmoid" && name != "1+tanh") continue;
+    const Kernel kernel = UnaryKernel(f, n);
+    absl::StatusOr<cpu::CompiledKernel> compiled = compiler.Compile(kernel);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    KernelBuffers buffers(kernel);
+    std::memcpy(buffers.data(0), x.data(), x.size() * sizeof(float));
+    constexpr unsigned kUnderflowFlag = 0x10;  // MXCSR.UE
+    _mm_setcsr(_mm_getcsr() & ~kUnderflowFlag);
+    compiled->fn(buffers.args(), 0, n);
+    const bool underflowed = (_mm_getcsr() & kUnderflowFlag) != 0;
+    EXPECT_FALSE(underflowed) << name << " rounded a tiny product for x far below -104";
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(buffers.as<float>(1)[i], 0.0f) << name << "(" << x[static_cast<size_t>(i)] << ")";
+    }
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace kiln::codegen
