@@ -434,14 +434,16 @@ void RealizeOnDevice(std::span<LazyNode* const> roots, runtime::DeviceId device,
 // and size estimate (auto-realization), and whether the tape tracks it.
 void LinkOperands(LazyNode& node, std::vector<TensorRef> inputs) {
   int32_t depth = 0;
-  int64_t estimate = 1;
+  uint64_t oldest = node.serial;
   for (const TensorRef& in : inputs) {
     depth = std::max(depth, in->pending_depth);
-    estimate = std::min(estimate + in->pending_estimate, 2 * kMaxPendingNodes);
+    if (!in->realized()) oldest = std::min(oldest, in->oldest_pending_serial);
     if (GradEnabled()) node.tracks_grad |= in->tracks_grad;
   }
   node.pending_depth = depth + 1;
-  node.pending_estimate = estimate;
+  node.oldest_pending_serial = oldest;
+  node.pending_estimate = static_cast<int64_t>(
+      std::min<uint64_t>(node.serial - oldest + 1, static_cast<uint64_t>(2 * kMaxPendingNodes)));
   node.inputs = std::move(inputs);
 }
 
@@ -502,6 +504,7 @@ TensorRef RecordLeaf(const char* name, ir::Op op, ir::Attrs attrs, const Device&
 }
 
 LazyNode::LazyNode() : serial(g_next_serial.fetch_add(1, std::memory_order_relaxed)) {
+  oldest_pending_serial = serial;
   g_live_nodes.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -617,6 +620,10 @@ void Realize(std::span<const TensorRef> refs, const Loc& loc) {
     }
     RealizeOnDevice(roots, device, loc);
   }
+}
+
+void RealizeBetweenLayers(std::span<const TensorRef> refs, const Loc& loc) {
+  if (g_recording == nullptr) Realize(refs, loc);
 }
 
 std::shared_ptr<const ir::TensorData> HostValue(LazyNode& node, const Loc& loc) {

@@ -11,8 +11,9 @@
 // behind the roots are realized first, in a graph of their own, so that a training step's graph is
 // the same from the first step on.
 //
-// Bounded memory: a node whose pending chain grows past kMaxPendingDepth (or whose pending DAG is
-// estimated larger than kMaxPendingNodes) is realized as soon as it is recorded (except while
+// Bounded memory: a node whose pending chain grows past kMaxPendingDepth (or whose pending DAG may
+// hold more than kMaxPendingNodes: more nodes were created since its oldest pending one) is
+// realized as soon as it is recorded (except while
 // kiln::jit records a function: RecordingScope), and long chains are released iteratively, so a
 // loop of `x = x + 1` runs in constant memory.
 //
@@ -80,9 +81,14 @@ struct LazyNode {
   std::shared_ptr<const runtime::DeviceBuffer> buffer;
   /// Longest chain of pending nodes ending here (0 when realized).
   int32_t pending_depth = 0;
-  /// Upper estimate of the pending nodes behind this one (shared nodes counted per path,
-  /// saturating), so that a wide DAG is bounded as well as a deep one.
+  /// Upper estimate of the pending nodes behind this one, so that a wide DAG is bounded as well
+  /// as a deep one: the nodes created since the oldest pending one behind it (its serial minus
+  /// oldest_pending_serial, plus one). Counting nodes per path instead overcounts a DAG with
+  /// shared operands exponentially (each diamond of a LayerNorm or an attention block doubles
+  /// it), which cut a transformer's layers at arbitrary points.
   int64_t pending_estimate = 0;
+  /// The creation serial of the oldest pending node behind this one (itself included).
+  uint64_t oldest_pending_serial = 0;
   /// Gradients flow to this node: it requires one, or it was recorded from a node that does
   /// while the tape was on. A tracked node keeps its operands after it is realized (the tape),
   /// so backward() can reach the leaves (frontend/autograd.h).
@@ -140,6 +146,15 @@ std::vector<LazyNode*> TopologicalOrder(std::span<LazyNode* const> roots,
 
 /// Realizes every pending node in `refs` in one graph run. Throws kiln::Error on failure.
 void Realize(std::span<const TensorRef> refs, const Loc& loc);
+
+/// Realize(refs), except while kiln::jit records a function (which then stays one program): a
+/// cut that a model places between its layers. Without it, a deep model meets the bounded-memory
+/// auto-realization (above) somewhere inside a layer, where every value still referenced (a
+/// composite op's temporaries, the layer's named locals) becomes an output of the graph, and
+/// where it lands shifts from layer to layer, so each layer compiles a graph of its own. Cut at
+/// layer boundaries, each graph has the layer's result as its only output and every layer of
+/// the same shape runs the same compiled graph.
+void RealizeBetweenLayers(std::span<const TensorRef> refs, const Loc& loc);
 /// Realizes `ref` and returns its value, reading it back from its device's memory (once: the
 /// host copy is kept with the node) when it lives there.
 const ir::TensorData& Data(const TensorRef& ref, const Loc& loc);

@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "frontend/activation.h"
+#include "frontend/autograd.h"
 #include "frontend/error.h"
 #include "frontend/module.h"
 #include "frontend/nn/embedding.h"
@@ -159,7 +160,11 @@ struct BertModel {
             .mul(static_cast<double>(std::numeric_limits<float>::lowest()), loc)
             .template reshape<4>({n, 1, 1, length}, loc);
     Tensor<B, 3> x = embeddings.forward(input_ids, token_type_ids, loc);
-    for (const BertLayer<B>& layer : layers) x = layer.forward(x, mask_bias, loc);
+    for (const BertLayer<B>& layer : layers) {
+      x = layer.forward(x, mask_bias, loc);
+      const kiln::detail::TensorRef cut[] = {x.ref()};
+      kiln::detail::RealizeBetweenLayers(cut, loc);
+    }
     return x;
   }
 };
@@ -259,6 +264,10 @@ namespace internal {
 template <class B, class Encoder>
 Tensor<B, 2> SentenceEmbeddings(const Encoder& encoder, const BatchEncoding& batch,
                                 const Device& device, std::source_location loc) {
+  // Inference, as sentence-transformers' encode() runs under torch.no_grad(): without the guard,
+  // a model whose parameters train would tape every op, and the tape's saved tensors make the
+  // intermediates (GELU's five [N, L, 1536] steps among them) outputs of the graph.
+  const NoGradGuard no_grad;
   auto ints = [&](const std::vector<int64_t>& values) {
     return Tensor<B, 2, Int>::from_vector(values, {batch.batch, batch.length}, device, {}, loc);
   };

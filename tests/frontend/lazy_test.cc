@@ -159,6 +159,45 @@ TEST(LazyTest, LongChainsRunInBoundedMemory) {
 #endif
 }
 
+// Operands used twice (a residual, a LayerNorm's x - mean(x)) make diamonds; the pending-size
+// estimate must not count the DAG behind each once per path, which doubled it per diamond and
+// cut a transformer's layers at arbitrary points (a 40-deep chain of these estimated 2^40 nodes).
+TEST(LazyTest, SharedOperandsDoNotCutTheGraphEarly) {
+  B::Device device;
+  GraphRecorder recorder;
+  auto x = TF<1>::from_data({0.5f, -0.25f}, device);
+  std::vector<float> expected = {0.5f, -0.25f};
+  for (int i = 0; i < 40; ++i) {
+    x = (x + x * x) * 0.5f;  // x is read three times
+    for (float& v : expected) v = (v + v * v) * 0.5f;
+  }
+  EXPECT_TRUE(recorder.graphs.empty()) << "nothing realized before the result is read";
+  EXPECT_EQ(x.to_vector(), expected);
+  EXPECT_EQ(recorder.graphs.size(), size_t{1});
+}
+
+// A DAG can be wide and shallow: a pairwise sum of many pending values is 14 deep here, so only
+// the estimate of its size bounds the pending nodes.
+TEST(LazyTest, WideDagsRealizeInBoundedMemory) {
+  B::Device device;
+  const int64_t baseline_nodes = LiveNodes();
+  int64_t max_live = 0;
+  std::vector<std::pair<int, TF<1>>> stack;  // (level, sum of 2^level leaves), a binary counter
+  constexpr int kLeaves = 1 << 14;
+  for (int i = 0; i < kLeaves; ++i) {
+    stack.emplace_back(0, TF<1>::ones({2}, device));
+    while (stack.size() >= 2 && stack[stack.size() - 1].first == stack[stack.size() - 2].first) {
+      auto [level, right] = std::move(stack.back());
+      stack.pop_back();
+      stack.back() = {level + 1, stack.back().second + right};
+    }
+    max_live = std::max(max_live, LiveNodes() - baseline_nodes);
+  }
+  ASSERT_EQ(stack.size(), size_t{1});
+  EXPECT_THAT(stack[0].second.to_vector(), ElementsAre(kLeaves, kLeaves));
+  EXPECT_LE(max_live, 2 * detail::kMaxPendingNodes + 64);
+}
+
 TEST(LazyTest, MixedOpChainsMatchAFloatLoop) {
   B::Device device;
   auto x = TF<1>::from_data({0.25f, -3.f}, device);

@@ -23,6 +23,7 @@
 #include "frontend/text/bert_onnx.h"
 #include "gtest/gtest.h"
 #include "ir/builder.h"
+#include "ir/printer.h"
 #include "nlohmann/json.hpp"
 #include "tests/text/minilm_dir.h"
 
@@ -192,6 +193,52 @@ class BertMiniLm : public ::testing::Test {
   std::optional<BertTokenizer> tokenizer_;
   BatchEncoding batch_;
 };
+
+// A deep model meets the engine's bounded-memory auto-realization; BertModel cuts its work between
+// layers instead (RealizeBetweenLayers), so each graph's only outputs are the layer's result (and,
+// in the first, the attention mask's bias, which every layer reads), and every layer after the
+// first runs the same graph. Cut inside a layer, the values still referenced there (GELU's or a
+// LayerNorm's intermediates, [N, L, 4E] each) became outputs, and the cut moved from layer to
+// layer, so that all-MiniLM-L6-v2 ran seven different graphs with 35 outputs.
+TEST(Bert, LayersRunAsOneGraphEachWithTheirResultAsOnlyOutput) {
+  std::vector<ir::Graph> graphs;
+  detail::RegisterExecutor(
+      runtime::DeviceKind::kReference,
+      [&graphs](const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> args,
+                runtime::DeviceId device) {
+        graphs.push_back(graph);
+        return detail::InterpretOnHost(graph, args, device);
+      });
+  BertConfig config;
+  config.vocab_size = 50;
+  config.hidden_size = 16;
+  config.num_hidden_layers = 12;
+  config.num_attention_heads = 2;
+  config.intermediate_size = 32;
+  config.max_position_embeddings = 16;
+  const B::Device device;
+  const BertModel<B> model = config.init<B>(device);
+  auto ints = [&](std::vector<int64_t> values) {
+    return Tensor<B, 2, Int>::from_vector(values, {2, 4}, device);
+  };
+  auto forward = [&] {
+    return model
+        .forward(ints({1, 5, 7, 2, 1, 9, 0, 0}), ints({1, 1, 1, 1, 1, 1, 0, 0}),
+                 ints({0, 0, 0, 0, 0, 0, 0, 0}))
+        .to_vector<float>();
+  };
+  const std::vector<float> first = forward();  // also realizes the lazy initialisation
+  graphs.clear();
+  const std::vector<float> hidden = forward();
+  detail::RegisterExecutor(runtime::DeviceKind::kReference, detail::InterpretOnHost);
+  EXPECT_EQ(hidden, first);
+  ASSERT_EQ(graphs.size(), size_t{12});
+  EXPECT_EQ(graphs[0].outputs().size(), size_t{2}) << "the first layer's result and the mask";
+  for (size_t i = 1; i < graphs.size(); ++i) {
+    EXPECT_EQ(graphs[i].outputs().size(), size_t{1}) << "layer " << i;
+    EXPECT_EQ(ir::PrintGraph(graphs[i]), ir::PrintGraph(graphs[1])) << "layer " << i;
+  }
+}
 
 TEST_F(BertMiniLm, MatchesSentenceTransformersOnReference) { ExpectModulesMatch<Reference>(); }
 TEST_F(BertMiniLm, MatchesSentenceTransformersOnCpu) { ExpectModulesMatch<Cpu>(); }
