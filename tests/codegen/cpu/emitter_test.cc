@@ -666,6 +666,29 @@ int VectorLoadsInVectorBody(const std::string& llvm_ir) {
   return loads;
 }
 
+// A division by a Reduce's result (softmax's row sum) becomes one reciprocal per row and a
+// multiply per element, as PyTorch's softmax computes it; a division by anything else (a
+// QuantizeLinear's x / scale, whose rounding must be exact) stays a division.
+TEST(EmitterTest, DivisionByARowSumBecomesOneReciprocalPerRow) {
+  const CompiledKernel softmax = CompileDumped(SoftmaxKernel(64, 256, ir::DType::kF32),
+                                               ::testing::TempDir() + "/kiln_reciprocal");
+  EXPECT_EQ(softmax.llvm_ir.find("fdiv <"), std::string::npos) << softmax.llvm_ir;
+  EXPECT_NE(softmax.llvm_ir.find("fdiv"), std::string::npos) << softmax.llvm_ir;
+
+  KernelBuilder b("quantize");
+  const ArgId x = b.AddArg({"x", ir::DType::kF32, 4096, ArgRole::kInput});
+  const ArgId scale = b.AddArg({"scale", ir::DType::kF32, 1, ArgRole::kInput});
+  const ArgId y = b.AddArg({"y", ir::DType::kF32, 4096, ArgRole::kOutput});
+  const ValueId zero = b.Index(0);
+  b.Store(
+      y, b.Var(kGid),
+      b.Unary(ExprOp::kRound, b.Binary(ExprOp::kDiv, b.Load(x, b.Var(kGid)), b.Load(scale, zero))));
+  const CompiledKernel quantize =
+      CompileDumped(std::move(b).Finish(4096), ::testing::TempDir() + "/kiln_reciprocal_q");
+  EXPECT_NE(quantize.llvm_ir.find("fdiv <"), std::string::npos) << quantize.llvm_ir;
+  EXPECT_EQ(quantize.llvm_ir.find("arcp"), std::string::npos) << quantize.llvm_ir;
+}
+
 TEST(EmitterTest, LongElementwiseBodiesKeepFourVectorIterationsInFlight) {
   // tanh's expansion is a long chain of dependent ops: the emitter asks LLVM to interleave four
   // vector iterations (llvm.loop.interleave.count); a short body is left to LLVM's own choice.
