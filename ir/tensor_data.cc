@@ -5,10 +5,12 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <new>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/host_memory.h"
 
 namespace kiln::ir {
 
@@ -82,8 +84,9 @@ std::byte* AllocateBlock(size_t size) {
   if (block_size >= LargeBlockCache::kMinBlock) {
     if (std::byte* block = LargeBlockCache::Get().Take(block_size)) return block;
   }
-  return static_cast<std::byte*>(
-      ::operator new[](block_size, std::align_val_t{AlignedBytes::kAlignment}));
+  std::byte* block = base::AllocateHostBlock(block_size, AlignedBytes::kAlignment);
+  if (block == nullptr) throw std::bad_alloc();
+  return block;
 }
 
 }  // namespace
@@ -111,7 +114,7 @@ void AlignedBytes::Free::operator()(std::byte* p) const {
   if (block_size >= LargeBlockCache::kMinBlock && LargeBlockCache::Get().Give(p, block_size)) {
     return;
   }
-  ::operator delete[](p, std::align_val_t{kAlignment});
+  base::FreeHostBlock(p, block_size, kAlignment);
 }
 
 TensorData::TensorData(DType dtype, Shape shape) : TensorData(dtype, std::move(shape), true) {}

@@ -6,9 +6,11 @@
 #include <cstdlib>
 #include <new>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/host_memory.h"
 
 namespace kiln::runtime {
 namespace {
@@ -43,11 +45,12 @@ int64_t ClassBytes(int index) {
 }
 
 std::byte* SystemAllocate(int64_t bytes) {
-  return static_cast<std::byte*>(::operator new (static_cast<size_t>(bytes),
-                                                 std::align_val_t{kBufferAlignment}, std::nothrow));
+  return base::AllocateHostBlock(static_cast<size_t>(bytes), kBufferAlignment);
 }
 
-void SystemFree(std::byte* data) { ::operator delete (data, std::align_val_t{kBufferAlignment}); }
+void SystemFree(std::byte* data, int64_t bytes) {
+  base::FreeHostBlock(data, static_cast<size_t>(bytes), kBufferAlignment);
+}
 
 absl::Status OutOfMemory(int64_t bytes) {
   return absl::ResourceExhaustedError(
@@ -78,7 +81,7 @@ void Buffer::Reset() {
     if (pool_ != nullptr) {
       pool_->Release(data_, capacity_);
     } else {
-      SystemFree(data_);
+      SystemFree(data_, capacity_);
     }
   }
   pool_ = nullptr;
@@ -162,25 +165,25 @@ void BufferPool::Release(std::byte* data, int64_t capacity) {
       ++stats_.system_frees;
     }
   }
-  if (!cache) SystemFree(data);
+  if (!cache) SystemFree(data, capacity);
 }
 
 void BufferPool::Trim(int64_t keep_bytes) {
-  std::vector<std::byte*> to_free;
+  std::vector<std::pair<std::byte*, int64_t>> to_free;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (int index = static_cast<int>(free_blocks_.size()) - 1;
          index >= 0 && stats_.bytes_cached > keep_bytes; --index) {
       std::vector<std::byte*>& cached = free_blocks_[index];
       while (!cached.empty() && stats_.bytes_cached > keep_bytes) {
-        to_free.push_back(cached.back());
+        to_free.emplace_back(cached.back(), ClassBytes(index));
         cached.pop_back();
         stats_.bytes_cached -= ClassBytes(index);
         ++stats_.system_frees;
       }
     }
   }
-  for (std::byte* data : to_free) SystemFree(data);
+  for (const auto& [data, bytes] : to_free) SystemFree(data, bytes);
 }
 
 BufferPoolStats BufferPool::stats() const {
