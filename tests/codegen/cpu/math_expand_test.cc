@@ -504,6 +504,19 @@ TEST(MathExpandTest, FarNegativeExpMultipliesZerosWithoutUnderflow) {
       EXPECT_EQ(buffers.as<float>(1)[i], 0.0f) << name << "(" << x[static_cast<size_t>(i)] << ")";
     }
   }
+  // Between -104 (where exp(x) < 2^-150 rounds to 0) and the clamps, the products underflow
+  // (slowly, but rarely met) to the same 0 that the old clamp at -104 gave.
+  std::vector<float> between;
+  for (float v = -104.0f; v > -177.0f; v -= 0.37f) between.push_back(v);
+  const Kernel kernel = UnaryKernel(Functions()[0], static_cast<int64_t>(between.size()));
+  absl::StatusOr<cpu::CompiledKernel> compiled = compiler.Compile(kernel);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  KernelBuffers buffers(kernel);
+  std::memcpy(buffers.data(0), between.data(), between.size() * sizeof(float));
+  compiled->fn(buffers.args(), 0, static_cast<int64_t>(between.size()));
+  for (size_t i = 0; i < between.size(); ++i) {
+    EXPECT_EQ(buffers.as<float>(1)[i], 0.0f) << "exp(" << between[i] << ")";
+  }
 }
 #endif
 
