@@ -201,14 +201,24 @@ class BertMiniLm : public ::testing::Test {
 // LayerNorm's intermediates, [N, L, 4E] each) became outputs, and the cut moved from layer to
 // layer, so that all-MiniLM-L6-v2 ran seven different graphs with 35 outputs.
 TEST(Bert, LayersRunAsOneGraphEachWithTheirResultAsOnlyOutput) {
-  std::vector<ir::Graph> graphs;
-  detail::RegisterExecutor(
-      runtime::DeviceKind::kReference,
-      [&graphs](const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> args,
-                runtime::DeviceId device) {
-        graphs.push_back(graph);
-        return detail::InterpretOnHost(graph, args, device);
-      });
+  // Records every graph the reference executor runs, until the end of the test (also when an
+  // assertion returns early).
+  struct GraphRecorder {
+    GraphRecorder() {
+      detail::RegisterExecutor(runtime::DeviceKind::kReference,
+                               [this](const ir::Graph& graph,
+                                      std::span<const std::shared_ptr<const ir::TensorData>> args,
+                                      runtime::DeviceId device) {
+                                 graphs.push_back(graph);
+                                 return detail::InterpretOnHost(graph, args, device);
+                               });
+    }
+    ~GraphRecorder() {
+      detail::RegisterExecutor(runtime::DeviceKind::kReference, detail::InterpretOnHost);
+    }
+    std::vector<ir::Graph> graphs;
+  } recorder;
+  std::vector<ir::Graph>& graphs = recorder.graphs;
   BertConfig config;
   config.vocab_size = 50;
   config.hidden_size = 16;
@@ -230,7 +240,6 @@ TEST(Bert, LayersRunAsOneGraphEachWithTheirResultAsOnlyOutput) {
   const std::vector<float> first = forward();  // also realizes the lazy initialisation
   graphs.clear();
   const std::vector<float> hidden = forward();
-  detail::RegisterExecutor(runtime::DeviceKind::kReference, detail::InterpretOnHost);
   EXPECT_EQ(hidden, first);
   ASSERT_EQ(graphs.size(), size_t{12});
   EXPECT_EQ(graphs[0].outputs().size(), size_t{2}) << "the first layer's result and the mask";
