@@ -535,7 +535,9 @@ std::vector<bool> ColumnsWithSums(const gi::MicroKernelProvider& kernels, int64_
       const int32_t got = c[static_cast<size_t>(r * n + col)];
       EXPECT_EQ(got != kSentinel, with_sums[static_cast<size_t>(col)])
           << "C[" << r << "][" << col << "]";
-      if (got != kSentinel) EXPECT_EQ(got, Wrap32(sum)) << "C[" << r << "][" << col << "]";
+      if (got != kSentinel) {
+        EXPECT_EQ(got, Wrap32(sum)) << "C[" << r << "][" << col << "]";
+      }
     }
   }
   return with_sums;
@@ -900,7 +902,7 @@ struct ConvCase {
   std::string name;
   DType input_dtype, weight_dtype;
   runtime::cpu::Dims input, weight;
-  std::vector<int64_t> strides, low, high, dilation, input_dilation;
+  std::vector<int64_t> strides = {}, low = {}, high = {}, dilation = {}, input_dilation = {};
   int64_t groups = 1;
 };
 
