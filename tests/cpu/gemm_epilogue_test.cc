@@ -135,7 +135,9 @@ TEST(CpuGemmEpilogueTest, TransposedOperandsOfBackwardMatmuls) {
     const auto compiled = CompileAndCompare(Build(b));
     ASSERT_NE(compiled, nullptr);
     EXPECT_EQ(compiled->num_gemm_steps, 2);
-    if (!shared_permute) EXPECT_EQ(compiled->num_kernels, 1);  // tanh only
+    if (!shared_permute) {
+      EXPECT_EQ(compiled->num_kernels, 1);  // tanh only
+    }
   }
 }
 

@@ -356,7 +356,9 @@ TEST(LearnerPrecision, Bf16AutocastsTheStepAndTrainsLikeF32) {
   ASSERT_EQ(losses[1].size(), 4u);
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_NEAR(losses[1][i], losses[0][i], 0.02 * losses[0][0]) << i;
-    if (i > 0) EXPECT_LT(losses[1][i], losses[1][i - 1]) << i;
+    if (i > 0) {
+      EXPECT_LT(losses[1][i], losses[1][i - 1]) << i;
+    }
   }
 }
 

@@ -135,7 +135,9 @@ TEST_P(NarrowFloats, EveryCodeDecodesAndCastsBackAndTiesRoundToEven) {
   for (size_t i = 1; i < positive.size(); ++i) EXPECT_LT(positive[i - 1], positive[i]) << i;
   for (size_t c = values.size() / 2 + 1; c < values.size(); ++c) {  // the negative half mirrors
     const double p = values[c - values.size() / 2];
-    if (std::isfinite(p) && std::isfinite(values[c])) EXPECT_EQ(values[c], -p) << "code " << c;
+    if (std::isfinite(p) && std::isfinite(values[c])) {
+      EXPECT_EQ(values[c], -p) << "code " << c;
+    }
   }
 
   // Inputs and what the format must give for them: each value, the midpoints between neighbours
