@@ -264,9 +264,10 @@ namespace internal {
 template <class B, class Encoder>
 Tensor<B, 2> SentenceEmbeddings(const Encoder& encoder, const BatchEncoding& batch,
                                 const Device& device, std::source_location loc) {
-  // Inference, as sentence-transformers' encode() runs under torch.no_grad(): without the guard,
-  // a model whose parameters train would tape every op, and the tape's saved tensors make the
-  // intermediates (GELU's five [N, L, 1536] steps among them) outputs of the graph.
+  // Inference, as sentence-transformers' encode() runs under torch.no_grad(): with parameters
+  // that require gradients every op would be taped, and a tracked result keeps its operands
+  // after it is realized, so the embeddings would hold every layer's DAG (and the layers'
+  // realized outputs) alive.
   const NoGradGuard no_grad;
   auto ints = [&](const std::vector<int64_t>& values) {
     return Tensor<B, 2, Int>::from_vector(values, {batch.batch, batch.length}, device, {}, loc);
