@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ir/interpreter.h"
+#include "tests/frontend/graph_recorder.h"
 #include "tests/frontend/test_util.h"
 
 namespace kiln::testing {
@@ -20,24 +21,6 @@ using ::testing::ElementsAre;
 
 int64_t GraphsExecuted() { return detail::GetEngineStats().graphs_executed; }
 int64_t LiveNodes() { return detail::GetEngineStats().live_nodes; }
-
-// Records every graph the reference executor runs, for the duration of a test.
-class GraphRecorder {
- public:
-  GraphRecorder() {
-    detail::RegisterExecutor(
-        runtime::DeviceKind::kReference,
-        [this](const ir::Graph& graph, std::span<const std::shared_ptr<const ir::TensorData>> args,
-               runtime::DeviceId device) {
-          graphs.push_back(graph);
-          return detail::InterpretOnHost(graph, args, device);
-        });
-  }
-  ~GraphRecorder() {
-    detail::RegisterExecutor(runtime::DeviceKind::kReference, detail::InterpretOnHost);
-  }
-  std::vector<ir::Graph> graphs;
-};
 
 int Count(const ir::Graph& graph, ir::Op op) {
   int n = 0;

@@ -25,6 +25,7 @@
 #include "ir/builder.h"
 #include "ir/printer.h"
 #include "nlohmann/json.hpp"
+#include "tests/frontend/graph_recorder.h"
 #include "tests/text/minilm_dir.h"
 
 namespace kiln::text {
@@ -201,23 +202,7 @@ class BertMiniLm : public ::testing::Test {
 // LayerNorm's intermediates, [N, L, 4E] each) became outputs, and the cut moved from layer to
 // layer, so that all-MiniLM-L6-v2 ran seven different graphs with 35 outputs.
 TEST(Bert, LayersRunAsOneGraphEachWithTheirResultAsOnlyOutput) {
-  // Records every graph the reference executor runs, until the end of the test (also when an
-  // assertion returns early).
-  struct GraphRecorder {
-    GraphRecorder() {
-      detail::RegisterExecutor(runtime::DeviceKind::kReference,
-                               [this](const ir::Graph& graph,
-                                      std::span<const std::shared_ptr<const ir::TensorData>> args,
-                                      runtime::DeviceId device) {
-                                 graphs.push_back(graph);
-                                 return detail::InterpretOnHost(graph, args, device);
-                               });
-    }
-    ~GraphRecorder() {
-      detail::RegisterExecutor(runtime::DeviceKind::kReference, detail::InterpretOnHost);
-    }
-    std::vector<ir::Graph> graphs;
-  } recorder;
+  kiln::testing::GraphRecorder recorder;
   std::vector<ir::Graph>& graphs = recorder.graphs;
   BertConfig config;
   config.vocab_size = 50;
