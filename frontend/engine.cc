@@ -80,9 +80,14 @@ struct DeviceExecutor {
 
 DeviceExecutor LookupExecutor(runtime::DeviceId device);
 
+// BucketedShapesScope objects alive on this thread.
+thread_local int g_bucketed_scopes = 0;
+
 // A realization at `loc` compiled a graph: the kRecompileWarningAfter-th such compile at one source
-// line warns, once. (A loop that compiles every time runs at compile speed, silently otherwise.)
+// line warns, once (not under a BucketedShapesScope). (A loop that compiles every time runs at
+// compile speed, silently otherwise.)
 void NoteCompile(const Loc& loc) {
+  if (g_bucketed_scopes > 0) return;
   static std::mutex mutex;
   static auto* counts = new std::map<std::pair<std::string, uint32_t>, int>();
   int count;
@@ -621,6 +626,9 @@ void Realize(std::span<const TensorRef> refs, const Loc& loc) {
     RealizeOnDevice(roots, device, loc);
   }
 }
+
+BucketedShapesScope::BucketedShapesScope() { ++g_bucketed_scopes; }
+BucketedShapesScope::~BucketedShapesScope() { --g_bucketed_scopes; }
 
 void RealizeBetweenLayers(std::span<const TensorRef> refs, const Loc& loc) {
   if (g_recording == nullptr) Realize(refs, loc);

@@ -213,6 +213,16 @@ void RegisterCompileCounter(runtime::DeviceKind kind, CompileCounter counter);
 /// Compiles caused by realizations at one source line before the engine warns (as
 /// torch.compile's cache_size_limit).
 inline constexpr int kRecompileWarningAfter = 8;
+/// While one is alive on this thread, the graphs that realizations compile do not count towards
+/// the recompile warning: for library code whose shapes vary over a small set by design (the
+/// buckets of BertModel's packed tokens), which already does what the warning would advise.
+class BucketedShapesScope {
+ public:
+  BucketedShapesScope();
+  ~BucketedShapesScope();
+  BucketedShapesScope(const BucketedShapesScope&) = delete;
+  BucketedShapesScope& operator=(const BucketedShapesScope&) = delete;
+};
 /// The allocator of `device`, or null for a backend whose tensors are host memory.
 std::shared_ptr<runtime::CachingAllocator> AllocatorOf(runtime::DeviceId device, const Loc& loc);
 

@@ -1,5 +1,6 @@
 #include "frontend/text/bert.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -165,6 +166,33 @@ std::map<std::string, ir::TensorData> RenameBertStateDict(
                                loc);
   }
   return renamed;
+}
+
+int64_t PackedRowBucket(int64_t tokens, int64_t padded) {
+  int64_t bucket = 64;
+  while (bucket < tokens) bucket = (bucket * 5 / 4 + 31) / 32 * 32;
+  return std::min(bucket, padded);
+}
+
+TokenPacking TokenPacking::FromMask(std::span<const int64_t> attention_mask, int64_t batch,
+                                    int64_t length, std::source_location loc) {
+  if (batch < 0 || length < 0 || static_cast<int64_t>(attention_mask.size()) != batch * length) {
+    kiln::detail::ThrowOpError("TokenPacking",
+                               absl::StrCat("an attention mask of ", attention_mask.size(),
+                                            " values for a [", batch, ", ", length, "] batch"),
+                               {}, loc);
+  }
+  TokenPacking packing{batch, length, 0, {}, std::vector<int64_t>(attention_mask.size(), 0)};
+  for (size_t i = 0; i < attention_mask.size(); ++i) {
+    if (attention_mask[i] == 0) continue;
+    packing.padded_rows[i] = static_cast<int64_t>(packing.token_rows.size());
+    packing.token_rows.push_back(static_cast<int64_t>(i));
+  }
+  packing.tokens = static_cast<int64_t>(packing.token_rows.size());
+  const int64_t rows = PackedRowBucket(packing.tokens, batch * length);
+  packing.token_rows.resize(static_cast<size_t>(rows),
+                            packing.token_rows.empty() ? 0 : packing.token_rows[0]);
+  return packing;
 }
 
 std::optional<std::string> FindMiniLmModelDir(const std::vector<std::string>& venvs,

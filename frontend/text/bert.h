@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <source_location>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +63,60 @@ struct BertConfig {
                     std::source_location loc = std::source_location::current()) const;
 };
 
+/// Where the tokens of a padded batch are, so that BERT can run on them alone ("removing padding",
+/// as FasterTransformer and onnxruntime's packed BERT do): embeddings, projections, norms and the
+/// feed-forward work on [rows, hidden]; only attention's scores and softmax see the padded
+/// [batch, length] layout. Made on the host from the attention mask (BatchEncoding's).
+///
+/// rows() is the number of tokens rounded up to a bucket (PackedRowBucket: 64, 96, 128, 160, 224,
+/// ..., about 1.25 times the one before, at most batch * length), so batches with different
+/// amounts of padding share a few compiled graphs; the rows past the tokens repeat the first.
+struct TokenPacking {
+  int64_t batch = 0;
+  int64_t length = 0;
+  /// Positions where the mask is non-zero.
+  int64_t tokens = 0;
+  /// Packed row r holds position token_rows[r] of the batch flattened to [batch * length].
+  std::vector<int64_t> token_rows;
+  /// Position i of the flattened batch reads packed row padded_rows[i]; a padding position reads
+  /// row 0 (its value is never used: attention masks it as a key and pooling drops it).
+  std::vector<int64_t> padded_rows;
+
+  int64_t rows() const { return static_cast<int64_t>(token_rows.size()); }
+  /// Whether packing saves work: fewer rows than the padded batch has.
+  bool saves_work() const { return rows() < batch * length; }
+
+  /// attention_mask [batch, length] (1 = token, 0 = padding), row-major. Throws kiln::Error when
+  /// its size is not batch * length.
+  static TokenPacking FromMask(std::span<const int64_t> attention_mask, int64_t batch,
+                               int64_t length,
+                               std::source_location loc = std::source_location::current());
+};
+
+/// The packed row count for `tokens` tokens of a batch of `padded` positions: the smallest bucket
+/// that holds them, capped at `padded`; buckets start at 64 and each is the one before times 1.25,
+/// rounded up to a multiple of 32 (at most 25% of the rows are filler).
+int64_t PackedRowBucket(int64_t tokens, int64_t padded);
+
+/// TokenPacking's indices on the device, as the packed layers read them.
+template <class B>
+struct PackedTokens {
+  int64_t batch = 0;
+  int64_t length = 0;
+  /// [rows]: index_select(0, to_packed) takes [batch * length, E] to [rows, E].
+  Tensor<B, 1, Int> to_packed;
+  /// [batch * length]: index_select(0, to_padded) takes [rows, E] back to [batch * length, E].
+  Tensor<B, 1, Int> to_padded;
+
+  static PackedTokens from(const TokenPacking& packing, const Device& device,
+                           std::source_location loc = std::source_location::current()) {
+    return {packing.batch, packing.length,
+            Tensor<B, 1, Int>::from_vector(packing.token_rows, {packing.rows()}, device, {}, loc),
+            Tensor<B, 1, Int>::from_vector(packing.padded_rows, {packing.batch * packing.length},
+                                           device, {}, loc)};
+  }
+};
+
 /// Word + position + token-type embeddings, then LayerNorm (dropout is the identity here: the
 /// encoder is for inference).
 template <class B>
@@ -96,19 +151,45 @@ struct BertAttention {
   Tensor<B, 3> forward(const Tensor<B, 3>& x, const Tensor<B, 4>& mask_bias,
                        std::source_location loc = std::source_location::current()) const {
     const int64_t n = x.dim(0, loc), length = x.dim(1, loc), e = x.dim(2, loc);
-    const int64_t d = e / num_heads;
-    auto heads = [&](const Tensor<B, 3>& t) {  // [N, L, E] -> [N, heads, L, d]
-      return t.template reshape<4>({n, length, num_heads, d}, loc).swap_dims(1, 2, loc);
+    auto heads = [&](const Tensor<B, 3>& t) {
+      return split_heads(t.template reshape<2>({n * length, e}, loc), n, length, loc);
     };
-    const Tensor<B, 4> q = heads(query.forward(x, loc));
-    const Tensor<B, 4> k = heads(key.forward(x, loc));
-    const Tensor<B, 4> v = heads(value.forward(x, loc));
-    const Tensor<B, 4> scores = q.matmul(k.transpose(loc), loc)
-                                    .mul(1.0 / std::sqrt(static_cast<double>(d)), loc)
-                                    .add(mask_bias, loc);
-    const Tensor<B, 4> context = activation::softmax(scores, -1, loc).matmul(v, loc);
+    const Tensor<B, 4> context = attend(heads(query.forward(x, loc)), heads(key.forward(x, loc)),
+                                        heads(value.forward(x, loc)), mask_bias, loc);
     return output.forward(context.swap_dims(1, 2, loc).template reshape<3>({n, length, e}, loc),
                           loc);
+  }
+
+  /// forward() on packed tokens x [rows, E] (TokenPacking): the projections run on the rows;
+  /// the heads are gathered into the padded layout for the scores and back for the output.
+  Tensor<B, 2> forward(const Tensor<B, 2>& x, const Tensor<B, 4>& mask_bias,
+                       const PackedTokens<B>& packed,
+                       std::source_location loc = std::source_location::current()) const {
+    const int64_t n = packed.batch, length = packed.length, e = x.dim(1, loc);
+    auto heads = [&](const Tensor<B, 2>& t) {
+      return split_heads(t.index_select(0, packed.to_padded, loc), n, length, loc);
+    };
+    const Tensor<B, 4> context = attend(heads(query.forward(x, loc)), heads(key.forward(x, loc)),
+                                        heads(value.forward(x, loc)), mask_bias, loc);
+    return output.forward(context.swap_dims(1, 2, loc)
+                              .template reshape<2>({n * length, e}, loc)
+                              .index_select(0, packed.to_packed, loc),
+                          loc);
+  }
+
+  /// [N * L, E] -> [N, heads, L, d].
+  Tensor<B, 4> split_heads(const Tensor<B, 2>& t, int64_t n, int64_t length,
+                           std::source_location loc) const {
+    const int64_t e = t.dim(1, loc);
+    return t.template reshape<4>({n, length, num_heads, e / num_heads}, loc).swap_dims(1, 2, loc);
+  }
+
+  /// softmax(q k^T / sqrt(d) + mask_bias) v over [N, heads, L, d].
+  static Tensor<B, 4> attend(const Tensor<B, 4>& q, const Tensor<B, 4>& k, const Tensor<B, 4>& v,
+                             const Tensor<B, 4>& mask_bias, std::source_location loc) {
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.dim(3, loc)));
+    const Tensor<B, 4> scores = q.matmul(k.transpose(loc), loc).mul(scale, loc).add(mask_bias, loc);
+    return activation::softmax(scores, -1, loc).matmul(v, loc);
   }
 };
 
@@ -124,9 +205,22 @@ struct BertLayer {
 
   Tensor<B, 3> forward(const Tensor<B, 3>& x, const Tensor<B, 4>& mask_bias,
                        std::source_location loc = std::source_location::current()) const {
-    const Tensor<B, 3> h =
-        attention_norm.forward(x.add(attention.forward(x, mask_bias, loc), loc), loc);
-    const Tensor<B, 3> ff =
+    return after_attention(x, attention.forward(x, mask_bias, loc), loc);
+  }
+
+  /// forward() on packed tokens x [rows, E] (TokenPacking).
+  Tensor<B, 2> forward(const Tensor<B, 2>& x, const Tensor<B, 4>& mask_bias,
+                       const PackedTokens<B>& packed,
+                       std::source_location loc = std::source_location::current()) const {
+    return after_attention(x, attention.forward(x, mask_bias, packed, loc), loc);
+  }
+
+  /// Add & LayerNorm, the feed-forward, add & LayerNorm: per token, so the same on either layout.
+  template <int R>
+  Tensor<B, R> after_attention(const Tensor<B, R>& x, const Tensor<B, R>& attended,
+                               std::source_location loc) const {
+    const Tensor<B, R> h = attention_norm.forward(x.add(attended, loc), loc);
+    const Tensor<B, R> ff =
         output.forward(activation::gelu(intermediate.forward(h, loc), loc), loc);
     return output_norm.forward(h.add(ff, loc), loc);
   }
@@ -144,6 +238,52 @@ struct BertModel {
   Tensor<B, 3> forward(const Tensor<B, 2, Int>& input_ids, const Tensor<B, 2, Int>& attention_mask,
                        const Tensor<B, 2, Int>& token_type_ids,
                        std::source_location loc = std::source_location::current()) const {
+    const Tensor<B, 4> bias = mask_bias(input_ids, attention_mask, loc);
+    Tensor<B, 3> x = embeddings.forward(input_ids, token_type_ids, loc);
+    for (const BertLayer<B>& layer : layers) {
+      x = layer.forward(x, bias, loc);
+      const kiln::detail::TensorRef cut[] = {x.ref()};
+      kiln::detail::RealizeBetweenLayers(cut, loc);
+    }
+    return x;
+  }
+
+  /// forward() computed on the tokens alone (`packing`, made from the same mask): the hidden
+  /// states at tokens are forward()'s (up to rounding: other GEMM shapes); the rows at padding
+  /// hold another token's state instead of the states of padding that forward() computes, which
+  /// nothing downstream of the mask reads. Runs forward() itself when packing saves no work, and
+  /// while kiln::jit records (the packing is host data that a replay would not see change).
+  Tensor<B, 3> forward(const Tensor<B, 2, Int>& input_ids, const Tensor<B, 2, Int>& attention_mask,
+                       const Tensor<B, 2, Int>& token_type_ids, const TokenPacking& packing,
+                       std::source_location loc = std::source_location::current()) const {
+    const int64_t n = input_ids.dim(0, loc), length = input_ids.dim(1, loc);
+    if (packing.batch != n || packing.length != length) {
+      kiln::detail::ThrowOpError("BertModel",
+                                 "the packing is for a [" + std::to_string(packing.batch) + ", " +
+                                     std::to_string(packing.length) + "] batch",
+                                 {input_ids.type()}, loc);
+    }
+    if (!packing.saves_work() || kiln::detail::ActiveRecording() != nullptr) {
+      return forward(input_ids, attention_mask, token_type_ids, loc);
+    }
+    const Tensor<B, 4> bias = mask_bias(input_ids, attention_mask, loc);
+    const PackedTokens<B> packed = PackedTokens<B>::from(packing, input_ids.device(), loc);
+    const Tensor<B, 3> embedded = embeddings.forward(input_ids, token_type_ids, loc);
+    const int64_t e = embedded.dim(2, loc);
+    Tensor<B, 2> x =
+        embedded.template reshape<2>({n * length, e}, loc).index_select(0, packed.to_packed, loc);
+    for (const BertLayer<B>& layer : layers) {
+      x = layer.forward(x, bias, packed, loc);
+      const kiln::detail::TensorRef cut[] = {x.ref()};
+      kiln::detail::RealizeBetweenLayers(cut, loc);
+    }
+    return x.index_select(0, packed.to_padded, loc).template reshape<3>({n, length, e}, loc);
+  }
+
+  /// Hugging Face's extended mask: (1 - mask) * finfo(f32).min as [N, 1, 1, L], broadcast over
+  /// heads and queries. Checks the length against max_position_embeddings.
+  Tensor<B, 4> mask_bias(const Tensor<B, 2, Int>& input_ids,
+                         const Tensor<B, 2, Int>& attention_mask, std::source_location loc) const {
     if (input_ids.dim(1, loc) > max_position_embeddings) {
       kiln::detail::ThrowOpError("BertModel",
                                  "sequence length " + std::to_string(input_ids.dim(1, loc)) +
@@ -151,21 +291,11 @@ struct BertModel {
                                      std::to_string(max_position_embeddings),
                                  {input_ids.type()}, loc);
     }
-    // Hugging Face's extended mask: (1 - mask) * finfo(f32).min, broadcast over heads and
-    // queries.
     const int64_t n = attention_mask.dim(0, loc), length = attention_mask.dim(1, loc);
-    const Tensor<B, 4> mask_bias =
-        attention_mask.to_float(ir::DType::kF32, loc)
-            .rsub(1.0, loc)
-            .mul(static_cast<double>(std::numeric_limits<float>::lowest()), loc)
-            .template reshape<4>({n, 1, 1, length}, loc);
-    Tensor<B, 3> x = embeddings.forward(input_ids, token_type_ids, loc);
-    for (const BertLayer<B>& layer : layers) {
-      x = layer.forward(x, mask_bias, loc);
-      const kiln::detail::TensorRef cut[] = {x.ref()};
-      kiln::detail::RealizeBetweenLayers(cut, loc);
-    }
-    return x;
+    return attention_mask.to_float(ir::DType::kF32, loc)
+        .rsub(1.0, loc)
+        .mul(static_cast<double>(std::numeric_limits<float>::lowest()), loc)
+        .template reshape<4>({n, 1, 1, length}, loc);
   }
 };
 
@@ -259,10 +389,10 @@ Tensor<B, 2> l2_normalize(const Tensor<B, 2>& x,
 }
 
 namespace internal {
-/// The pipeline behind sentence_embeddings, for any encoder with BertModel's forward(input_ids,
-/// attention_mask, token_type_ids, loc) -> [N, L, E] (BertModel, OnnxBertEncoder).
-template <class B, class Encoder>
-Tensor<B, 2> SentenceEmbeddings(const Encoder& encoder, const BatchEncoding& batch,
+/// The pipeline behind sentence_embeddings: `encode(input_ids, attention_mask, token_type_ids)`
+/// -> [N, L, E] (BertModel's forward, OnnxBertEncoder's), mean pooling, normalisation.
+template <class B, class Encode>
+Tensor<B, 2> SentenceEmbeddings(const Encode& encode, const BatchEncoding& batch,
                                 const Device& device, std::source_location loc) {
   // Inference, as sentence-transformers' encode() runs under torch.no_grad(): with parameters
   // that require gradients every op would be taped, and a tracked result keeps its operands
@@ -273,19 +403,30 @@ Tensor<B, 2> SentenceEmbeddings(const Encoder& encoder, const BatchEncoding& bat
     return Tensor<B, 2, Int>::from_vector(values, {batch.batch, batch.length}, device, {}, loc);
   };
   const Tensor<B, 2, Int> mask = ints(batch.attention_mask);
-  const Tensor<B, 3> tokens =
-      encoder.forward(ints(batch.input_ids), mask, ints(batch.token_type_ids), loc);
+  const Tensor<B, 3> tokens = encode(ints(batch.input_ids), mask, ints(batch.token_type_ids));
   return l2_normalize(mean_pool(tokens, mask, loc), loc);
 }
 }  // namespace internal
 
 /// sentence-transformers' all-MiniLM-L6-v2 pipeline on an encoded batch: BERT, mean pooling over
-/// the mask, L2 normalisation -> [batch, hidden] unit rows.
+/// the mask, L2 normalisation -> [batch, hidden] unit rows. BERT runs on the batch's tokens alone
+/// (TokenPacking): padding costs only its share of attention's scores. The packed row counts come
+/// in buckets, so a stream of batches compiles a few graphs per batch shape, which the engine's
+/// recompile warning does not count; the result is realized before it is returned.
 template <class B>
 Tensor<B, 2> sentence_embeddings(const BertModel<B>& model, const BatchEncoding& batch,
                                  const Device& device,
                                  std::source_location loc = std::source_location::current()) {
-  return internal::SentenceEmbeddings<B>(model, batch, device, loc);
+  const TokenPacking packing =
+      TokenPacking::FromMask(batch.attention_mask, batch.batch, batch.length, loc);
+  const kiln::detail::BucketedShapesScope bucketed;
+  const Tensor<B, 2> embeddings = internal::SentenceEmbeddings<B>(
+      [&](const Tensor<B, 2, Int>& ids, const Tensor<B, 2, Int>& mask,
+          const Tensor<B, 2, Int>& types) { return model.forward(ids, mask, types, packing, loc); },
+      batch, device, loc);
+  const kiln::detail::TensorRef result[] = {embeddings.ref()};
+  kiln::detail::RealizeBetweenLayers(result, loc);
+  return embeddings;
 }
 
 /// Where sentence-transformers' all-MiniLM-L6-v2 is: $KILN_MINILM_DIR when set, else the folder

@@ -86,7 +86,10 @@ template <class B>
 Tensor<B, 2> sentence_embeddings(const OnnxBertEncoder& encoder, const BatchEncoding& batch,
                                  const Device& device,
                                  std::source_location loc = std::source_location::current()) {
-  return internal::SentenceEmbeddings<B>(encoder, batch, device, loc);
+  return internal::SentenceEmbeddings<B>(
+      [&](const Tensor<B, 2, Int>& ids, const Tensor<B, 2, Int>& mask,
+          const Tensor<B, 2, Int>& types) { return encoder.forward(ids, mask, types, loc); },
+      batch, device, loc);
 }
 
 }  // namespace kiln::text

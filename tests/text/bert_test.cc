@@ -234,6 +234,163 @@ TEST(Bert, LayersRunAsOneGraphEachWithTheirResultAsOnlyOutput) {
   }
 }
 
+// TokenPacking: the tokens' positions in mask order, each position's packed row, and the row
+// count rounded up to the next bucket (64, then x1.25 rounded up to a multiple of 32).
+TEST(Bert, TokenPackingListsTheTokensAndRoundsRowsUpToABucket) {
+  EXPECT_EQ(PackedRowBucket(1, 1000), 64);
+  EXPECT_EQ(PackedRowBucket(64, 1000), 64);
+  EXPECT_EQ(PackedRowBucket(65, 1000), 96);    // 64 * 1.25 = 80 -> 96
+  EXPECT_EQ(PackedRowBucket(97, 1000), 128);   // 96 * 1.25 = 120 -> 128
+  EXPECT_EQ(PackedRowBucket(129, 1000), 160);  // 128 * 1.25 = 160
+  EXPECT_EQ(PackedRowBucket(161, 1000), 224);  // 200 -> 224
+  EXPECT_EQ(PackedRowBucket(900, 1000), 960);
+  EXPECT_EQ(PackedRowBucket(990, 1000), 1000);  // capped at the padded batch
+  EXPECT_EQ(PackedRowBucket(0, 1000), 64);
+
+  // [3, 40]: 2, 40 and 5 tokens.
+  std::vector<int64_t> mask(120, 0);
+  const int64_t lengths[] = {2, 40, 5};
+  for (int64_t s = 0; s < 3; ++s) {
+    for (int64_t i = 0; i < lengths[s]; ++i) mask[s * 40 + i] = 1;
+  }
+  const TokenPacking packing = TokenPacking::FromMask(mask, 3, 40);
+  EXPECT_EQ(packing.tokens, 47);
+  ASSERT_EQ(packing.rows(), 64);
+  EXPECT_TRUE(packing.saves_work());
+  ASSERT_EQ(packing.padded_rows.size(), size_t{120});
+  int64_t row = 0;
+  for (int64_t position = 0; position < 120; ++position) {
+    if (mask[position] == 0) {
+      EXPECT_EQ(packing.padded_rows[position], 0) << position;
+      continue;
+    }
+    EXPECT_EQ(packing.token_rows[row], position);
+    EXPECT_EQ(packing.padded_rows[position], row);
+    ++row;
+  }
+  for (int64_t r = 47; r < 64; ++r) EXPECT_EQ(packing.token_rows[r], 0) << r;
+
+  const TokenPacking full = TokenPacking::FromMask(std::vector<int64_t>(60, 1), 2, 30);
+  EXPECT_EQ(full.rows(), 60);
+  EXPECT_FALSE(full.saves_work());
+  try {
+    TokenPacking::FromMask(mask, 4, 40);
+    ADD_FAILURE() << "a mask of the wrong size was accepted";
+  } catch (const kiln::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("an attention mask of 120 values for a [4, 40] batch"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A small random BERT and a [4, 32] batch of 3, 32, 10 and 1 tokens (46 of 128 positions).
+struct PaddedBatch {
+  BatchEncoding encoding;
+  BertConfig config;
+};
+
+PaddedBatch MakePaddedBatch(const std::vector<int64_t>& lengths, int64_t length) {
+  PaddedBatch b;
+  b.config.vocab_size = 50;
+  b.config.hidden_size = 16;
+  b.config.num_hidden_layers = 2;
+  b.config.num_attention_heads = 2;
+  b.config.intermediate_size = 32;
+  b.config.max_position_embeddings = 64;
+  b.encoding.batch = static_cast<int64_t>(lengths.size());
+  b.encoding.length = length;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    for (int64_t i = 0; i < length; ++i) {
+      const bool token = i < lengths[s];
+      b.encoding.input_ids.push_back(token ? 1 + static_cast<int64_t>((s * 7 + i * 13) % 49) : 0);
+      b.encoding.attention_mask.push_back(token ? 1 : 0);
+      b.encoding.token_type_ids.push_back(0);
+    }
+  }
+  return b;
+}
+
+// The packed forward runs the layers on [rows, hidden] and gives forward()'s hidden states at
+// every token, and sentence_embeddings (packed) gives the padded pipeline's embeddings.
+template <class Backend>
+void ExpectPackedMatchesPadded() {
+  const PaddedBatch b = MakePaddedBatch({3, 32, 10, 1}, 32);
+  const typename Backend::Device device;
+  const BertModel<Backend> model = b.config.init<Backend>(device);
+  const NoGradGuard no_grad;
+  auto ints = [&](const std::vector<int64_t>& values) {
+    return Tensor<Backend, 2, Int>::from_vector(values, {4, 32}, device);
+  };
+  const Tensor<Backend, 2, Int> ids = ints(b.encoding.input_ids),
+                                types = ints(b.encoding.token_type_ids);
+  const Tensor<Backend, 2, Int> mask = ints(b.encoding.attention_mask);
+  const TokenPacking packing = TokenPacking::FromMask(b.encoding.attention_mask, 4, 32);
+  ASSERT_EQ(packing.rows(), 64);
+  const std::vector<float> padded = model.forward(ids, mask, types).template to_vector<float>();
+  const std::vector<float> packed =
+      model.forward(ids, mask, types, packing).template to_vector<float>();
+  ASSERT_EQ(packed.size(), padded.size());
+  double max_error = 0;
+  for (int64_t position = 0; position < 128; ++position) {
+    if (b.encoding.attention_mask[position] == 0) continue;
+    for (int64_t i = 0; i < 16; ++i) {
+      const size_t at = static_cast<size_t>(position * 16 + i);
+      max_error = std::max(max_error, static_cast<double>(std::abs(packed[at] - padded[at])));
+    }
+  }
+  EXPECT_LE(max_error, 1e-5);
+
+  const std::vector<float> want =
+      l2_normalize(mean_pool(model.forward(ids, mask, types), mask)).template to_vector<float>();
+  const std::vector<float> got =
+      sentence_embeddings(model, b.encoding, device).template to_vector<float>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+}
+
+TEST(Bert, PackedForwardMatchesThePaddedOneOnReference) { ExpectPackedMatchesPadded<Reference>(); }
+TEST(Bert, PackedForwardMatchesThePaddedOneOnCpu) { ExpectPackedMatchesPadded<Cpu>(); }
+
+// The layers' graphs work on the packed rows: [64, 16] activations, no [4, 32, 16] ones
+// (the embeddings are looked up padded, and attention's heads are gathered into [4, 2, 32, 8]).
+TEST(Bert, PackedLayersComputeOnTheTokenRowsOnly) {
+  kiln::testing::GraphRecorder recorder;
+  const PaddedBatch b = MakePaddedBatch({3, 32, 10, 1}, 32);
+  const B::Device device;
+  const BertModel<B> model = b.config.init<B>(device);
+  (void)model.layers[0].output.weight.template to_vector<float>();  // realizes the initialisation
+  recorder.graphs.clear();
+  (void)sentence_embeddings(model, b.encoding, device).to_vector<float>();
+  ASSERT_GE(recorder.graphs.size(), size_t{2});
+  const std::string layer = ir::PrintGraph(recorder.graphs[1]);
+  EXPECT_NE(layer.find("f32[64,16]"), std::string::npos) << layer;
+  EXPECT_NE(layer.find("f32[64,32]"), std::string::npos) << "the feed-forward on the rows\n"
+                                                         << layer;
+  EXPECT_EQ(layer.find("f32[4,32,32]"), std::string::npos) << "a padded feed-forward\n" << layer;
+}
+
+// Batches with different amounts of padding compile a graph set per bucket; that is by design, so
+// the engine's warning about a line that keeps recompiling (kRecompileWarningAfter) stays quiet.
+TEST(Bert, PackedBucketsDoNotTriggerTheRecompileWarning) {
+  const Cpu::Device device;
+  const PaddedBatch first = MakePaddedBatch({1, 1, 1, 1, 1, 1, 1, 1}, 64);
+  const BertModel<Cpu> model = first.config.init<Cpu>(device);
+  (void)model.layers[0].output.weight.template to_vector<float>();
+  std::set<int64_t> buckets;
+  ::testing::internal::CaptureStderr();
+  for (int64_t tokens : {5, 40, 70, 100, 150, 200, 260, 350, 420}) {
+    std::vector<int64_t> lengths(8, tokens / 8);
+    lengths[0] += tokens % 8;
+    const PaddedBatch b = MakePaddedBatch(lengths, 64);
+    buckets.insert(TokenPacking::FromMask(b.encoding.attention_mask, 8, 64).rows());
+    (void)sentence_embeddings(model, b.encoding, device).to_vector<float>();
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_GE(buckets.size(), size_t{7});
+  EXPECT_EQ(err.find("keeps"), std::string::npos) << err;
+  EXPECT_EQ(err.find("compiled"), std::string::npos) << err;
+}
+
 TEST_F(BertMiniLm, MatchesSentenceTransformersOnReference) { ExpectModulesMatch<Reference>(); }
 TEST_F(BertMiniLm, MatchesSentenceTransformersOnCpu) { ExpectModulesMatch<Cpu>(); }
 
