@@ -23,8 +23,9 @@ the compilers, when the venv of peers/make_peers_venv.sh exists (--peers-venv; w
 line says it was skipped): --rounds rounds, each running kiln_bench's rows of the targets and
 then peers/compiler_peers.py once per peer (jax.jit, torch.compile, onnxruntime), so kiln and
 the peers alternate; each row keeps its best round. On a host with AVX-512, kiln runs twice per
-round, natively and under KILN_CPU=x86-64-v3 (the issue's AVX2 host), and the targets are judged
-on the latter. Then the user-path MLP step's compile, cold and from a warm KILN_CACHE_DIR, read
+round, natively and under KILN_CPU=x86-64-v3 (the issue's AVX2 host), the peers run at both
+levels too (at x86-64-v3 pinned to AVX2 where they allow it: AVX2_PINS, XLA's max ISA; not
+onnxruntime), and the targets are judged on the x86-64-v3 pair. Then the user-path MLP step's compile, cold and from a warm KILN_CACHE_DIR, read
 from KILN_TIME_PASSES's graph lines of fresh kiln_bench processes (best of COMPILE_RUNS); then
 gemm_vs_openblas on every GEMM shape of the MLP and CNN training steps (GEMM_SHAPES). It prints
 the targets table (each target, kiln's figure, the peer's, the ratio, PASS/MISS), the per-shape
@@ -445,6 +446,34 @@ def kiln_env(level):
     return env
 
 
+# What pins each peer to AVX2 + FMA, for the x86-64-v3 level on an AVX-512 host (the issue's AVX2
+# host). onnxruntime has no such switch: its MLAS kernels pick AVX-512 (and AMX) from CPUID.
+AVX2_PINS = {
+    "OPENBLAS_CORETYPE": "Haswell",  # gemm_vs_openblas, numpy's references
+    "ATEN_CPU_CAPABILITY": "avx2",   # ATen's kernels and torch.compile's vector ISA
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",  # torch's MKL GEMMs
+    "ONEDNN_MAX_CPU_ISA": "AVX2",   # torch's oneDNN primitives
+}
+AVX2_XLA_FLAG = "--xla_cpu_max_isa=AVX2"  # JAX's XLA:CPU code generation and its kernels
+
+
+def peer_env(level, base=None):
+    """A peer's environment at `level`: as it is for "native", pinned to AVX2 (AVX2_PINS and
+    XLA's flag) for x86-64-v3."""
+    env = dict(os.environ if base is None else base)
+    for name in AVX2_PINS:
+        env.pop(name, None)
+    flags = env.get("XLA_FLAGS", "").replace(AVX2_XLA_FLAG, "").strip()
+    if level != "native":
+        env.update(AVX2_PINS)
+        flags = (flags + " " + AVX2_XLA_FLAG).strip()
+    if flags:
+        env["XLA_FLAGS"] = flags
+    else:
+        env.pop("XLA_FLAGS", None)
+    return env
+
+
 def step_compile_seconds(bench_dir, level, cache_dir=None):
     """One fresh process that compiles and runs the user-path MLP step: (the slowest of the step's
     graph compiles, the micro-kernels' compile total) in seconds, or an error string. With
@@ -506,7 +535,8 @@ def run_compilers(options, bench_dir, out, stream=None):
     levels = ["native", "x86-64-v3"] if host_has_avx512() else ["native"]
     data = {"load_before": load(), "loads_after_round": [], "levels": levels,
             "threads": THREADS, "kiln": {level: {} for level in levels},
-            "peers": {peer: {} for peer in COMPILER_PEERS}, "versions": {}, "gemm": {}}
+            "peers": {level: {peer: {} for peer in COMPILER_PEERS} for level in levels},
+            "versions": {}, "gemm": {}}
     if stream is None:
         stream = run_json([bench_dir / "stream_triad", f"--threads={THREADS}"])
     data["stream_bytes_per_second"] = stream["bytes_per_second"]
@@ -521,22 +551,10 @@ def run_compilers(options, bench_dir, out, stream=None):
                                f"--benchmark_min_time={options.min_time}"], env=kiln_env(level))
             for name, value in kiln_times(report).items():
                 keep_best(data["kiln"][level], name, value)
-        for peer in COMPILER_PEERS:
-            report = run_json([python, HERE / "peers" / "compiler_peers.py", f"--peer={peer}",
-                               f"--threads={THREADS}", f"--repetitions={options.repetitions}",
-                               f"--min-time={options.min_time}"], may_fail=True)
-            if report is None:
-                keep_best(data["peers"][peer], "*", "ERROR: compiler_peers.py printed no JSON")
-                continue
-            data["versions"][peer] = report["version"]
-            for name, result in report["results"].items():
-                best = data["peers"][peer]
-                old = best.get(name)
-                if "error" in result:
-                    if old is None:
-                        best[name] = result
-                elif old is None or "error" in old or result["seconds"] < old["seconds"]:
-                    best[name] = result
+        for level in levels:
+            for peer in COMPILER_PEERS:
+                run_peer(python, peer, level, options, data["peers"][level][peer],
+                         data["versions"])
         data["loads_after_round"].append(load())
     data["micro_kernels"] = {}
     for level in levels:
@@ -546,10 +564,28 @@ def run_compilers(options, bench_dir, out, stream=None):
     for level in levels:
         data["gemm"][level] = run_json([bench_dir / "gemm_vs_openblas", f"--shapes={shapes}",
                                         f"--threads={THREADS}", "--format=json"],
-                                       env=kiln_env(level), may_fail=True)
+                                       env=peer_env(level, kiln_env(level)), may_fail=True)
     data["load_after"] = load()
     (out / "compilers.json").write_text(json.dumps(data, indent=1))
     print_compilers(data, out)
+
+
+def run_peer(python, peer, level, options, best, versions):
+    """One compiler_peers.py process at `level` (peer_env); keeps each row's best in `best`."""
+    report = run_json([python, HERE / "peers" / "compiler_peers.py", f"--peer={peer}",
+                       f"--threads={THREADS}", f"--repetitions={options.repetitions}",
+                       f"--min-time={options.min_time}"], env=peer_env(level), may_fail=True)
+    if report is None:
+        keep_best(best, "*", "ERROR: compiler_peers.py printed no JSON")
+        return
+    versions[peer] = report["version"]
+    for name, result in report["results"].items():
+        old = best.get(name)
+        if "error" in result:
+            if old is None:
+                best[name] = result
+        elif old is None or "error" in old or result["seconds"] < old["seconds"]:
+            best[name] = result
 
 
 def print_compilers(data, out):
@@ -557,12 +593,18 @@ def print_compilers(data, out):
     judged = levels[-1]  # x86-64-v3 on an AVX-512 host: the issue's AVX2 host
     kiln = data["kiln"]
     stream_bw = data["stream_bytes_per_second"]
+    peers = data["peers"]
+    if set(peers) <= set(COMPILER_PEERS):  # a compilers.json of before the pins: peers native
+        peers = {level: data["peers"] for level in levels}
+        pinned = False
+    else:
+        pinned = judged != "native"
 
     def kiln_time(row, level=judged):
         return kiln[level].get(KILN_ROW.get(row, row), "missing")
 
-    def peer_time(peer, row):
-        result = data["peers"][peer].get(row)
+    def peer_time(peer, row, level=judged):
+        result = peers[level][peer].get(row)
         return None if result is None or "error" in result else result["seconds"]
 
     def kiln_text(row):
@@ -578,6 +620,11 @@ def print_compilers(data, out):
              else "kiln native (no AVX-512 on this host: the issue's AVX2 host)")
     print(f"# beside the compilers (issue #18), {data['threads']} threads, {where}; {versions}; "
           f"STREAM triad {stream_bw / 1e9:.2f} GB/s")
+    if pinned:
+        pins = ", ".join(f"{k}={v}" for k, v in AVX2_PINS.items())
+        print(f"# peers at {judged}: pinned to AVX2 where they allow it ({pins}, XLA_FLAGS="
+              f"{AVX2_XLA_FLAG}); onnxruntime cannot be pinned and runs its AVX-512 code. "
+              f"Ratios in parentheses: kiln native / peers native")
     print(f"# load average before: {data['load_before']}; after each round: "
           f"{' | '.join(data['loads_after_round'])}; at the end: {data['load_after']}")
     print("| target | kiln | peer | peer value | ratio | target | result |")
@@ -605,6 +652,10 @@ def print_compilers(data, out):
             else:
                 peer_value, ratio = human(p), f"{k / p:.2f}"
                 result = "PASS" if k <= value * p else "MISS"
+                native_k, native_p = kiln_time(row, "native"), peer_time(peer, row, "native")
+                if judged != "native" and not isinstance(native_k, str) and native_p:
+                    peer_value += f" (native {human(native_p)})"
+                    ratio += f" ({native_k / native_p:.2f})"
         misses += result != "PASS"
         print(f"| {what} | {kiln_text(row)} | {peer_label} | {peer_value} | {ratio} | "
               f"{target_text} | {result} |")
@@ -648,7 +699,7 @@ def print_compilers(data, out):
         k = kiln_time(row)
         cells = []
         for peer in COMPILER_PEERS:
-            result = data["peers"][peer].get(row)
+            result = peers[judged][peer].get(row)
             if result is None:
                 cells.append("-")
             elif "error" in result:

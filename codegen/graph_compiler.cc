@@ -135,7 +135,10 @@ bool GraphCompiler::IsMaterialized(ir::NodeId id, int g) const {
 
 // A permute that only swaps the last two axes of a materialized value and is read only as a
 // matmul operand by the contraction routine is never copied: the routine reads the value with
-// swapped strides. It is dropped from its group; a group left with no output is skipped.
+// swapped strides. A reshape of a parameter read only as an operand of contractions is not
+// copied either: a reshape keeps the bytes where they are, so its slot is the parameter's (a
+// training step's [128, 28, 28] batch read as [128, 784] by the first Linear layer and its weight
+// gradient). Both are dropped from their group; a group left with no output is skipped.
 void GraphCompiler::FindTransposedOperands() {
   std::vector<std::vector<ir::NodeId>> users(static_cast<size_t>(graph_.num_nodes()));
   for (ir::NodeId id = 0; id < graph_.num_nodes(); ++id) {
@@ -149,6 +152,24 @@ void GraphCompiler::FindTransposedOperands() {
     std::vector<ir::NodeId> elided;
     for (const ir::NodeId p : group.outputs) {
       const ir::Node& node = graph_.node(p);
+      if (node.op == ir::Op::kReshape && !is_output[static_cast<size_t>(p)] &&
+          graph_.node(node.inputs[0]).op == ir::Op::kParameter) {
+        bool only_contraction_operands = !users[static_cast<size_t>(p)].empty();
+        for (ir::NodeId user : users[static_cast<size_t>(p)]) {
+          const int32_t ug = plan_.group_of[static_cast<size_t>(user)];
+          only_contraction_operands &=
+              ug >= 0 && plan_.groups[static_cast<size_t>(ug)].kind == FusionKind::kContraction &&
+              plan_.groups[static_cast<size_t>(ug)].root == user &&
+              RunsContraction(graph_.node(user));
+        }
+        if (!only_contraction_operands) continue;
+        reshaped_parameter_[p] = node.inputs[0];
+        elided.push_back(p);
+        AddFusionNote(absl::StrCat(options_.contraction_label, ": %", p,
+                                   " reshape read in place of parameter %", node.inputs[0],
+                                   " (dropped from group ", g, ")"));
+        continue;
+      }
       if (node.op != ir::Op::kPermute || is_output[static_cast<size_t>(p)]) continue;
       const size_t rank = node.attrs.axes.size();
       if (rank < 2) continue;
@@ -221,6 +242,9 @@ void GraphCompiler::BindExternalSlots() {
     const ir::Node& node = graph_.node(params[k]);
     slot_of_[params[k]] =
         AddSlot(runtime::Slot::Input(static_cast<int64_t>(k), ByteSize(node.type)), node);
+  }
+  for (const auto& [reshape, parameter] : reshaped_parameter_) {
+    slot_of_[reshape] = slot_of_.at(parameter);
   }
   const auto& outputs = graph_.outputs();
   for (size_t k = 0; k < outputs.size(); ++k) {

@@ -217,6 +217,9 @@ class GraphCompiler {
   int error_flag_slot_ = -1;
   // Elided permutes (read by the contraction routine as strided views) and their sources.
   std::unordered_map<ir::NodeId, ir::NodeId> transposed_source_;
+  // Elided reshapes of parameters (read by contractions from the parameter's own buffer: a
+  // reshape does not move bytes) and the parameters; BindExternalSlots gives them its slot.
+  std::unordered_map<ir::NodeId, ir::NodeId> reshaped_parameter_;
   // Groups left with nothing to compute, and groups that lost elided permute outputs (compiled
   // in this reduced form).
   std::set<int> skipped_groups_;

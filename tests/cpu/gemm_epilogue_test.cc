@@ -168,6 +168,27 @@ TEST(CpuGemmEpilogueTest, BatchedTransposedOperand) {
   EXPECT_EQ(compiled->num_kernels, 0);
 }
 
+TEST(CpuGemmEpilogueTest, ReshapedParameterIsReadInPlace) {
+  // A training step's first layer: the [batch, 4, 6] input reshaped to [batch, 24] feeds the
+  // forward matmul and the weight gradient dW = dY^T X. The reshape moves no bytes, so both GEMMs
+  // read the parameter's buffer; where something else also reads the reshape (here a graph
+  // output), it is still computed.
+  for (bool also_output : {false, true}) {
+    ir::Builder b;
+    const NodeId x = b.Parameter("x", {ir::DType::kF32, {16, 4, 6}});
+    const NodeId g = b.Parameter("g", {ir::DType::kF32, {16, 10}});
+    const NodeId w = b.Parameter("w", {ir::DType::kF32, {10, 24}});
+    const NodeId flat = b.Reshape(x, {16, 24});
+    b.Output(b.MatMul(flat, b.Permute(w, {1, 0})));
+    b.Output(b.MatMul(b.Permute(g, {1, 0}), flat));
+    if (also_output) b.Output(flat);
+    const auto compiled = CompileAndCompare(Build(b));
+    ASSERT_NE(compiled, nullptr);
+    EXPECT_EQ(compiled->num_gemm_steps, 2);
+    if (!also_output) EXPECT_EQ(compiled->num_kernels, 0);  // no copy of x
+  }
+}
+
 TEST(CpuGemmEpilogueTest, ConvBiasReluIsOneConvStep) {
   ir::Builder b;
   const NodeId x = b.Parameter("x", {ir::DType::kF32, {2, 3, 9, 8}});
