@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "frontend/backend.h"
+#include "frontend/jit.h"
 #include "frontend/onnx/import.h"
 #include "frontend/text/bert_onnx.h"
 #include "gtest/gtest.h"
@@ -367,6 +368,39 @@ TEST(Bert, PackedLayersComputeOnTheTokenRowsOnly) {
   EXPECT_NE(layer.find("f32[64,32]"), std::string::npos) << "the feed-forward on the rows\n"
                                                          << layer;
   EXPECT_EQ(layer.find("f32[4,32,32]"), std::string::npos) << "a padded feed-forward\n" << layer;
+}
+
+// Under kiln::jit the packed forward records the padded one: the packing is host data, and a
+// replay with another mask must not reuse the first call's (it would read the wrong rows). So one
+// recording replays for every mask, with the padded forward's results.
+TEST(Bert, PackedForwardUnderJitRecordsThePaddedForward) {
+  const Cpu::Device device;
+  const PaddedBatch first = MakePaddedBatch({3, 32, 10, 1}, 32);
+  BertModel<Cpu> model = first.config.init<Cpu>(device);  // jit state: not const
+  const NoGradGuard no_grad;
+  TokenPacking packing;
+  auto encode = kiln::jit(
+      [&](const Tensor<Cpu, 2, Int>& ids, const Tensor<Cpu, 2, Int>& mask,
+          const Tensor<Cpu, 2, Int>& types) { return model.forward(ids, mask, types, packing); },
+      model);
+  const std::vector<int64_t> batches[] = {{3, 32, 10, 1}, {5, 7, 32, 2}, {1, 1, 9, 20}};
+  for (const std::vector<int64_t>& lengths : batches) {
+    const PaddedBatch b = MakePaddedBatch(lengths, 32);
+    packing = TokenPacking::FromMask(b.encoding.attention_mask, 4, 32);
+    ASSERT_TRUE(packing.saves_work());
+    auto ints = [&](const std::vector<int64_t>& values) {
+      return Tensor<Cpu, 2, Int>::from_vector(values, {4, 32}, device);
+    };
+    const auto ids = ints(b.encoding.input_ids), mask = ints(b.encoding.attention_mask),
+               types = ints(b.encoding.token_type_ids);
+    const std::vector<float> got = encode(ids, mask, types).to_vector<float>();
+    const std::vector<float> want = model.forward(ids, mask, types).to_vector<float>();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
+  }
+  EXPECT_EQ(encode.stats().recordings, 1);
+  EXPECT_EQ(encode.stats().replays, 2);
+  EXPECT_EQ(encode.stats().eager_calls, 0);
 }
 
 // Batches with different amounts of padding compile a graph set per bucket; that is by design, so
