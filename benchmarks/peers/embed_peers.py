@@ -12,8 +12,8 @@ and exporting the model once:
     /work/venv-peers/bin/python tests/text/fixtures/export_minilm_onnx.py   # build/minilm-onnx
     /work/venv-peers/bin/python benchmarks/peers/embed_peers.py [--build build/default]
 
-Two batches (--batches): "mixed", 32 sentences of 8 to 128 tokens (every fourth fills the 128;
-1383 of the 4096 positions are tokens), and "full", 32 sentences that all fill the 128. Each is
+Two batches (--batches): "mixed", 32 sentences of 8 to 128 tokens (1383 of the 4096 positions
+are tokens), and "full", 32 sentences that all fill the 128 (every position a token). Each is
 padded to 128 tokens (the tokenizer's max_length padding; attention masks hide the padding), and
 every row times the encoder + mean pooling + normalisation of the already tokenized batch; best of
 3 repetitions of the mean per batch over --min-time / 3. kiln's safetensors row runs BERT on the
@@ -59,8 +59,9 @@ def sentences(n, fill="mixed"):
     out = []
     for i in range(n):
         s = BASE[i % len(BASE)]
-        # "mixed": every fourth sentence is long enough to fill the 128 tokens; "full": all are.
-        repeat = 12 if fill == "full" or i % 4 == 3 else 1 + i % 3
+        # "mixed": every fourth sentence repeated 12 times (86 to 128 tokens), the others 1 to 3
+        # times; "full": every sentence repeated past 128 tokens (truncated there).
+        repeat = 40 if fill == "full" else 12 if i % 4 == 3 else 1 + i % 3
         out.append(" ".join([s] * repeat))
     return out
 
