@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "codegen/hoist_checks.h"
 #include "codegen/legalize.h"
 #include "codegen/math_expand.h"
 #include "codegen/reuse_reduced.h"
@@ -1170,6 +1171,7 @@ class Emitter {
 }  // namespace
 
 Kernel PrepareKernel(Kernel kernel, bool expand_math) {
+  kernel = HoistInvariantChecks(std::move(kernel));
   kernel = ReuseReducedValues(std::move(kernel));
   return expand_math ? ExpandMath(std::move(kernel)) : kernel;
 }

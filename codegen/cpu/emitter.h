@@ -53,10 +53,12 @@ struct EmitOptions {
   int64_t assume_alignment = 64;
 };
 
-/// The kernel-IR rewrites the CPU applies before EmitKernel, in order: ReuseReducedValues (a
-/// gid's statements run in order on one thread here, so a value a reduction computed may be
-/// stored early and loaded back; it must see the transcendental functions before they are
-/// expanded), then ExpandMath when `expand_math`. The JIT and the AOT compiler both call it.
+/// The kernel-IR rewrites the CPU applies before EmitKernel, in order: HoistInvariantChecks
+/// (index checks out of the loops they do not vary in, so those loops vectorise),
+/// ReuseReducedValues (a gid's statements run in order on one thread here, so a value a
+/// reduction computed may be stored early and loaded back; it must see the transcendental
+/// functions before they are expanded), then ExpandMath when `expand_math`. The JIT and the AOT
+/// compiler both call it.
 Kernel PrepareKernel(Kernel kernel, bool expand_math = true);
 
 /// Adds `kernel` to `module` as the external function `symbol` (plus an internal always-inline

@@ -5,11 +5,10 @@
 //   k->fn(args, 0, kernel.parallel_extent);               // runtime::KernelFn
 //   spec.keep_alive = k->keep_alive;                       // the code lives while this does
 //
-// Pipeline: PrepareKernel (emitter.h: ReuseReducedValues, then ExpandMath: f32
-// exp/log/tanh/erf/sigmoid → vectorisable polynomials) → emitter
-// (emitter.h: LLVM IR with the kernel ABI) → O3 for the host CPU (LlvmJit) → an object file →
-// loaded into the process's one ORC LLJIT. No LLVM header is included here; users of this header
-// need no LLVM include path.
+// Pipeline: PrepareKernel (emitter.h: HoistInvariantChecks, ReuseReducedValues, then ExpandMath:
+// f32 exp/log/tanh/erf/sigmoid → vectorisable polynomials) → emitter (emitter.h: LLVM IR with the
+// kernel ABI) → O3 for the host CPU (LlvmJit) → an object file → loaded into the process's one ORC
+// LLJIT. No LLVM header is included here; users of this header need no LLVM include path.
 //
 // Caches. The key of a kernel is a 128-bit hash (XXH3) of its printed kernel IR (PrintKernel, so
 // two structurally identical kernels share it, whatever their ValueIds), the ExpandMath and
@@ -46,7 +45,7 @@ namespace kiln::codegen::cpu {
 /// Part of every cache key: bump it whenever a change to PrepareKernel's passes, the emitter or
 /// the LLVM pipeline changes the code generated for some kernel, so stale disk-cache entries are
 /// ignored.
-inline constexpr int kCodegenVersion = 3;
+inline constexpr int kCodegenVersion = 4;
 
 /// Per-compile settings.
 struct CompileOptions {
