@@ -33,11 +33,8 @@ class Hoister {
       for (Stmt& stmt : block[i].body) {
         (Movable(stmt, inner) ? hoisted : kept).push_back(std::move(stmt));
       }
-      if (hoisted.empty()) {
-        block[i].body = std::move(kept);
-        continue;
-      }
       block[i].body = std::move(kept);
+      if (hoisted.empty()) continue;
       const size_t count = hoisted.size();
       block.insert(block.begin() + static_cast<std::ptrdiff_t>(i),
                    std::make_move_iterator(hoisted.begin()),
