@@ -185,7 +185,9 @@ TEST(CpuGemmEpilogueTest, ReshapedParameterIsReadInPlace) {
     const auto compiled = CompileAndCompare(Build(b));
     ASSERT_NE(compiled, nullptr);
     EXPECT_EQ(compiled->num_gemm_steps, 2);
-    if (!also_output) EXPECT_EQ(compiled->num_kernels, 0);  // no copy of x
+    if (!also_output) {
+      EXPECT_EQ(compiled->num_kernels, 0);  // no copy of x
+    }
   }
 }
 
