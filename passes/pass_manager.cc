@@ -3,21 +3,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/env_flag.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "passes/rewriter.h"
 
 namespace kiln::passes {
 
-bool TimePassesFromEnv() {
-  const char* value = std::getenv("KILN_TIME_PASSES");
-  return value != nullptr && *value != '\0' && std::strcmp(value, "0") != 0;
-}
+bool TimePassesFromEnv() { return base::EnvFlag("KILN_TIME_PASSES"); }
 
 void PassManager::Add(std::unique_ptr<Pass> pass) {
   Stage stage;

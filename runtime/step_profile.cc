@@ -5,12 +5,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
-#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
+#include "base/env_flag.h"
 
 namespace kiln::runtime {
 namespace {
@@ -38,9 +38,7 @@ void PrintAtExit() { std::fputs(StepProfileReport().c_str(), stderr); }
 
 std::atomic<bool>& EnabledFlag() {
   static std::atomic<bool>* const enabled = [] {
-    const char* value = std::getenv("KILN_PROFILE");
-    const bool on =
-        value != nullptr && std::string_view(value) != "" && std::string_view(value) != "0";
+    const bool on = base::EnvFlag("KILN_PROFILE");
     if (on) std::atexit(PrintAtExit);
     return new std::atomic<bool>(on);
   }();

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/env_flag.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
@@ -121,10 +121,7 @@ class PerfMap {
  public:
   static PerfMap* Get() {
     static PerfMap* const map = [] {
-      const char* flag = std::getenv("KILN_PERF_MAP");
-      if (flag == nullptr || std::string_view(flag) == "" || std::string_view(flag) == "0") {
-        return static_cast<PerfMap*>(nullptr);
-      }
+      if (!base::EnvFlag("KILN_PERF_MAP")) return static_cast<PerfMap*>(nullptr);
       const std::string path = absl::StrCat("/tmp/perf-", getpid(), ".map");
       std::FILE* file = std::fopen(path.c_str(), "a");
       if (file == nullptr) {
