@@ -19,28 +19,26 @@
 #include <thread>
 #include <vector>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
+#include "base/host_memory.h"
 
 namespace {
 
 constexpr int64_t kElements = int64_t{64} * 1024 * 1024 / sizeof(float);
 
-struct AlignedFree {
-  void operator()(float* p) const { std::free(p); }
-};
-using Array = std::unique_ptr<float[], AlignedFree>;
+constexpr size_t kArrayBytes = kElements * sizeof(float);
+constexpr size_t kAlignment = 64;
 
-// 2 MiB-aligned and advised for transparent huge pages, as kiln's tensor blocks are
-// (base/host_memory.h): where THP is "madvise", the same pages on both sides of a comparison.
+struct BlockFree {
+  void operator()(float* p) const {
+    kiln::base::FreeHostBlock(reinterpret_cast<std::byte*>(p), kArrayBytes, kAlignment);
+  }
+};
+using Array = std::unique_ptr<float[], BlockFree>;
+
+// kiln's own large host blocks (base/host_memory.h: 2 MiB-aligned, advised for transparent huge
+// pages), so that where THP is "madvise" both sides of a comparison have the same pages.
 Array Allocate() {
-  constexpr size_t kHugePage = size_t{2} << 20;
-  auto* array = static_cast<float*>(std::aligned_alloc(kHugePage, kElements * sizeof(float)));
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (array != nullptr) (void)madvise(array, kElements * sizeof(float), MADV_HUGEPAGE);
-#endif
-  return Array(array);
+  return Array(reinterpret_cast<float*>(kiln::base::AllocateHostBlock(kArrayBytes, kAlignment)));
 }
 
 double Seconds() {
