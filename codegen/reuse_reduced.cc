@@ -8,44 +8,10 @@
 #include <utility>
 #include <vector>
 
+#include "codegen/kernel_walk.h"
+
 namespace kiln::codegen {
 namespace {
-
-// Whether an expression's DAG holds a leaf (or op) that `test` accepts, memoized per id. Grows
-// with the kernel, since the rewrite appends expressions.
-class DagFlag {
- public:
-  DagFlag(const Kernel& kernel, std::function<bool(ValueId)> test)
-      : kernel_(kernel), test_(std::move(test)) {}
-
-  bool operator()(ValueId id) {
-    if (memo_.size() < kernel_.exprs.size()) memo_.resize(kernel_.exprs.size(), kUnknown);
-    int8_t& slot = memo_[static_cast<size_t>(id)];
-    if (slot == kUnknown) {
-      bool found = test_(id);
-      const size_t arity = kernel_.expr(id).operands.size();
-      for (size_t i = 0; !found && i < arity; ++i) found = (*this)(kernel_.expr(id).operands[i]);
-      // `slot` may dangle after the recursion resized memo_.
-      memo_[static_cast<size_t>(id)] = found ? 1 : 0;
-      return found;
-    }
-    return slot == 1;
-  }
-
- private:
-  static constexpr int8_t kUnknown = -1;
-  const Kernel& kernel_;
-  std::function<bool(ValueId)> test_;
-  std::vector<int8_t> memo_;
-};
-
-// Calls `fn` on every statement of `block`, nested ones included.
-void ForEachStmt(const std::vector<Stmt>& block, const std::function<void(const Stmt&)>& fn) {
-  for (const Stmt& stmt : block) {
-    fn(stmt);
-    ForEachStmt(stmt.body, fn);
-  }
-}
 
 class Reuser {
  public:
