@@ -146,6 +146,22 @@ void GraphCompiler::FindTransposedOperands() {
   }
   std::vector<bool> is_output(static_cast<size_t>(graph_.num_nodes()), false);
   for (const ir::Output& out : graph_.outputs()) is_output[static_cast<size_t>(out.node)] = true;
+  // Whether `value` is read, and only as an operand of contraction roots that the contraction
+  // routine runs and `accepts`.
+  auto read_only_by_contractions = [&](ir::NodeId value, auto accepts) {
+    const std::vector<ir::NodeId>& readers = users[static_cast<size_t>(value)];
+    if (readers.empty()) return false;
+    for (ir::NodeId user : readers) {
+      const ir::Node& user_node = graph_.node(user);
+      const int32_t ug = plan_.group_of[static_cast<size_t>(user)];
+      if (ug < 0 || plan_.groups[static_cast<size_t>(ug)].kind != FusionKind::kContraction ||
+          plan_.groups[static_cast<size_t>(ug)].root != user || !RunsContraction(user_node) ||
+          !accepts(user_node)) {
+        return false;
+      }
+    }
+    return true;
+  };
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     const FusionGroup& group = plan_.groups[g];
     if (group.kind == FusionKind::kContraction) continue;
@@ -154,15 +170,7 @@ void GraphCompiler::FindTransposedOperands() {
       const ir::Node& node = graph_.node(p);
       if (node.op == ir::Op::kReshape && !is_output[static_cast<size_t>(p)] &&
           graph_.node(node.inputs[0]).op == ir::Op::kParameter) {
-        bool only_contraction_operands = !users[static_cast<size_t>(p)].empty();
-        for (ir::NodeId user : users[static_cast<size_t>(p)]) {
-          const int32_t ug = plan_.group_of[static_cast<size_t>(user)];
-          only_contraction_operands &=
-              ug >= 0 && plan_.groups[static_cast<size_t>(ug)].kind == FusionKind::kContraction &&
-              plan_.groups[static_cast<size_t>(ug)].root == user &&
-              RunsContraction(graph_.node(user));
-        }
-        if (!only_contraction_operands) continue;
+        if (!read_only_by_contractions(p, [](const ir::Node&) { return true; })) continue;
         reshaped_parameter_[p] = node.inputs[0];
         elided.push_back(p);
         AddFusionNote(absl::StrCat(options_.contraction_label, ": %", p,
@@ -181,17 +189,11 @@ void GraphCompiler::FindTransposedOperands() {
       const ir::NodeId source = node.inputs[0];
       // The source may be another output of this same group (g = -1: any group).
       if (!swap_last_two || !IsMaterialized(source, -1)) continue;
-      bool only_routine_operands = !users[static_cast<size_t>(p)].empty();
-      for (ir::NodeId user : users[static_cast<size_t>(p)]) {
-        const ir::Node& user_node = graph_.node(user);
-        const int32_t ug = plan_.group_of[static_cast<size_t>(user)];
-        only_routine_operands &=
-            user_node.op == ir::Op::kMatMul && ug >= 0 &&
-            plan_.groups[static_cast<size_t>(ug)].kind == FusionKind::kContraction &&
-            plan_.groups[static_cast<size_t>(ug)].root == user && RunsContraction(user_node) &&
-            ReadsTransposedOperands(user_node);
+      if (!read_only_by_contractions(p, [&](const ir::Node& user) {
+            return user.op == ir::Op::kMatMul && ReadsTransposedOperands(user);
+          })) {
+        continue;
       }
-      if (!only_routine_operands) continue;
       transposed_source_[p] = source;
       elided.push_back(p);
       AddFusionNote(absl::StrCat(options_.contraction_label, ": %", p,
