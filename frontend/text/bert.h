@@ -239,13 +239,12 @@ struct BertModel {
                        const Tensor<B, 2, Int>& token_type_ids,
                        std::source_location loc = std::source_location::current()) const {
     const Tensor<B, 4> bias = mask_bias(input_ids, attention_mask, loc);
-    Tensor<B, 3> x = embeddings.forward(input_ids, token_type_ids, loc);
-    for (const BertLayer<B>& layer : layers) {
-      x = layer.forward(x, bias, loc);
-      const kiln::detail::TensorRef cut[] = {x.ref()};
-      kiln::detail::RealizeBetweenLayers(cut, loc);
-    }
-    return x;
+    return through_layers(
+        embeddings.forward(input_ids, token_type_ids, loc),
+        [&](const BertLayer<B>& layer, const Tensor<B, 3>& x) {
+          return layer.forward(x, bias, loc);
+        },
+        loc);
   }
 
   /// forward() computed on the tokens alone (`packing`, made from the same mask): the hidden
@@ -270,14 +269,26 @@ struct BertModel {
     const PackedTokens<B> packed = PackedTokens<B>::from(packing, input_ids.device(), loc);
     const Tensor<B, 3> embedded = embeddings.forward(input_ids, token_type_ids, loc);
     const int64_t e = embedded.dim(2, loc);
-    Tensor<B, 2> x =
-        embedded.template reshape<2>({n * length, e}, loc).index_select(0, packed.to_packed, loc);
+    const Tensor<B, 2> x = through_layers(
+        embedded.template reshape<2>({n * length, e}, loc).index_select(0, packed.to_packed, loc),
+        [&](const BertLayer<B>& layer, const Tensor<B, 2>& rows) {
+          return layer.forward(rows, bias, packed, loc);
+        },
+        loc);
+    return x.index_select(0, packed.to_padded, loc).template reshape<3>({n, length, e}, loc);
+  }
+
+  /// `x` through every layer (`run(layer, x)`), each layer's result realized before the next
+  /// (RealizeBetweenLayers): one graph per layer, its result the only output, the same graph for
+  /// every layer of the same shape.
+  template <int R, class Run>
+  Tensor<B, R> through_layers(Tensor<B, R> x, const Run& run, std::source_location loc) const {
     for (const BertLayer<B>& layer : layers) {
-      x = layer.forward(x, bias, packed, loc);
+      x = run(layer, x);
       const kiln::detail::TensorRef cut[] = {x.ref()};
       kiln::detail::RealizeBetweenLayers(cut, loc);
     }
-    return x.index_select(0, packed.to_padded, loc).template reshape<3>({n, length, e}, loc);
+    return x;
   }
 
   /// Hugging Face's extended mask: (1 - mask) * finfo(f32).min as [N, 1, 1, L], broadcast over
